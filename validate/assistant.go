@@ -1,0 +1,409 @@
+package validate
+
+import (
+	"math"
+	"strconv"
+)
+
+// maxCurrentPath is the longest currentPath accepted, in code points after
+// unescaping.
+const maxCurrentPath = 200
+
+// AssistantMessage validates the body of
+// POST /discovery/v1/assistant/{domain}/message:
+//
+//	fp                 required, non-empty string
+//	messages           required, array of objects {id, role, content: string;
+//	                   parts?: array of objects {type: string, ...}, ...}
+//	threadId           optional, string or null
+//	retrievalPageSize  optional, number > 0
+//	filter             optional, object or null (any content)
+//	context            optional, array of objects {value: string;
+//	                   type?: "code" | "textSelection", ...}
+//	currentPath        optional, string of at most 200 characters
+//
+// Other fields are allowed and forwarded. It returns a *Error for the first
+// problem found, or nil when the body is valid. The body is not modified.
+func AssistantMessage(body []byte) error {
+	s := scanner{data: body}
+	if err := s.assistantMessage(); err != nil {
+		return err
+	}
+	return nil // not a nil *Error: that would be a non-nil error interface
+}
+
+// Bits recording which known top-level fields have been seen, to refuse
+// duplicates and find missing required fields.
+const (
+	seenFp uint8 = 1 << iota
+	seenMessages
+	seenThreadID
+	seenPageSize
+	seenFilter
+	seenContext
+	seenCurrentPath
+)
+
+// Levels at which the known containers sit (the body object is level 1).
+// They are passed to skipValue so MaxDepth holds across the whole body.
+const (
+	levelBody    = 1
+	levelList    = 2 // messages, context, filter
+	levelItem    = 3 // messages[i], context[i]
+	levelParts   = 4 // messages[i].parts
+	levelPartObj = 5 // messages[i].parts[j]
+)
+
+func (s *scanner) assistantMessage() *Error {
+	if err := s.begin(); err != nil {
+		return err
+	}
+	var seen uint8
+	for first := true; ; first = false {
+		key, escaped, more, err := s.nextMember(first)
+		if err != nil {
+			return err
+		}
+		if !more {
+			break
+		}
+		var buf [keyBufLen]byte
+		var bit uint8
+		var name string
+		switch string(unescape(key, escaped, &buf)) {
+		case "fp":
+			bit, name = seenFp, "fp"
+		case "messages":
+			bit, name = seenMessages, "messages"
+		case "threadId":
+			bit, name = seenThreadID, "threadId"
+		case "retrievalPageSize":
+			bit, name = seenPageSize, "retrievalPageSize"
+		case "filter":
+			bit, name = seenFilter, "filter"
+		case "context":
+			bit, name = seenContext, "context"
+		case "currentPath":
+			bit, name = seenCurrentPath, "currentPath"
+		default:
+			if err := s.skipIn("", levelBody); err != nil {
+				return err
+			}
+			continue
+		}
+		if seen&bit != 0 {
+			return fieldError(name, reasonDuplicated)
+		}
+		seen |= bit
+		if err := s.topField(bit); err != nil {
+			return err
+		}
+	}
+	if seen&seenFp == 0 {
+		return fieldError("fp", reasonRequired)
+	}
+	if seen&seenMessages == 0 {
+		return fieldError("messages", reasonRequired)
+	}
+	return s.end()
+}
+
+// topField checks the value of the known top-level field identified by bit.
+func (s *scanner) topField(bit uint8) *Error {
+	switch bit {
+	case seenFp:
+		if s.peek() != '"' {
+			return s.mismatch("fp", reasonNonEmptyString, levelBody)
+		}
+		raw, _, err := s.str()
+		if err != nil {
+			return err
+		}
+		if len(raw) == 0 { // escapes never unescape to nothing
+			return fieldError("fp", reasonNonEmptyString)
+		}
+	case seenMessages:
+		return s.messages()
+	case seenThreadID:
+		switch s.peek() {
+		case '"':
+			_, _, err := s.str()
+			return err
+		case 'n':
+			return s.literal("null")
+		}
+		return s.mismatch("threadId", reasonStringOrNull, levelBody)
+	case seenPageSize:
+		return s.pageSize()
+	case seenFilter:
+		switch s.peek() {
+		case '{':
+			return s.skipIn("filter", levelBody)
+		case 'n':
+			return s.literal("null")
+		}
+		return s.mismatch("filter", reasonObjectOrNull, levelBody)
+	case seenContext:
+		return s.context()
+	case seenCurrentPath:
+		if s.peek() != '"' {
+			return s.mismatch("currentPath", reasonString, levelBody)
+		}
+		raw, escaped, err := s.str()
+		if err != nil {
+			return err
+		}
+		if runeCount(raw, escaped, maxCurrentPath) > maxCurrentPath {
+			return fieldError("currentPath", "must be at most 200 characters")
+		}
+	}
+	return nil
+}
+
+// pageSize checks retrievalPageSize: a number strictly greater than zero that
+// a float64 can hold, so that an upstream decoding it as a double sees the
+// same positive value (1e-400 would round to 0, 1e400 would not decode).
+func (s *scanner) pageSize() *Error {
+	if c := s.peek(); c != '-' && !isDigit(c) {
+		return s.mismatch("retrievalPageSize", reasonPositive, levelBody)
+	}
+	raw, err := s.number()
+	if err != nil {
+		return err
+	}
+	if raw[0] == '-' {
+		return fieldError("retrievalPageSize", reasonPositive)
+	}
+	f, perr := strconv.ParseFloat(string(raw), 64)
+	if perr != nil || math.IsInf(f, 0) {
+		return fieldError("retrievalPageSize", "is out of range")
+	}
+	if !(f > 0) {
+		return fieldError("retrievalPageSize", reasonPositive)
+	}
+	return nil
+}
+
+// messages checks the messages array and each message in it.
+func (s *scanner) messages() *Error {
+	if s.peek() != '[' {
+		return s.mismatch("messages", reasonArrayOfObjects, levelBody)
+	}
+	s.pos++
+	for i, first := 0, true; ; i, first = i+1, false {
+		more, err := s.nextElement(first)
+		if err != nil {
+			return err
+		}
+		if !more {
+			return nil
+		}
+		if s.peek() != '{' {
+			return s.mismatch(elem("messages", i, ""), reasonObject, levelList)
+		}
+		if err := s.message(i); err != nil {
+			return err
+		}
+	}
+}
+
+// Bits for the known fields of a message.
+const (
+	seenID uint8 = 1 << iota
+	seenRole
+	seenContent
+	seenParts
+)
+
+// message checks messages[i]; s.pos is at its '{'.
+func (s *scanner) message(i int) *Error {
+	s.pos++
+	var seen uint8
+	for first := true; ; first = false {
+		key, escaped, more, err := s.nextMember(first)
+		if err != nil {
+			return err
+		}
+		if !more {
+			break
+		}
+		var buf [keyBufLen]byte
+		var bit uint8
+		var name string
+		switch string(unescape(key, escaped, &buf)) {
+		case "id":
+			bit, name = seenID, "id"
+		case "role":
+			bit, name = seenRole, "role"
+		case "content":
+			bit, name = seenContent, "content"
+		case "parts":
+			bit, name = seenParts, "parts"
+		default:
+			if err := s.skipInElem("messages", i, levelItem); err != nil {
+				return err
+			}
+			continue
+		}
+		if seen&bit != 0 {
+			return fieldError(elem("messages", i, name), reasonDuplicated)
+		}
+		seen |= bit
+		if bit == seenParts {
+			if err := s.parts(i); err != nil {
+				return err
+			}
+			continue
+		}
+		if s.peek() != '"' {
+			return s.mismatch(elem("messages", i, name), reasonString, levelItem)
+		}
+		if _, _, err := s.str(); err != nil {
+			return err
+		}
+	}
+	switch {
+	case seen&seenID == 0:
+		return fieldError(elem("messages", i, "id"), reasonRequired)
+	case seen&seenRole == 0:
+		return fieldError(elem("messages", i, "role"), reasonRequired)
+	case seen&seenContent == 0:
+		return fieldError(elem("messages", i, "content"), reasonRequired)
+	}
+	return nil
+}
+
+// parts checks messages[i].parts: an array of objects, each with a string
+// "type"; other part fields are free.
+func (s *scanner) parts(i int) *Error {
+	if s.peek() != '[' {
+		return s.mismatch(elem("messages", i, "parts"), reasonArrayOfObjects, levelItem)
+	}
+	s.pos++
+	for j, first := 0, true; ; j, first = j+1, false {
+		more, err := s.nextElement(first)
+		if err != nil {
+			return err
+		}
+		if !more {
+			return nil
+		}
+		if s.peek() != '{' {
+			return s.mismatch(elem(elem("messages", i, "parts"), j, ""), reasonObject, levelParts)
+		}
+		s.pos++
+		seenType := false
+		for first := true; ; first = false {
+			key, escaped, more, err := s.nextMember(first)
+			if err != nil {
+				return err
+			}
+			if !more {
+				break
+			}
+			var buf [keyBufLen]byte
+			if string(unescape(key, escaped, &buf)) != "type" {
+				if err := s.skipInElem(elem("messages", i, "parts"), j, levelPartObj); err != nil {
+					return err
+				}
+				continue
+			}
+			if seenType {
+				return fieldError(elem(elem("messages", i, "parts"), j, "type"), reasonDuplicated)
+			}
+			seenType = true
+			if s.peek() != '"' {
+				return s.mismatch(elem(elem("messages", i, "parts"), j, "type"), reasonString, levelPartObj)
+			}
+			if _, _, err := s.str(); err != nil {
+				return err
+			}
+		}
+		if !seenType {
+			return fieldError(elem(elem("messages", i, "parts"), j, "type"), reasonRequired)
+		}
+	}
+}
+
+// context checks the context array: objects with a string "value" and an
+// optional "type" of "code" or "textSelection"; other fields are free.
+func (s *scanner) context() *Error {
+	if s.peek() != '[' {
+		return s.mismatch("context", reasonArrayOfObjects, levelBody)
+	}
+	s.pos++
+	for k, first := 0, true; ; k, first = k+1, false {
+		more, err := s.nextElement(first)
+		if err != nil {
+			return err
+		}
+		if !more {
+			return nil
+		}
+		if s.peek() != '{' {
+			return s.mismatch(elem("context", k, ""), reasonObject, levelList)
+		}
+		if err := s.contextItem(k); err != nil {
+			return err
+		}
+	}
+}
+
+// reasonContextType is the complaint about context[k].type.
+const reasonContextType = `must be "code" or "textSelection"`
+
+// contextItem checks context[k]; s.pos is at its '{'.
+func (s *scanner) contextItem(k int) *Error {
+	s.pos++
+	seenValue, seenType := false, false
+	for first := true; ; first = false {
+		key, escaped, more, err := s.nextMember(first)
+		if err != nil {
+			return err
+		}
+		if !more {
+			break
+		}
+		var buf [keyBufLen]byte
+		switch string(unescape(key, escaped, &buf)) {
+		case "value":
+			if seenValue {
+				return fieldError(elem("context", k, "value"), reasonDuplicated)
+			}
+			seenValue = true
+			if s.peek() != '"' {
+				return s.mismatch(elem("context", k, "value"), reasonString, levelItem)
+			}
+			if _, _, err := s.str(); err != nil {
+				return err
+			}
+		case "type":
+			if seenType {
+				return fieldError(elem("context", k, "type"), reasonDuplicated)
+			}
+			seenType = true
+			if s.peek() != '"' {
+				return s.mismatch(elem("context", k, "type"), reasonContextType, levelItem)
+			}
+			raw, escaped, err := s.str()
+			if err != nil {
+				return err
+			}
+			// Compare after unescaping, like field names: "c\u006fde" is "code".
+			var vbuf [keyBufLen]byte
+			switch string(unescape(raw, escaped, &vbuf)) {
+			case "code", "textSelection":
+			default:
+				return fieldError(elem("context", k, "type"), reasonContextType)
+			}
+		default:
+			if err := s.skipInElem("context", k, levelItem); err != nil {
+				return err
+			}
+		}
+	}
+	if !seenValue {
+		return fieldError(elem("context", k, "value"), reasonRequired)
+	}
+	return nil
+}
