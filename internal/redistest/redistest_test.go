@@ -1,0 +1,49 @@
+package redistest
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestStartStopRestart(t *testing.T) {
+	s := Start(t)
+	c := s.Client(t)
+	ctx := context.Background()
+	if err := c.Set(ctx, "k", "v", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	s.Stop(t)
+	ctx2, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if err := c.Ping(ctx2).Err(); err == nil {
+		t.Fatal("PING succeeded after Stop")
+	}
+	s.Restart(t)
+	if err := c.Ping(ctx).Err(); err != nil {
+		t.Fatalf("PING after Restart: %v", err)
+	}
+	// --save "" means nothing survives a restart.
+	if n, _ := c.Exists(ctx, "k").Result(); n != 0 {
+		t.Fatalf("key survived restart: %d", n)
+	}
+}
+
+func TestCluster(t *testing.T) {
+	cl := StartCluster(t, 3)
+	if len(cl.Addrs) != 3 {
+		t.Fatalf("addrs = %v", cl.Addrs)
+	}
+	cc := cl.Client(t)
+	ctx := context.Background()
+	for _, k := range []string{"a", "b", "c", "d", "e"} {
+		if err := cc.Set(ctx, k, k, time.Minute).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	info, err := cc.ClusterInfo(ctx).Result()
+	if err != nil || !strings.Contains(info, "cluster_known_nodes:3") {
+		t.Fatalf("cluster info: %v %s", err, info)
+	}
+}
