@@ -42,7 +42,7 @@ func run(args []string, stderr io.Writer) int {
 	listen := fs.String("listen", defaultListen, "address to listen on (host:port; port 0 picks a free port)")
 	completeAfter := fs.Duration("job-complete-after", defaultJobCompleteAfter, "a job reads status \"active\" until this long after creation (or after its last follow-up message), then \"completed\" with a prLink")
 	partDelay := fs.Duration("part-delay", defaultPartDelay, "pause before each streamed text part of an assistant answer; 0 = no pacing")
-	answerParts := fs.Int("answer-parts", defaultAnswerParts, "number of `n` text parts (0: lines) in an assistant answer")
+	answerParts := fs.Int("answer-parts", defaultAnswerParts, "`count` of text parts (0: lines) in an assistant answer")
 	fast := fs.Bool("fast", false, fmt.Sprintf("load-test mode: no pacing and %d text parts (explicit -part-delay / -answer-parts still win)", fastAnswerParts))
 	stamp := fs.Bool("stamp", false, "prefix the text of every 0: part with its send time in Unix nanoseconds and a space (\"<unix-nanos> words...\"), so a client can measure per-part delay")
 	logReq := fs.Bool("log", false, "log one line per request to stderr (off by default)")
