@@ -54,8 +54,13 @@ func (s *scanner) agentJob() *Error {
 			}
 		}
 	}
+	// Trailing garbage makes the body not JSON at all, which is the more
+	// fundamental complaint, so it is checked before required fields.
+	if err := s.end(); err != nil {
+		return err
+	}
 	if !seenPrompt {
 		return fieldError("prompt", reasonRequired)
 	}
-	return s.end()
+	return nil
 }

@@ -99,13 +99,18 @@ func (s *scanner) assistantMessage() *Error {
 			return err
 		}
 	}
+	// Trailing garbage makes the body not JSON at all, which is the more
+	// fundamental complaint, so it is checked before required fields.
+	if err := s.end(); err != nil {
+		return err
+	}
 	if seen&seenFp == 0 {
 		return fieldError("fp", reasonRequired)
 	}
 	if seen&seenMessages == 0 {
 		return fieldError("messages", reasonRequired)
 	}
-	return s.end()
+	return nil
 }
 
 // topField checks the value of the known top-level field identified by bit.
