@@ -1,0 +1,126 @@
+// Package config is the gateway's documented file schema: strict YAML decoding that names the
+// offending key, defaults, environment overrides and a Validate that reports every problem.
+package config
+
+import (
+	"time"
+)
+
+// Config is the whole file. Every key is optional except upstream.url; config.example.yaml
+// documents each one. Zero values are replaced by Defaults before validation.
+type Config struct {
+	// Listen is the public listener's address.
+	Listen string `yaml:"listen"`
+	// AdminListen serves /metrics, /healthz and /readyz; it is never the public listener.
+	AdminListen string `yaml:"admin_listen"`
+	// TLS, when set, makes the public listener serve HTTPS (HTTP/1.1 and HTTP/2).
+	TLS *TLS `yaml:"tls"`
+
+	Upstream Upstream `yaml:"upstream"`
+	// MaxBodyBytes caps request bodies; larger ones get 413 before anything is forwarded.
+	MaxBodyBytes int64 `yaml:"max_body_bytes"`
+
+	ClientIP ClientIP `yaml:"client_ip"`
+	CORS     CORS     `yaml:"cors"`
+	Server   Server   `yaml:"server"`
+	Log      Log      `yaml:"log"`
+
+	// Routes adds pass-through routes, or adjusts the built-in ones by naming them.
+	Routes []Route `yaml:"routes"`
+}
+
+// TLS names the certificate and key files of the public listener.
+type TLS struct {
+	CertFile string `yaml:"cert_file"`
+	KeyFile  string `yaml:"key_file"`
+}
+
+// Upstream is the platform API the gateway forwards to.
+type Upstream struct {
+	URL string `yaml:"url"`
+	// Timeout bounds the wait for response headers; a streamed body may run longer.
+	Timeout time.Duration `yaml:"timeout"`
+	// DialTimeout bounds establishing a connection to the upstream.
+	DialTimeout time.Duration `yaml:"dial_timeout"`
+	// MaxIdleConns is the number of idle keep-alive connections kept to the upstream.
+	MaxIdleConns int `yaml:"max_idle_conns"`
+}
+
+// ClientIP says how the client address is derived.
+type ClientIP struct {
+	// TrustedProxies are CIDRs (or single addresses) whose X-Forwarded-For is believed.
+	TrustedProxies []string `yaml:"trusted_proxies"`
+}
+
+// CORS applies to assistant routes only: their keys are public and browsers call them.
+type CORS struct {
+	// AllowedOrigins lists origins allowed to read assistant responses; "*" allows all.
+	AllowedOrigins []string `yaml:"allowed_origins"`
+	// MaxAge is how long a browser may cache a preflight answer.
+	MaxAge time.Duration `yaml:"max_age"`
+}
+
+// Server holds the public listener's protective timeouts and shutdown behaviour.
+type Server struct {
+	// ReadHeaderTimeout bounds reading request headers (slowloris protection).
+	ReadHeaderTimeout time.Duration `yaml:"read_header_timeout"`
+	// ReadBodyTimeout bounds reading a request body once headers are in.
+	ReadBodyTimeout time.Duration `yaml:"read_body_timeout"`
+	// IdleTimeout closes keep-alive connections idle this long.
+	IdleTimeout time.Duration `yaml:"idle_timeout"`
+	// MaxHeaderBytes caps the size of request headers; larger ones get 431.
+	MaxHeaderBytes int `yaml:"max_header_bytes"`
+	// ShutdownDelay keeps serving (with /readyz at 503) this long after SIGTERM, so load
+	// balancers notice before listeners close.
+	ShutdownDelay time.Duration `yaml:"shutdown_delay"`
+	// ShutdownGrace is how long in-flight requests and streams may run after listeners close.
+	ShutdownGrace time.Duration `yaml:"shutdown_grace"`
+}
+
+// Log configures the zap logger.
+type Log struct {
+	// Level is debug, info, warn or error.
+	Level string `yaml:"level"`
+	// Format is json (production) or console (readable; also set by -dev).
+	Format string `yaml:"format"`
+}
+
+// Route is one entry of routes:. Naming a built-in route (agent_job, assistant_message)
+// adjusts it; any other name adds a pass-through route.
+type Route struct {
+	Name string `yaml:"name"`
+	// Method is an HTTP method such as GET or POST.
+	Method string `yaml:"method"`
+	// Path is a Go ServeMux path pattern with {params}, e.g. /v2/agent/{projectId}/job/{jobId}.
+	Path string `yaml:"path"`
+	// Key is the key family the route requires: admin or assistant.
+	Key string `yaml:"key"`
+	// Stream marks routes whose responses are streamed to the client unbuffered.
+	Stream *bool `yaml:"stream"`
+}
+
+// Defaults returns the configuration every omitted key falls back to.
+func Defaults() Config {
+	return Config{
+		Listen:       ":8080",
+		AdminListen:  "127.0.0.1:9090",
+		MaxBodyBytes: 1 << 20,
+		Upstream: Upstream{
+			Timeout:      30 * time.Second,
+			DialTimeout:  5 * time.Second,
+			MaxIdleConns: 512,
+		},
+		CORS: CORS{
+			AllowedOrigins: []string{"*"},
+			MaxAge:         10 * time.Minute,
+		},
+		Server: Server{
+			ReadHeaderTimeout: 10 * time.Second,
+			ReadBodyTimeout:   30 * time.Second,
+			IdleTimeout:       120 * time.Second,
+			MaxHeaderBytes:    64 << 10,
+			ShutdownGrace:     30 * time.Second,
+		},
+		Log: Log{Level: "info", Format: "json"},
+	}
+}

@@ -1,0 +1,229 @@
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"reflect"
+	"strconv"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Problem is one thing wrong with a configuration, tied to the key it concerns.
+type Problem struct {
+	Key string // dotted path such as "upstream.timeout" or "routes[2].path"; "" for the file
+	Msg string
+}
+
+func (p Problem) String() string {
+	if p.Key == "" {
+		return p.Msg
+	}
+	return p.Key + ": " + p.Msg
+}
+
+// Error lists every problem found in a configuration, on one line.
+type Error struct {
+	Problems []Problem
+}
+
+func (e *Error) Error() string {
+	parts := make([]string, len(e.Problems))
+	for i, p := range e.Problems {
+		parts[i] = p.String()
+	}
+	return "invalid config: " + strings.Join(parts, "; ")
+}
+
+// Env is the environment lookup used for overrides (os.LookupEnv in production).
+type Env func(name string) (string, bool)
+
+// Load reads, decodes, applies environment overrides to and validates the file at path.
+func Load(path string, env Env) (*Config, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	defer f.Close()
+	return Parse(f, env)
+}
+
+// Parse is Load for an already opened file.
+func Parse(r io.Reader, env Env) (*Config, error) {
+	data, err := io.ReadAll(r)
+	if err != nil {
+		return nil, fmt.Errorf("config: reading: %w", err)
+	}
+	cfg := Defaults()
+	if err := decode(data, &cfg); err != nil {
+		return nil, err
+	}
+	if env != nil {
+		applyEnv(&cfg, env)
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &cfg, nil
+}
+
+// decode overlays the YAML document onto cfg, rejecting unknown keys and wrongly typed values
+// with the full key path: yaml.v3's own errors name only a line and a Go type.
+func decode(data []byte, cfg *Config) error {
+	var doc yaml.Node
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	if err := dec.Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil // an empty file: all defaults (Validate still wants upstream.url)
+		}
+		return &Error{Problems: []Problem{{Msg: "not valid YAML: " + strings.TrimPrefix(err.Error(), "yaml: ")}}}
+	}
+	var more yaml.Node
+	if err := dec.Decode(&more); !errors.Is(err, io.EOF) {
+		return &Error{Problems: []Problem{{Msg: "the file must hold exactly one YAML document"}}}
+	}
+	var d decoder
+	d.value(&doc, reflect.ValueOf(cfg).Elem(), "")
+	if len(d.problems) > 0 {
+		return &Error{Problems: d.problems}
+	}
+	return nil
+}
+
+type decoder struct {
+	problems []Problem
+}
+
+func (d *decoder) fail(key, format string, args ...any) {
+	d.problems = append(d.problems, Problem{Key: key, Msg: fmt.Sprintf(format, args...)})
+}
+
+var durationType = reflect.TypeFor[time.Duration]()
+
+func (d *decoder) value(n *yaml.Node, v reflect.Value, path string) {
+	switch n.Kind {
+	case yaml.DocumentNode:
+		if len(n.Content) == 1 {
+			d.value(n.Content[0], v, path)
+		}
+		return
+	case yaml.AliasNode:
+		d.value(n.Alias, v, path)
+		return
+	}
+	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
+		return // an explicit null keeps the default
+	}
+	switch {
+	case v.Kind() == reflect.Pointer && v.Type().Elem().Kind() == reflect.Struct:
+		if v.IsNil() {
+			v.Set(reflect.New(v.Type().Elem()))
+		}
+		d.value(n, v.Elem(), path)
+	case v.Kind() == reflect.Struct:
+		d.mapping(n, v, path)
+	case v.Kind() == reflect.Slice && v.Type().Elem().Kind() == reflect.Struct:
+		if n.Kind != yaml.SequenceNode {
+			d.fail(path, "must be a list")
+			return
+		}
+		s := reflect.MakeSlice(v.Type(), len(n.Content), len(n.Content))
+		for i, item := range n.Content {
+			d.value(item, s.Index(i), fmt.Sprintf("%s[%d]", path, i))
+		}
+		v.Set(s)
+	default:
+		d.leaf(n, v, path)
+	}
+}
+
+func (d *decoder) mapping(n *yaml.Node, v reflect.Value, path string) {
+	if n.Kind != yaml.MappingNode {
+		d.fail(path, "must be a mapping of keys to values")
+		return
+	}
+	fields := yamlFields(v.Type())
+	seen := make(map[string]bool, len(n.Content)/2)
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, val := n.Content[i], n.Content[i+1]
+		key := joinKey(path, k.Value)
+		if seen[k.Value] {
+			d.fail(key, "appears twice")
+			continue
+		}
+		seen[k.Value] = true
+		idx, ok := fields[k.Value]
+		if !ok {
+			d.fail(key, "unknown key (line %d)", k.Line)
+			continue
+		}
+		d.value(val, v.Field(idx), key)
+	}
+}
+
+func (d *decoder) leaf(n *yaml.Node, v reflect.Value, path string) {
+	if err := n.Decode(v.Addr().Interface()); err != nil {
+		d.fail(path, "cannot use %s here: want %s (line %d)", describe(n), want(v.Type()), n.Line)
+	}
+}
+
+func yamlFields(t reflect.Type) map[string]int {
+	m := make(map[string]int, t.NumField())
+	for i := range t.NumField() {
+		name, _, _ := strings.Cut(t.Field(i).Tag.Get("yaml"), ",")
+		if name != "" && name != "-" {
+			m[name] = i
+		}
+	}
+	return m
+}
+
+func joinKey(path, key string) string {
+	if path == "" {
+		return key
+	}
+	return path + "." + key
+}
+
+func describe(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.MappingNode:
+		return "a mapping"
+	case yaml.SequenceNode:
+		return "a list"
+	}
+	return strconv.Quote(n.Value)
+}
+
+func want(t reflect.Type) string {
+	switch {
+	case t == durationType:
+		return "a duration such as 30s or 100ms"
+	case t.Kind() == reflect.Bool:
+		return "true or false"
+	case t.Kind() == reflect.String:
+		return "a string"
+	case t.Kind() >= reflect.Int && t.Kind() <= reflect.Uint64:
+		return "a whole number"
+	case t.Kind() == reflect.Slice && t.Elem().Kind() == reflect.String:
+		return "a list of strings"
+	case t.Kind() == reflect.Map:
+		return "a mapping"
+	}
+	return t.String()
+}
+
+// applyEnv lets deployments override the few keys that differ per environment.
+func applyEnv(cfg *Config, env Env) {
+	if v, ok := env("GATEWAY_UPSTREAM_URL"); ok && v != "" {
+		cfg.Upstream.URL = v
+	}
+	if v, ok := env("GATEWAY_LISTEN"); ok && v != "" {
+		cfg.Listen = v
+	}
+}

@@ -1,0 +1,177 @@
+package config
+
+import (
+	"net"
+	"net/netip"
+	"net/url"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Validate reports every problem at once, without side effects.
+func (c *Config) Validate() error {
+	var v validator
+	v.listenAddr("listen", c.Listen)
+	v.listenAddr("admin_listen", c.AdminListen)
+	if c.Listen != "" && c.Listen == c.AdminListen {
+		v.fail("admin_listen", "must differ from listen: metrics and health never share the public listener")
+	}
+	if c.TLS != nil {
+		if c.TLS.CertFile == "" {
+			v.fail("tls.cert_file", "is required when tls is set")
+		}
+		if c.TLS.KeyFile == "" {
+			v.fail("tls.key_file", "is required when tls is set")
+		}
+	}
+	v.upstream(&c.Upstream)
+	if c.MaxBodyBytes <= 0 {
+		v.fail("max_body_bytes", "must be a positive number of bytes")
+	}
+	for i, p := range c.ClientIP.TrustedProxies {
+		if _, err := ParsePrefix(p); err != nil {
+			v.fail(indexKey("client_ip.trusted_proxies", i), "%q is not a CIDR or IP address", p)
+		}
+	}
+	for i, o := range c.CORS.AllowedOrigins {
+		if !validOrigin(o) {
+			v.fail(indexKey("cors.allowed_origins", i), "%q is not \"*\" or an origin such as https://docs.example.com", o)
+		}
+	}
+	v.nonNegative("cors.max_age", c.CORS.MaxAge)
+	v.positive("server.read_header_timeout", c.Server.ReadHeaderTimeout)
+	v.positive("server.read_body_timeout", c.Server.ReadBodyTimeout)
+	v.positive("server.idle_timeout", c.Server.IdleTimeout)
+	v.nonNegative("server.shutdown_delay", c.Server.ShutdownDelay)
+	v.nonNegative("server.shutdown_grace", c.Server.ShutdownGrace)
+	if c.Server.MaxHeaderBytes < 1024 {
+		v.fail("server.max_header_bytes", "must be at least 1024")
+	}
+	switch c.Log.Level {
+	case "debug", "info", "warn", "error":
+	default:
+		v.fail("log.level", "%q is not one of debug, info, warn, error", c.Log.Level)
+	}
+	switch c.Log.Format {
+	case "json", "console":
+	default:
+		v.fail("log.format", "%q is not one of json, console", c.Log.Format)
+	}
+	v.routes(c.Routes)
+	if len(v.problems) > 0 {
+		return &Error{Problems: v.problems}
+	}
+	return nil
+}
+
+type validator struct {
+	decoder
+}
+
+func (v *validator) listenAddr(key, addr string) {
+	if addr == "" {
+		v.fail(key, "is required")
+		return
+	}
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		v.fail(key, "%q is not host:port", addr)
+		return
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		v.fail(key, "%q has no valid port", addr)
+	}
+}
+
+func (v *validator) upstream(u *Upstream) {
+	switch parsed, err := url.Parse(u.URL); {
+	case u.URL == "":
+		v.fail("upstream.url", "is required (or set GATEWAY_UPSTREAM_URL)")
+	case err != nil:
+		v.fail("upstream.url", "%q is not a URL", u.URL)
+	case parsed.Scheme != "http" && parsed.Scheme != "https":
+		v.fail("upstream.url", "%q must start with http:// or https://", u.URL)
+	case parsed.Host == "":
+		v.fail("upstream.url", "%q has no host", u.URL)
+	case parsed.User != nil:
+		v.fail("upstream.url", "must not carry credentials")
+	case parsed.RawQuery != "" || parsed.Fragment != "":
+		v.fail("upstream.url", "must not have a query or fragment")
+	}
+	v.positive("upstream.timeout", u.Timeout)
+	v.positive("upstream.dial_timeout", u.DialTimeout)
+	if u.MaxIdleConns < 0 {
+		v.fail("upstream.max_idle_conns", "must not be negative")
+	}
+}
+
+var (
+	routeName = regexp.MustCompile(`^[a-z][a-z0-9_]{0,63}$`)
+	// A method is an HTTP token; upper case keeps route tables unambiguous.
+	routeMethod = regexp.MustCompile(`^[A-Z]{1,16}$`)
+)
+
+// routes checks each entry's form; the proxy checks how routes fit together when it compiles
+// them (conflicting patterns, changes to built-in routes).
+func (v *validator) routes(routes []Route) {
+	names := make(map[string]bool, len(routes))
+	for i, r := range routes {
+		key := indexKey("routes", i)
+		if !routeName.MatchString(r.Name) {
+			v.fail(key+".name", "%q must be lower_snake_case (it becomes a metric label)", r.Name)
+		} else if names[r.Name] {
+			v.fail(key+".name", "%q is used by another route", r.Name)
+		}
+		names[r.Name] = true
+		if r.Method != "" && !routeMethod.MatchString(r.Method) {
+			v.fail(key+".method", "%q is not an upper-case HTTP method", r.Method)
+		}
+		if r.Path != "" && (!strings.HasPrefix(r.Path, "/") || strings.ContainsAny(r.Path, " \t?#")) {
+			v.fail(key+".path", "%q must be a path pattern starting with / such as /v2/agent/{projectId}/job", r.Path)
+		}
+		if r.Key != "" && r.Key != "admin" && r.Key != "assistant" {
+			v.fail(key+".key", "%q is not admin or assistant", r.Key)
+		}
+	}
+}
+
+func (v *validator) positive(key string, d time.Duration) {
+	if d <= 0 {
+		v.fail(key, "must be a positive duration such as 30s")
+	}
+}
+
+func (v *validator) nonNegative(key string, d time.Duration) {
+	if d < 0 {
+		v.fail(key, "must not be negative")
+	}
+}
+
+func indexKey(key string, i int) string {
+	return key + "[" + strconv.Itoa(i) + "]"
+}
+
+// ParsePrefix accepts a CIDR or a single address (as a /32 or /128).
+func ParsePrefix(s string) (netip.Prefix, error) {
+	if strings.Contains(s, "/") {
+		p, err := netip.ParsePrefix(s)
+		return p.Masked(), err
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Prefix{}, err
+	}
+	a = a.Unmap()
+	return netip.PrefixFrom(a, a.BitLen()), nil
+}
+
+func validOrigin(o string) bool {
+	if o == "*" {
+		return true
+	}
+	u, err := url.Parse(o)
+	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != "" &&
+		u.Path == "" && u.RawQuery == "" && u.Fragment == "" && u.User == nil
+}

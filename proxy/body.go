@@ -1,0 +1,190 @@
+package proxy
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/docsgate/gateway/auth"
+	"github.com/docsgate/gateway/validate"
+)
+
+// rejectAuth answers a request refused for its credentials: 401 with a Bearer challenge, or
+// 403 for a key of the other family.
+func (g *Gateway) rejectAuth(s *scope, reason auth.Reason) {
+	s.route.metrics.AuthRejected(reason.String())
+	switch reason {
+	case auth.WrongKind:
+		msg := "This endpoint needs an admin API key (svc_...); assistant keys (svc_dsc_...) cannot be used here."
+		if s.route.key == auth.Assistant {
+			msg = "This endpoint needs an assistant API key (svc_dsc_...); admin keys must never be used from browsers."
+		}
+		s.fail(http.StatusForbidden, errorBody{Error: msg, Code: codeWrongKeyType})
+	case auth.Missing:
+		s.w.Header().Set("WWW-Authenticate", "Bearer")
+		s.fail(http.StatusUnauthorized, errorBody{
+			Error: "Missing API key: send it as \"Authorization: Bearer <key>\".",
+			Code:  codeMissingCredentials,
+		})
+	default:
+		s.w.Header().Set("WWW-Authenticate", "Bearer")
+		s.fail(http.StatusUnauthorized, errorBody{Error: "Invalid API key.", Code: codeInvalidCredentials})
+	}
+}
+
+// readBody enforces the size cap and content type, reads the whole body within the body
+// timeout, validates it against the route's rules and leaves it in place for replay, byte for
+// byte. It answers the request itself and returns false when the body is refused.
+func (g *Gateway) readBody(s *scope, r *http.Request) bool {
+	rt := s.route
+	if r.ContentLength > g.maxBody {
+		g.tooLarge(s)
+		return false
+	}
+	if rt.validate != nil && !isJSON(r.Header.Get("Content-Type")) {
+		s.fail(http.StatusUnsupportedMediaType, errorBody{
+			Error: "Unsupported Content-Type: send the body as application/json.",
+			Code:  codeUnsupportedMediaType,
+		})
+		return false
+	}
+	var body []byte
+	if r.ContentLength != 0 || len(r.TransferEncoding) > 0 {
+		rc := http.NewResponseController(s.w)
+		_ = rc.SetReadDeadline(time.Now().Add(g.readTimeout))
+		var err error
+		body, err = readAll(r.Body, r.ContentLength, g.maxBody)
+		// Clear the deadline: a streamed answer may run far longer than the body took.
+		_ = rc.SetReadDeadline(time.Time{})
+		switch {
+		case errors.Is(err, errTooLarge):
+			g.tooLarge(s)
+			return false
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			s.fail(http.StatusRequestTimeout, errorBody{
+				Error: "The request body did not arrive in time.",
+				Code:  codeRequestTimeout,
+			})
+			return false
+		case err != nil:
+			if r.Context().Err() != nil {
+				return false // the client went away; there is nobody to answer
+			}
+			s.fail(http.StatusBadRequest, errorBody{Error: "The request body could not be read.", Code: codeInvalidRequest})
+			return false
+		}
+	}
+	s.bodyBytes = len(body)
+	if rt.validate != nil {
+		if err := rt.validate(body); err != nil {
+			g.rejectBody(s, err)
+			return false
+		}
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	r.ContentLength = int64(len(body))
+	r.TransferEncoding = nil
+	if len(body) == 0 {
+		r.Body = http.NoBody
+	}
+	return true
+}
+
+func (g *Gateway) tooLarge(s *scope) {
+	s.fail(http.StatusRequestEntityTooLarge, errorBody{
+		Error: fmt.Sprintf("The request body is larger than the limit of %d bytes.", g.maxBody),
+		Code:  codePayloadTooLarge,
+	})
+}
+
+func (g *Gateway) rejectBody(s *scope, err error) {
+	var ve *validate.Error
+	field := ""
+	if errors.As(err, &ve) {
+		field = ve.Field
+	}
+	s.field = field
+	s.route.metrics.ValidationRejected(foldIndexes(field))
+	s.fail(http.StatusBadRequest, errorBody{Error: "Invalid request: " + err.Error() + ".", Code: codeInvalidRequest, Field: field})
+}
+
+var errTooLarge = errors.New("body too large")
+
+// readAll reads at most max bytes; one byte more means the body is too large. A declared
+// Content-Length sizes the buffer exactly, so the common case allocates once.
+func readAll(body io.Reader, declared, max int64) ([]byte, error) {
+	size := declared
+	if size < 0 || size > max {
+		size = 512
+	}
+	buf := make([]byte, 0, size+1)
+	for {
+		if int64(len(buf)) > max {
+			return nil, errTooLarge
+		}
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		n, err := body.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err == io.EOF {
+			if int64(len(buf)) > max {
+				return nil, errTooLarge
+			}
+			return buf, nil
+		}
+		if err != nil {
+			var mbe *http.MaxBytesError
+			if errors.As(err, &mbe) {
+				return nil, errTooLarge
+			}
+			return nil, err
+		}
+	}
+}
+
+// isJSON accepts application/json (and +json types) with no charset or UTF-8: JSON is UTF-8
+// (RFC 8259), and the validators read it as such.
+func isJSON(ct string) bool {
+	if ct == "application/json" {
+		return true
+	}
+	mt, params, err := mime.ParseMediaType(ct)
+	if err != nil {
+		return false
+	}
+	if mt != "application/json" && !(strings.HasPrefix(mt, "application/") && strings.HasSuffix(mt, "+json")) {
+		return false
+	}
+	cs, ok := params["charset"]
+	return !ok || strings.EqualFold(cs, "utf-8")
+}
+
+// foldIndexes turns messages[3].role into messages[].role so the metric label stays bounded.
+func foldIndexes(field string) string {
+	if !strings.Contains(field, "[") {
+		return field
+	}
+	var b strings.Builder
+	skip := false
+	for i := 0; i < len(field); i++ {
+		c := field[i]
+		switch {
+		case c == '[':
+			skip = true
+			b.WriteByte(c)
+		case c == ']':
+			skip = false
+			b.WriteByte(c)
+		case !skip:
+			b.WriteByte(c)
+		}
+	}
+	return b.String()
+}

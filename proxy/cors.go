@@ -1,0 +1,95 @@
+package proxy
+
+import (
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// exposedHeaders are the response headers a browser script may read from an assistant answer:
+// the thread it belongs to, the request id for support, and the rate-limit state.
+const exposedHeaders = "X-Thread-Id, X-Thread-Key, X-Request-ID, X-Vercel-AI-Data-Stream, Retry-After, " +
+	"RateLimit, RateLimit-Policy, RateLimit-Limit, RateLimit-Remaining, RateLimit-Reset, " +
+	"Deprecation, Sunset, Link"
+
+// cors answers preflights and decorates responses of assistant routes, whose keys are public
+// and which browsers call from documentation sites. Admin routes never answer CORS.
+type cors struct {
+	any     bool
+	origins []string
+	maxAge  string
+}
+
+func newCORS(origins []string, maxAge time.Duration) *cors {
+	return &cors{
+		any:     slices.Contains(origins, "*"),
+		origins: origins,
+		maxAge:  strconv.Itoa(int(maxAge / time.Second)),
+	}
+}
+
+// allow returns the Access-Control-Allow-Origin value for origin, or "" when not allowed.
+func (c *cors) allow(origin string) string {
+	if c.any {
+		return "*"
+	}
+	if origin != "" && slices.Contains(c.origins, origin) {
+		return origin
+	}
+	return ""
+}
+
+// decorate puts the CORS headers on a response, errors and 429s included: a browser cannot
+// read an error it is not allowed to see.
+func (c *cors) decorate(h http.Header, r *http.Request) {
+	origin := r.Header.Get("Origin")
+	if !c.any {
+		h.Add("Vary", "Origin")
+	}
+	allowed := c.allow(origin)
+	if allowed == "" {
+		return
+	}
+	h.Set("Access-Control-Allow-Origin", allowed)
+	h.Set("Access-Control-Expose-Headers", exposedHeaders)
+}
+
+// preflight answers an OPTIONS preflight for a path whose routes allow methods; no key is
+// needed and nothing is counted against any limit.
+func (c *cors) preflight(w http.ResponseWriter, r *http.Request, methods string) {
+	h := w.Header()
+	origin := r.Header.Get("Origin")
+	if !c.any {
+		h.Add("Vary", "Origin")
+	}
+	if allowed := c.allow(origin); allowed != "" {
+		h.Set("Access-Control-Allow-Origin", allowed)
+		h.Set("Access-Control-Allow-Methods", methods)
+		h.Set("Access-Control-Allow-Headers", allowHeaders(r.Header.Get("Access-Control-Request-Headers")))
+		h.Set("Access-Control-Max-Age", c.maxAge)
+	}
+	h.Set("Allow", methods+", OPTIONS")
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// allowHeaders lets the browser send the headers the assistant needs, plus whatever else it
+// asks for: the key travels in Authorization, which CORS never allows by wildcard.
+func allowHeaders(requested string) string {
+	const base = "Authorization, Content-Type, X-Request-ID"
+	requested = strings.TrimSpace(requested)
+	if requested == "" || len(requested) > 1024 || !isVisibleASCIIOrSpace(requested) {
+		return base
+	}
+	return base + ", " + requested
+}
+
+func isVisibleASCIIOrSpace(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if (s[i] < ' ' || s[i] > '~') && s[i] != '\t' {
+			return false
+		}
+	}
+	return true
+}

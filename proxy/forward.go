@@ -1,0 +1,140 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/docsgate/gateway/config"
+)
+
+// newTransport is a cloned-default transport tuned for one upstream: many idle connections,
+// no environment proxies, and no transparent compression, which would re-frame streams.
+func newTransport(u config.Upstream) *http.Transport {
+	return &http.Transport{
+		Proxy: nil,
+		DialContext: (&net.Dialer{
+			Timeout:   u.DialTimeout,
+			KeepAlive: 30 * time.Second,
+		}).DialContext,
+		ForceAttemptHTTP2:     true,
+		MaxIdleConns:          u.MaxIdleConns,
+		MaxIdleConnsPerHost:   u.MaxIdleConns,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   10 * time.Second,
+		ExpectContinueTimeout: time.Second,
+		ResponseHeaderTimeout: u.Timeout,
+		DisableCompression:    true,
+	}
+}
+
+func (g *Gateway) newReverseProxy(t http.RoundTripper) *httputil.ReverseProxy {
+	return &httputil.ReverseProxy{
+		Rewrite:   g.rewrite,
+		Transport: t,
+		// -1 flushes after every write: a streamed part reaches the client as soon as the
+		// upstream sends it, whatever its Content-Type or Content-Length.
+		FlushInterval:  -1,
+		BufferPool:     newBufferPool(),
+		ModifyResponse: g.modifyResponse,
+		ErrorHandler:   g.proxyError,
+		ErrorLog:       zap.NewStdLog(g.log.Named("reverseproxy")),
+	}
+}
+
+// forward hands a validated request to the reverse proxy.
+func (g *Gateway) forward(s *scope, r *http.Request) {
+	s.forwarded = time.Now()
+	g.proxy.ServeHTTP(s.w, r.WithContext(context.WithValue(r.Context(), scopeKey{}, s)))
+}
+
+// rewrite targets the upstream: path and query kept, Host set to the upstream's,
+// Authorization forwarded, X-Forwarded-* set, and X-Request-ID passed on.
+func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
+	s := scopeFrom(pr.In.Context())
+	pr.SetURL(g.upstream)
+	if s.trustedPeer {
+		// A trusted proxy's chain is extended; anyone else's is dropped, not believed.
+		pr.Out.Header["X-Forwarded-For"] = pr.In.Header["X-Forwarded-For"]
+	}
+	pr.SetXForwarded()
+	pr.Out.Header.Set(requestIDHeader, s.requestID)
+}
+
+func (g *Gateway) modifyResponse(res *http.Response) error {
+	s := scopeFrom(res.Request.Context())
+	s.upstreamStatus = res.StatusCode
+	s.upstreamTime = time.Since(s.forwarded)
+	s.route.metrics.UpstreamLatency.Observe(s.upstreamTime.Seconds())
+	if s.route.cors {
+		// The gateway owns CORS for these routes; the upstream's own headers would duplicate
+		// ours, and browsers reject duplicates.
+		for k := range res.Header {
+			if strings.HasPrefix(k, "Access-Control-") {
+				delete(res.Header, k)
+			}
+		}
+	}
+	if s.route.stream {
+		res.Header.Set("X-Accel-Buffering", "no")
+	}
+	return nil
+}
+
+// proxyError maps a failed upstream exchange to the client's answer: 504 when the upstream
+// did not answer in time, 502 when it could not be reached or broke off, nothing when the
+// client itself went away.
+func (g *Gateway) proxyError(w http.ResponseWriter, r *http.Request, err error) {
+	s := scopeFrom(r.Context())
+	s.upstreamKind = upstreamErrorKind(r.Context(), err)
+	s.route.metrics.UpstreamError(s.upstreamKind)
+	if ce := g.log.Check(zap.DebugLevel, "upstream error"); ce != nil {
+		ce.Write(zap.String("request_id", s.requestID), zap.Error(err))
+	}
+	switch s.upstreamKind {
+	case "canceled":
+		return
+	case "timeout":
+		s.fail(http.StatusGatewayTimeout, errorBody{
+			Error: "The service took too long to answer. Please try again.",
+			Code:  codeUpstreamTimeout,
+		})
+	default:
+		s.fail(http.StatusBadGateway, errorBody{
+			Error: "The service is temporarily unavailable. Please try again.",
+			Code:  codeUpstreamUnavailable,
+		})
+	}
+}
+
+func upstreamErrorKind(ctx context.Context, err error) string {
+	var ne net.Error
+	switch {
+	case ctx.Err() != nil && errors.Is(err, context.Canceled):
+		return "canceled"
+	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
+		return "timeout"
+	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return "reset"
+	}
+	return "unavailable"
+}
+
+// bufferPool reuses the reverse proxy's 32 KiB copy buffers across requests.
+type bufferPool struct{ p sync.Pool }
+
+func newBufferPool() *bufferPool {
+	return &bufferPool{p: sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}}
+}
+
+func (b *bufferPool) Get() []byte  { return *(b.p.Get().(*[]byte)) }
+func (b *bufferPool) Put(p []byte) { b.p.Put(&p) }

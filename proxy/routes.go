@@ -1,0 +1,171 @@
+package proxy
+
+import (
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+
+	"github.com/docsgate/gateway/auth"
+	"github.com/docsgate/gateway/config"
+	"github.com/docsgate/gateway/metrics"
+	"github.com/docsgate/gateway/validate"
+)
+
+// route is one compiled entry of the route table.
+type route struct {
+	name     string
+	method   string
+	path     string
+	key      auth.Kind
+	stream   bool
+	cors     bool               // assistant routes: keys are public, browsers call them
+	validate func([]byte) error // nil: the body is forwarded unchecked (size cap only)
+	metrics  *metrics.Route
+}
+
+// builtin is the spec's two operations; their method, path, key family and validators are
+// fixed, and config entries with their names may only adjust the rest.
+func builtin() []route {
+	return []route{
+		{name: "agent_job", method: http.MethodPost, path: "/v2/agent/{projectId}/job",
+			key: auth.Admin, validate: validate.AgentJob},
+		{name: "assistant_message", method: http.MethodPost, path: "/discovery/v1/assistant/{domain}/message",
+			key: auth.Assistant, stream: true, validate: validate.AssistantMessage},
+	}
+}
+
+// Pseudo-routes name requests that match no route, for logs and metrics.
+const (
+	unmatchedRoute = "unmatched"
+	preflightRoute = "cors_preflight"
+)
+
+// compileRoutes merges the built-in routes with the config's entries. Problems are reported
+// with the config key they concern.
+func compileRoutes(entries []config.Route) ([]*route, error) {
+	routes := builtin()
+	var problems []config.Problem
+	fail := func(key, format string, args ...any) {
+		problems = append(problems, config.Problem{Key: key, Msg: fmt.Sprintf(format, args...)})
+	}
+	for i, e := range entries {
+		key := fmt.Sprintf("routes[%d]", i)
+		if j := slices.IndexFunc(routes[:2], func(r route) bool { return r.name == e.Name }); j >= 0 {
+			b := &routes[j]
+			if e.Method != "" && e.Method != b.method {
+				fail(key+".method", "the built-in route %s is always %s", b.name, b.method)
+			}
+			if e.Path != "" && e.Path != b.path {
+				fail(key+".path", "the built-in route %s is always %s", b.name, b.path)
+			}
+			if k, _ := auth.ParseKind(e.Key); e.Key != "" && k != b.key {
+				fail(key+".key", "the built-in route %s always takes %s keys", b.name, b.key)
+			}
+			if e.Stream != nil && *e.Stream != b.stream {
+				fail(key+".stream", "the built-in route %s is always stream: %t", b.name, b.stream)
+			}
+			continue
+		}
+		r := route{name: e.Name, method: e.Method, path: e.Path, stream: e.Stream != nil && *e.Stream}
+		if e.Method == "" {
+			fail(key+".method", "is required")
+		}
+		if e.Path == "" {
+			fail(key+".path", "is required")
+		}
+		var ok bool
+		if r.key, ok = auth.ParseKind(e.Key); !ok {
+			fail(key+".key", "is required: admin or assistant")
+		}
+		routes = append(routes, r)
+	}
+	if len(problems) > 0 {
+		return nil, &config.Error{Problems: problems}
+	}
+	out := make([]*route, len(routes))
+	for i := range routes {
+		routes[i].cors = routes[i].key == auth.Assistant
+		out[i] = &routes[i]
+	}
+	return out, nil
+}
+
+// table is the compiled route table: a ServeMux for matching, and a twin without the
+// catch-all to tell 404 from 405 for requests that match nothing.
+type table struct {
+	mux   *http.ServeMux
+	probe *http.ServeMux
+}
+
+// buildTable registers every route, the CORS preflights of assistant paths and the catch-all.
+// ServeMux panics on invalid or conflicting patterns; that is turned into a config error.
+func (g *Gateway) buildTable(routes []*route) (t *table, err error) {
+	t = &table{mux: http.NewServeMux(), probe: http.NewServeMux()}
+	current := ""
+	defer func() {
+		if p := recover(); p != nil {
+			t, err = nil, &config.Error{Problems: []config.Problem{{Key: "routes", Msg: fmt.Sprintf("%s: %v", current, p)}}}
+		}
+	}()
+	nop := http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})
+	preflights := map[string][]string{} // path -> methods of assistant routes
+	var paths []string
+	for _, rt := range routes {
+		current = rt.name
+		pattern := rt.method + " " + rt.path
+		t.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) { g.serve(rt, w, r) })
+		t.probe.Handle(pattern, nop)
+		if rt.cors {
+			if _, ok := preflights[rt.path]; !ok {
+				paths = append(paths, rt.path)
+			}
+			preflights[rt.path] = append(preflights[rt.path], rt.method)
+		}
+	}
+	pre := &route{name: preflightRoute, metrics: g.metrics.Route(preflightRoute)}
+	for _, p := range paths {
+		current = "OPTIONS " + p
+		methods := strings.Join(preflights[p], ", ")
+		t.mux.HandleFunc("OPTIONS "+p, func(w http.ResponseWriter, r *http.Request) { g.servePreflight(pre, methods, w, r) })
+		t.probe.Handle("OPTIONS "+p, nop)
+	}
+	unmatched := &route{name: unmatchedRoute, metrics: g.metrics.Route(unmatchedRoute)}
+	t.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { g.serveUnmatched(unmatched, t, w, r) })
+	return t, nil
+}
+
+// allowed reports the Allow header of a path that exists with other methods, or "" for a path
+// no route has. It runs the probe mux's own 405 logic against a header-only writer, so the
+// answer always agrees with how requests are matched.
+func (t *table) allowed(r *http.Request) string {
+	h, pattern := t.probe.Handler(r)
+	if pattern != "" {
+		return ""
+	}
+	hw := headerOnly{h: http.Header{}}
+	h.ServeHTTP(&hw, r)
+	if hw.code != http.StatusMethodNotAllowed {
+		return ""
+	}
+	return hw.h.Get("Allow")
+}
+
+type headerOnly struct {
+	h    http.Header
+	code int
+}
+
+func (w *headerOnly) Header() http.Header         { return w.h }
+func (w *headerOnly) Write(p []byte) (int, error) { return len(p), nil }
+func (w *headerOnly) WriteHeader(code int)        { w.code = code }
+
+// canonicalPath rejects paths that ServeMux would redirect (dot segments, empty segments):
+// an API gateway answers 404 rather than guessing what the client meant.
+func canonicalPath(p string) bool {
+	if p == "" || p[0] != '/' {
+		return false
+	}
+	return !strings.Contains(p, "//") && !strings.Contains(p, "/./") && !strings.Contains(p, "/../") &&
+		!strings.HasSuffix(p, "/.") && !strings.HasSuffix(p, "/..")
+}

@@ -1,0 +1,103 @@
+package proxy
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"net/http"
+	"net/netip"
+	"time"
+)
+
+// scope is everything the gateway learns about one request, in one typed value: the pipeline
+// fills it, the reverse proxy's hooks read it from the context, and the access log and metrics
+// are written from it at the end.
+type scope struct {
+	route     *route
+	w         *responseWriter
+	start     time.Time
+	requestID string
+	clientIP  netip.Addr
+	// trustedPeer: the TCP peer is a trusted proxy, whose X-Forwarded-For chain is kept.
+	trustedPeer bool
+	digest      string // SHA-256 of the key once auth accepted it; never the key
+
+	code           string // the gateway's own error code when it answered itself
+	field          string // invalid_request: the offending field
+	bodyBytes      int
+	upstreamStatus int
+	upstreamKind   string // set when the upstream exchange failed
+	forwarded      time.Time
+	upstreamTime   time.Duration // to response headers
+}
+
+type scopeKey struct{}
+
+func scopeFrom(ctx context.Context) *scope {
+	s, _ := ctx.Value(scopeKey{}).(*scope)
+	return s
+}
+
+// requestIDHeader is created when absent and returned to the client.
+const requestIDHeader = "X-Request-ID"
+
+// requestID keeps a client's id when it is a sane token, so traces join up across systems;
+// anything else is replaced rather than echoed into logs and headers.
+func requestID(r *http.Request) string {
+	if id := r.Header.Get(requestIDHeader); id != "" && len(id) <= 128 && isVisibleASCII(id) {
+		return id
+	}
+	var b [12]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on Go >= 1.24
+	return hex.EncodeToString(b[:])
+}
+
+func isVisibleASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] <= ' ' || s[i] > '~' || s[i] == '"' || s[i] == '\\' {
+			return false
+		}
+	}
+	return true
+}
+
+// responseWriter records what was sent for logs and metrics. It implements Flush and Unwrap
+// so that http.ResponseController, and with it ReverseProxy's streaming, reaches the
+// connection without any buffering in between.
+type responseWriter struct {
+	http.ResponseWriter
+	status    int
+	bytes     int64
+	firstByte time.Time
+}
+
+var _ http.Flusher = (*responseWriter)(nil)
+
+func (w *responseWriter) WriteHeader(code int) {
+	if w.status == 0 && code >= 200 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *responseWriter) Write(p []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	if w.bytes == 0 && len(p) > 0 {
+		w.firstByte = time.Now()
+	}
+	n, err := w.ResponseWriter.Write(p)
+	w.bytes += int64(n)
+	return n, err
+}
+
+func (w *responseWriter) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+		return
+	}
+	_ = http.NewResponseController(w.ResponseWriter).Flush()
+}
+
+func (w *responseWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
