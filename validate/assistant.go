@@ -308,7 +308,10 @@ func (s *scanner) parts(i int) *Error {
 			}
 			var buf [keyBufLen]byte
 			if string(unescape(key, escaped, &buf)) != "type" {
-				if err := s.skipInElem(elem("messages", i, "parts"), j, levelPartObj); err != nil {
+				if err := s.skipValue(levelPartObj); err != nil {
+					if isTooDeep(err) { // name the part only on failure: no allocation otherwise
+						err.Field = elem(elem("messages", i, "parts"), j, "")
+					}
 					return err
 				}
 				continue

@@ -56,7 +56,7 @@ func (s *scanner) skipIn(field string, level int) *Error {
 
 // skipInElem is skipIn for a value inside an array element, e.g. an unknown
 // field of messages[3]; the field name is built only if needed so that valid
-// input allocates nothing.
+// input allocates nothing (parent must therefore be a constant, not built).
 func (s *scanner) skipInElem(parent string, i int, level int) *Error {
 	err := s.skipValue(level)
 	if err != nil && isTooDeep(err) {

@@ -89,8 +89,8 @@ var grammarCases = []tcase{
 	{"hostile object nesting", strings.Repeat(`{"a":`, 100000), "", reasonTooDeep},
 }
 
-func TestAgentJob(t *testing.T) {
-	cases := []tcase{
+func agentCases() []tcase {
+	return []tcase{
 		{"minimal", `{"prompt":"Summarise the changelog"}`, "", ""},
 		{"whitespace everywhere", " \r\n\t{ \"prompt\" : \"a\" } \n", "", ""},
 		{"escaped prompt", `{"prompt":"\u0041"}`, "", ""},
@@ -110,14 +110,17 @@ func TestAgentJob(t *testing.T) {
 		{"duplicate via escape", `{"prompt":"a","pr\u006fmpt":""}`, "prompt", reasonDuplicated},
 		{"first problem wins", `{"prompt":"","x":tru}`, "prompt", reasonNonEmptyString},
 	}
-	for _, tc := range append(cases, grammarCases...) {
+}
+
+func TestAgentJob(t *testing.T) {
+	for _, tc := range append(agentCases(), grammarCases...) {
 		t.Run(tc.name, func(t *testing.T) { check(t, AgentJob, tc) })
 	}
 }
 
-func TestAssistantMessage(t *testing.T) {
+func assistantCases() []tcase {
 	long := strings.Repeat("é", maxCurrentPath)
-	cases := []tcase{
+	return []tcase{
 		{"minimal", asst(""), "", ""},
 		{"empty messages", `{"fp":"f","messages":[]}`, "", ""},
 		{"full", asst(`"threadId":"t1","retrievalPageSize":5,"filter":{"version":["v2",{"x":null}]},` +
@@ -186,7 +189,10 @@ func TestAssistantMessage(t *testing.T) {
 		{"currentPath null", asst(`"currentPath":null`), "currentPath", reasonString},
 		{"messages before fp still checked", `{"messages":[{"id":1}],"fp":""}`, "messages[0].id", reasonString},
 	}
-	for _, tc := range append(cases, grammarCases...) {
+}
+
+func TestAssistantMessage(t *testing.T) {
+	for _, tc := range append(assistantCases(), grammarCases...) {
 		t.Run(tc.name, func(t *testing.T) { check(t, AssistantMessage, tc) })
 	}
 }
