@@ -1,0 +1,165 @@
+package limits
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// On Redis Cluster the keys of one decision can live on different nodes, and
+// a script may only touch keys of one slot. takeCluster therefore groups the
+// keys by hash slot and sends one takeLua call per group in a single
+// ClusterClient pipeline: go-redis maps pipelined commands by node and runs
+// each node's batch in its own goroutine (ClusterClient.processPipeline), so
+// this costs at most one round trip per node, in parallel.
+//
+// All-or-nothing across groups needs a second step: each group decides and
+// consumes atomically on its own; if any group denied (or failed), the groups
+// that consumed are given their unit back (giveBackLua). Between the two steps
+// a concurrent request can see those units as taken and be denied although
+// the first request is finally rejected: a transient false deny. It can never
+// admit more than the limit, because a unit is only returned after it was
+// taken. If the give-back itself fails, the units stay consumed
+// (under-admission, never overshoot).
+
+// sameSlot computes the slot of every key and reports whether they all match.
+func sameSlot(sc *scratch) bool {
+	same := true
+	for _, k := range sc.keys {
+		s := keySlot(k)
+		sc.slots = append(sc.slots, s)
+		if s != sc.slots[0] {
+			same = false
+		}
+	}
+	return same
+}
+
+func (r *Redis) takeCluster(ctx context.Context, sc *scratch, d *Decision) error {
+	// Sort keys by slot (insertion sort: a decision has a handful of hits) so
+	// that each group is a contiguous sub-slice and needs no new buffers.
+	for i := 1; i < len(sc.keys); i++ {
+		for j := i; j > 0 && sc.slots[j] < sc.slots[j-1]; j-- {
+			sc.slots[j], sc.slots[j-1] = sc.slots[j-1], sc.slots[j]
+			sc.keys[j], sc.keys[j-1] = sc.keys[j-1], sc.keys[j]
+			sc.args[j], sc.args[j-1] = sc.args[j-1], sc.args[j]
+			sc.idx[j], sc.idx[j-1] = sc.idx[j-1], sc.idx[j]
+		}
+	}
+	type group struct{ lo, hi int }
+	var groupsBuf [8]group
+	groups := groupsBuf[:0]
+	for i := 0; i < len(sc.keys); {
+		j := i + 1
+		for j < len(sc.keys) && sc.slots[j] == sc.slots[i] {
+			j++
+		}
+		groups = append(groups, group{i, j})
+		i = j
+	}
+
+	pipe := r.cluster.Pipeline()
+	for _, g := range groups {
+		sc.cmds = append(sc.cmds, pipe.EvalSha(ctx, takeScript.Hash(), sc.keys[g.lo:g.hi], sc.args[g.lo:g.hi]...))
+	}
+	_, _ = pipe.Exec(ctx) // errors are inspected per command
+	// A node that has not seen the script yet answers NOSCRIPT without running
+	// anything, so re-sending those groups with EVAL is safe.
+	var retry redis.Pipeliner
+	for gi, g := range groups {
+		if redis.HasErrorPrefix(sc.cmds[gi].Err(), "NOSCRIPT") {
+			if retry == nil {
+				retry = r.cluster.Pipeline()
+			}
+			sc.cmds[gi] = retry.Eval(ctx, takeLua, sc.keys[g.lo:g.hi], sc.args[g.lo:g.hi]...)
+		}
+	}
+	if retry != nil {
+		_, _ = retry.Exec(ctx)
+	}
+
+	allOK := true
+	var firstErr error
+	var consumedBuf [8]bool
+	consumed := consumedBuf[:0]
+	for gi, g := range groups {
+		ok := false
+		reply, err := sc.cmds[gi].Text()
+		if err == nil {
+			ok, err = parseTake(reply, sc.idx[g.lo:g.hi], sc.ws[g.lo:g.hi], d.Results)
+		}
+		if err != nil && firstErr == nil {
+			firstErr = err
+		}
+		consumed = append(consumed, err == nil && ok)
+		allOK = allOK && err == nil && ok
+	}
+	if allOK {
+		d.Allowed = true
+		return nil
+	}
+
+	// Second step: give back what the admitting groups took.
+	gb := r.cluster.Pipeline()
+	n := 0
+	for gi, g := range groups {
+		if !consumed[gi] {
+			continue
+		}
+		sc.gargs = sc.gargs[:0]
+		for k := g.lo; k < g.hi; k++ {
+			sc.gargs = append(sc.gargs, sc.args[k], sc.ws[k])
+			// Report the current state: the unit is returned.
+			res := &d.Results[sc.idx[k]]
+			res.Remaining = min(res.Remaining+1, res.Rule.Limit)
+		}
+		// Eval, not EvalSha: this path is rare and must not need a NOSCRIPT retry.
+		gb.Eval(ctx, giveBackLua, sc.keys[g.lo:g.hi], append([]any(nil), sc.gargs...)...)
+		n++
+	}
+	if n > 0 {
+		if _, err := gb.Exec(ctx); err != nil {
+			firstErr = errors.Join(firstErr, fmt.Errorf("limits: give back: %w", err))
+		}
+	}
+	if firstErr != nil {
+		return fmt.Errorf("limits: take (cluster): %w", firstErr)
+	}
+	return nil
+}
+
+// keySlot is Redis Cluster's HASH_SLOT: CRC16 (XMODEM) of the hash tag (the
+// part between the first '{' and the next '}', if non-empty) or of the key.
+func keySlot(key string) uint16 {
+	for i := 0; i < len(key); i++ {
+		if key[i] == '{' {
+			for j := i + 1; j < len(key); j++ {
+				if key[j] == '}' {
+					if j > i+1 {
+						key = key[i+1 : j]
+					}
+					return crc16(key) & 16383
+				}
+			}
+			break
+		}
+	}
+	return crc16(key) & 16383
+}
+
+func crc16(s string) uint16 {
+	var crc uint16
+	for i := 0; i < len(s); i++ {
+		crc ^= uint16(s[i]) << 8
+		for b := 0; b < 8; b++ {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return crc
+}

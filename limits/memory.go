@@ -1,0 +1,302 @@
+package limits
+
+import (
+	"context"
+	"fmt"
+	"hash/maphash"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// memShards spreads keys over independent locks so unrelated requests do not
+// contend on one mutex.
+const memShards = 64
+
+// sweepEvery is how many Takes pass between lazy sweeps of one shard; with 64
+// shards every shard is swept every 64*sweepEvery Takes.
+const sweepEvery = 256
+
+// Memory is an in-process Store with the same semantics as Redis (fixed
+// windows and GCRA, all-or-nothing), using its own clock. It suits a single
+// gateway instance and tests. Expired windows are removed lazily: every
+// sweepEvery Takes one shard is swept, so no goroutine needs stopping.
+type Memory struct {
+	now    func() time.Time
+	seed   maphash.Seed
+	rules  ruleCache
+	ops    atomic.Uint64
+	shards [memShards]memShard
+}
+
+type memShard struct {
+	mu sync.Mutex
+	m  map[memKey]*memEntry
+}
+
+type memKey struct {
+	rule string // "<name>:<window>:{" from compiled.keyPre
+	id   string
+}
+
+type memEntry struct {
+	ws, n   int64   // fixed: window start (Unix s) and count
+	tat     float64 // gcra: theoretical arrival time, seconds since 2017 (as redis_rate)
+	expires int64   // Unix µs after which the entry is garbage
+}
+
+// MemoryOption configures NewMemory.
+type MemoryOption func(*Memory)
+
+// WithClock makes the store read time from now (tests).
+func WithClock(now func() time.Time) MemoryOption {
+	return func(m *Memory) { m.now = now }
+}
+
+// NewMemory returns an in-process store.
+func NewMemory(opts ...MemoryOption) *Memory {
+	m := &Memory{now: time.Now, seed: maphash.MakeSeed()}
+	for i := range m.shards {
+		m.shards[i].m = make(map[memKey]*memEntry)
+	}
+	for _, o := range opts {
+		o(m)
+	}
+	return m
+}
+
+const jan2017 = 1483228800 // GCRA time base of redis_rate (see takeLua)
+
+// memHit is the per-hit working state of one Take.
+type memHit struct {
+	cr    *compiled
+	key   memKey
+	shard int
+	e     *memEntry
+	ok    bool
+	cnt   int64   // fixed
+	ws    int64   // fixed
+	we    int64   // fixed
+	em    float64 // gcra
+	tat   float64 // gcra
+	diff  float64 // gcra
+}
+
+// Take implements Store. It locks the shards of all hits in index order (no
+// deadlock between concurrent Takes), checks every limit, then consumes all
+// or nothing.
+func (m *Memory) Take(ctx context.Context, hits []Hit, d *Decision) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("limits: take: %w", err)
+	}
+	d.reset(len(hits))
+	var buf [8]memHit
+	hs := buf[:0]
+	if len(hits) > len(buf) {
+		hs = make([]memHit, 0, len(hits))
+	}
+	var lockBuf [8]int
+	locks := lockBuf[:0]
+	for i := range hits {
+		cr, err := m.rules.get(hits[i].Rule)
+		if err != nil {
+			return fmt.Errorf("limits: take: %w", err)
+		}
+		d.Results[i].Rule = hits[i].Rule
+		h := memHit{cr: cr, key: memKey{cr.keyPre, hits[i].ID}}
+		if cr.enabled {
+			h.shard = m.shardOf(h.key)
+			locks = insertSorted(locks, h.shard)
+		}
+		hs = append(hs, h)
+	}
+	now := m.now()
+	sec, usec := now.Unix(), int64(now.Nanosecond()/1000)
+	nowUS := sec*1e6 + usec
+	gnow := float64(sec-jan2017) + float64(usec)/1e6
+
+	for _, s := range locks {
+		m.shards[s].mu.Lock()
+	}
+	allOK := true
+	for i := range hs {
+		h := &hs[i]
+		if !h.cr.enabled {
+			h.ok = true
+			continue
+		}
+		h.e = m.shards[h.shard].m[h.key]
+		lim := h.cr.snap.Limit
+		if h.cr.snap.Algorithm == Fixed {
+			h.ws, h.we = h.cr.snap.Window.boundsUnix(sec)
+			if h.e != nil && h.e.ws == h.ws {
+				h.cnt = h.e.n
+			}
+			h.ok = h.cnt < lim
+		} else {
+			h.em = h.cr.period / float64(lim)
+			h.tat = gnow
+			if h.e != nil && h.e.expires > nowUS {
+				h.tat = math.Max(h.e.tat, gnow)
+			}
+			h.diff = gnow - (h.tat + h.em - h.em*float64(lim))
+			h.ok = h.diff >= 0
+		}
+		allOK = allOK && h.ok
+	}
+	for i := range hs {
+		h := &hs[i]
+		r := &d.Results[i]
+		r.Allowed = h.ok
+		if !h.cr.enabled {
+			continue
+		}
+		lim := h.cr.snap.Limit
+		if h.cr.snap.Algorithm == Fixed {
+			r.Reset = time.Duration(h.we*1e6-nowUS) * time.Microsecond
+			if allOK {
+				e := m.entry(h)
+				if e.ws != h.ws {
+					e.ws, e.n = h.ws, 0
+				}
+				e.n++
+				e.expires = h.we * 1e6
+				r.Remaining = lim - e.n
+			} else {
+				r.Remaining = max(lim-h.cnt, 0)
+				if !h.ok {
+					r.RetryAfter = r.Reset
+				}
+			}
+			continue
+		}
+		switch {
+		case allOK:
+			newTAT := h.tat + h.em
+			e := m.entry(h)
+			e.tat = newTAT
+			e.expires = nowUS + int64(math.Ceil(newTAT-gnow))*1e6
+			r.Remaining = int64(math.Floor(h.diff / h.em))
+			r.Reset = secs(newTAT - gnow)
+		case h.ok:
+			r.Remaining = min(int64(math.Floor(h.diff/h.em))+1, lim)
+			r.Reset = secs(h.tat - gnow)
+		default:
+			r.Reset = secs(h.tat - gnow)
+			r.RetryAfter = secs(-h.diff)
+		}
+	}
+	for _, s := range locks {
+		m.shards[s].mu.Unlock()
+	}
+	d.Allowed = allOK
+	if n := m.ops.Add(1); n%sweepEvery == 0 {
+		m.sweep(int(n/sweepEvery)%memShards, nowUS)
+	}
+	return nil
+}
+
+func (m *Memory) shardOf(k memKey) int {
+	var h maphash.Hash
+	h.SetSeed(m.seed)
+	h.WriteString(k.rule)
+	h.WriteString(k.id)
+	return int(h.Sum64() % memShards)
+}
+
+// entry returns h's entry, creating it (caller holds the shard lock).
+func (m *Memory) entry(h *memHit) *memEntry {
+	if h.e == nil {
+		h.e = &memEntry{}
+		m.shards[h.shard].m[h.key] = h.e
+	}
+	return h.e
+}
+
+func (m *Memory) sweep(shard int, nowUS int64) {
+	s := &m.shards[shard]
+	s.mu.Lock()
+	for k, e := range s.m {
+		if e.expires <= nowUS {
+			delete(s.m, k)
+		}
+	}
+	s.mu.Unlock()
+}
+
+// Len returns the number of stored counters (tests, metrics).
+func (m *Memory) Len() int {
+	n := 0
+	for i := range m.shards {
+		m.shards[i].mu.Lock()
+		n += len(m.shards[i].m)
+		m.shards[i].mu.Unlock()
+	}
+	return n
+}
+
+// Usage implements Store.
+func (m *Memory) Usage(ctx context.Context, r *Rule, id string) (Usage, error) {
+	if err := ctx.Err(); err != nil {
+		return Usage{}, fmt.Errorf("limits: usage: %w", err)
+	}
+	cr, err := m.rules.get(r)
+	if err != nil {
+		return Usage{}, fmt.Errorf("limits: usage: %w", err)
+	}
+	u := Usage{Name: r.Name, Limit: r.Limit}
+	if !cr.enabled {
+		return u, nil
+	}
+	key := memKey{cr.keyPre, id}
+	sh := &m.shards[m.shardOf(key)]
+	now := m.now()
+	sec, usec := now.Unix(), int64(now.Nanosecond()/1000)
+	nowUS := sec*1e6 + usec
+	sh.mu.Lock()
+	var e memEntry
+	found := false
+	if p := sh.m[key]; p != nil {
+		e, found = *p, true
+	}
+	sh.mu.Unlock()
+	if r.Algorithm == Fixed {
+		ws, we := r.Window.boundsUnix(sec)
+		if found && e.ws == ws {
+			u.Used = e.n
+		}
+		u.Reset = time.Unix(we, 0).UTC()
+	} else {
+		gnow := float64(sec-jan2017) + float64(usec)/1e6
+		tat := gnow
+		if found && e.expires > nowUS && e.tat > gnow {
+			tat = e.tat
+		}
+		em := cr.period / float64(r.Limit)
+		u.Used = int64(math.Ceil((tat-gnow)/em - 1e-9))
+		u.Reset = time.UnixMicro(int64(math.Floor((tat + jan2017) * 1e6))).UTC()
+	}
+	u.Used = min(max(u.Used, 0), r.Limit)
+	u.Remaining = r.Limit - u.Used
+	return u, nil
+}
+
+func secs(f float64) time.Duration {
+	return time.Duration(math.Floor(f*1e6)) * time.Microsecond
+}
+
+// insertSorted adds v to the sorted set s.
+func insertSorted(s []int, v int) []int {
+	i := 0
+	for i < len(s) && s[i] < v {
+		i++
+	}
+	if i < len(s) && s[i] == v {
+		return s
+	}
+	s = append(s, 0)
+	copy(s[i+1:], s[i:])
+	s[i] = v
+	return s
+}

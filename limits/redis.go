@@ -1,0 +1,202 @@
+package limits
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Redis is a Store shared by all gateway replicas. Every Take is one script
+// call (EVALSHA, falling back to EVAL on NOSCRIPT) that reads Redis' own TIME,
+// so replicas with skewed clocks agree on windows. On a *redis.ClusterClient
+// the hits are grouped by hash slot and decided with at most one round trip
+// per node (see cluster.go).
+//
+// Keys are "<prefix>:<rule name>:<window>:{<id>}". The id is a hash tag, so
+// all rules of one id share a slot.
+type Redis struct {
+	client  redis.UniversalClient
+	cluster *redis.ClusterClient
+	rules   ruleCache
+	pool    sync.Pool // *scratch, reused buffers of the hot path
+}
+
+// scratch holds the per-Take buffers. Entries are parallel slices per key sent
+// to Redis (disabled rules are not sent).
+type scratch struct {
+	keys  []string
+	args  []any
+	idx   []int   // hit index of each key
+	ws    []int64 // window start reported per key (for cluster compensation)
+	slots []uint16
+	cmds  []*redis.Cmd
+	gargs []any
+}
+
+// NewRedis returns a Redis store. prefix (e.g. "gw") starts every key name.
+func NewRedis(client redis.UniversalClient, prefix string) *Redis {
+	r := &Redis{client: client}
+	if cc, ok := client.(*redis.ClusterClient); ok {
+		r.cluster = cc
+	}
+	if prefix != "" {
+		r.rules.prefix = prefix + ":"
+	}
+	r.pool.New = func() any { return new(scratch) }
+	return r
+}
+
+// Key returns the Redis key of rule r and id (for operators and tests).
+func (r *Redis) Key(rule *Rule, id string) (string, error) {
+	cr, err := r.rules.get(rule)
+	if err != nil {
+		return "", err
+	}
+	return cr.keyPre + id + "}", nil
+}
+
+func (s *scratch) reset() {
+	s.keys = s.keys[:0]
+	clear(s.args) // drop references held from the last call
+	s.args = s.args[:0]
+	s.idx = s.idx[:0]
+	s.ws = s.ws[:0]
+	s.slots = s.slots[:0]
+	clear(s.cmds)
+	s.cmds = s.cmds[:0]
+}
+
+// Take implements Store.
+func (r *Redis) Take(ctx context.Context, hits []Hit, d *Decision) error {
+	d.reset(len(hits))
+	sc := r.pool.Get().(*scratch)
+	defer func() { sc.reset(); r.pool.Put(sc) }()
+	sc.reset()
+	for i := range hits {
+		h := &hits[i]
+		cr, err := r.rules.get(h.Rule)
+		if err != nil {
+			return fmt.Errorf("limits: take: %w", err)
+		}
+		d.Results[i].Rule = h.Rule
+		if !cr.enabled {
+			d.Results[i].Allowed = true
+			continue
+		}
+		sc.keys = append(sc.keys, cr.keyPre+h.ID+"}")
+		sc.args = append(sc.args, cr.spec)
+		sc.idx = append(sc.idx, i)
+	}
+	sc.ws = append(sc.ws, make([]int64, len(sc.keys))...)
+	if len(sc.keys) == 0 {
+		d.Allowed = true
+		return nil
+	}
+	if r.cluster != nil && !sameSlot(sc) {
+		return r.takeCluster(ctx, sc, d)
+	}
+	reply, err := takeScript.Run(ctx, r.client, sc.keys, sc.args...).Text()
+	if err != nil {
+		return fmt.Errorf("limits: take: %w", err)
+	}
+	ok, err := parseTake(reply, sc.idx, sc.ws, d.Results)
+	if err != nil {
+		return err
+	}
+	d.Allowed = ok
+	return nil
+}
+
+// Usage implements Store.
+func (r *Redis) Usage(ctx context.Context, rule *Rule, id string) (Usage, error) {
+	cr, err := r.rules.get(rule)
+	if err != nil {
+		return Usage{}, fmt.Errorf("limits: usage: %w", err)
+	}
+	u := Usage{Name: rule.Name, Limit: rule.Limit}
+	if !cr.enabled {
+		return u, nil
+	}
+	reply, err := usageScript.Run(ctx, r.client, []string{cr.keyPre + id + "}"}, cr.spec).Text()
+	if err != nil {
+		return Usage{}, fmt.Errorf("limits: usage %s: %w", rule.Name, err)
+	}
+	var f fields
+	f.s = reply
+	used, e1 := f.next()
+	rem, e2 := f.next()
+	reset, e3 := f.next()
+	if err := errors.Join(e1, e2, e3); err != nil || f.s != "" {
+		return Usage{}, fmt.Errorf("limits: usage %s: malformed script reply %q", rule.Name, reply)
+	}
+	u.Used, u.Remaining, u.Reset = used, rem, time.UnixMicro(reset).UTC()
+	return u, nil
+}
+
+// parseTake fills results from a takeLua reply; idx maps reply entries to
+// result indexes and ws receives the window starts.
+func parseTake(reply string, idx []int, ws []int64, res []Result) (bool, error) {
+	f := fields{s: reply}
+	ok, err := f.next()
+	if err != nil || ok < 0 || ok > 1 {
+		return false, fmt.Errorf("limits: malformed script reply %q", reply)
+	}
+	for k, i := range idx {
+		a, e1 := f.next()
+		rem, e2 := f.next()
+		reset, e3 := f.next()
+		retry, e4 := f.next()
+		w, e5 := f.next()
+		if e1 != nil || e2 != nil || e3 != nil || e4 != nil || e5 != nil {
+			return false, fmt.Errorf("limits: malformed script reply %q", reply)
+		}
+		r := &res[i]
+		r.Allowed = a == 1
+		r.Remaining = max(rem, 0)
+		r.Reset = time.Duration(max(reset, 0)) * time.Microsecond
+		r.RetryAfter = time.Duration(max(retry, 0)) * time.Microsecond
+		ws[k] = w
+	}
+	if f.s != "" {
+		return false, fmt.Errorf("limits: malformed script reply %q: trailing data", reply)
+	}
+	return ok == 1, nil
+}
+
+var errField = errors.New("limits: bad integer field")
+
+// fields walks space-separated integers without allocating.
+type fields struct{ s string }
+
+func (f *fields) next() (int64, error) {
+	s := f.s
+	i := 0
+	neg := false
+	if i < len(s) && s[i] == '-' {
+		neg = true
+		i++
+	}
+	start := i
+	var n int64
+	for ; i < len(s) && s[i] >= '0' && s[i] <= '9'; i++ {
+		n = n*10 + int64(s[i]-'0')
+	}
+	if i == start || i-start > 18 {
+		return 0, errField
+	}
+	if i < len(s) {
+		if s[i] != ' ' {
+			return 0, errField
+		}
+		i++
+	}
+	f.s = s[i:]
+	if neg {
+		n = -n
+	}
+	return n, nil
+}

@@ -1,0 +1,211 @@
+package limits
+
+import "github.com/redis/go-redis/v9"
+
+// windowLua computes window bounds from Unix seconds, mirroring
+// Window.boundsUnix. Calendar months use Howard Hinnant's days-from-civil
+// arithmetic because Redis' Lua has no os.date. Lua's % floors, like floorTo.
+const windowLua = `
+local function days_from_civil(y, m, d)
+  if m <= 2 then y = y - 1 end
+  local era = math.floor(y / 400)
+  local yoe = y - era * 400
+  local mp = (m + 9) % 12
+  local doy = math.floor((153 * mp + 2) / 5) + d - 1
+  local doe = yoe * 365 + math.floor(yoe / 4) - math.floor(yoe / 100) + doy
+  return era * 146097 + doe - 719468
+end
+
+local function civil_from_days(z)
+  z = z + 719468
+  local era = math.floor(z / 146097)
+  local doe = z - era * 146097
+  local yoe = math.floor((doe - math.floor(doe / 1460) + math.floor(doe / 36524) - math.floor(doe / 146096)) / 365)
+  local doy = doe - (365 * yoe + math.floor(yoe / 4) - math.floor(yoe / 100))
+  local mp = math.floor((5 * doy + 2) / 153)
+  local m = mp < 10 and mp + 3 or mp - 9
+  local y = yoe + era * 400
+  if m <= 2 then y = y + 1 end
+  return y, m
+end
+
+local function bounds(win, sec)
+  local n
+  if win == 'h' then n = 3600
+  elseif win == 'd' then n = 86400
+  elseif win == 'm' then
+    local y, m = civil_from_days(math.floor(sec / 86400))
+    local s = days_from_civil(y, m, 1) * 86400
+    if m == 12 then y = y + 1; m = 1 else m = m + 1 end
+    return s, days_from_civil(y, m, 1) * 86400
+  else n = tonumber(win) end
+  local s = sec - sec % n
+  return s, s + n
+end
+
+-- GCRA time base of redis_rate/v10: float seconds since 2017-01-01, so the
+-- numbers keep sub-microsecond precision in a double.
+local jan_1_2017 = 1483228800
+
+local function parse(spec)
+  local algo, limit, win = string.match(spec, '^(%a) (%d+) (%w+)$')
+  if not algo then error('limits: bad rule spec ' .. tostring(spec)) end
+  return algo, tonumber(limit), win
+end
+
+local function period_of(win)
+  if win == 'h' then return 3600 elseif win == 'd' then return 86400
+  elseif win == 'm' then return 2592000 end
+  return tonumber(win)
+end
+`
+
+// takeLua decides all KEYS at once. ARGV[i] is the spec of KEYS[i]:
+// "f|g <limit> <window>". The first pass only reads; the second pass writes
+// only if every limit had room, which makes the decision all-or-nothing (a
+// script runs atomically). Fixed-window keys are hashes {s = window start,
+// n = count} expiring at the window end; a stale s means a new window. GCRA
+// keys hold the TAT exactly like redis_rate/v10.
+//
+// Reply: "<ok> then per key: <allowed> <remaining> <reset µs> <retry µs> <window start>".
+// One string (instead of an array of integers) keeps the client's reply
+// parsing to a single allocation.
+const takeLua = windowLua + `
+local t = redis.call('TIME')
+local sec = tonumber(t[1])
+local usec = tonumber(t[2])
+local now_us = sec * 1000000 + usec
+local gnow = (sec - jan_1_2017) + (usec / 1000000)
+local n = #KEYS
+local st = {}
+local ok = 1
+for i = 1, n do
+  local algo, limit, win = parse(ARGV[i])
+  local h = {algo = algo, limit = limit}
+  if algo == 'f' then
+    local ws, we = bounds(win, sec)
+    local v = redis.call('HMGET', KEYS[i], 's', 'n')
+    local cnt = 0
+    local same = tonumber(v[1]) == ws
+    if same then cnt = tonumber(v[2]) or 0 end
+    h.ws, h.we, h.cnt, h.same = ws, we, cnt, same
+    h.reset = we * 1000000 - now_us
+    h.allowed = cnt < limit
+  else
+    local em = period_of(win) / limit
+    local tat = tonumber(redis.call('GET', KEYS[i]))
+    if not tat then tat = gnow end
+    tat = math.max(tat, gnow)
+    local new_tat = tat + em
+    local diff = gnow - (new_tat - em * limit)
+    h.em, h.tat, h.new_tat, h.diff = em, tat, new_tat, diff
+    h.allowed = diff >= 0
+  end
+  if not h.allowed then ok = 0 end
+  st[i] = h
+end
+
+local out = {tostring(ok)}
+for i = 1, n do
+  local h = st[i]
+  local a, rem, reset, retry, ws = 0, 0, 0, 0, 0
+  if h.allowed then a = 1 end
+  if h.algo == 'f' then
+    ws, reset = h.ws, h.reset
+    if ok == 1 then
+      if h.same then
+        redis.call('HINCRBY', KEYS[i], 'n', 1)
+      else
+        redis.call('HSET', KEYS[i], 's', h.ws, 'n', 1)
+        redis.call('PEXPIREAT', KEYS[i], h.we * 1000)
+      end
+      rem = h.limit - h.cnt - 1
+    else
+      rem = math.max(h.limit - h.cnt, 0)
+      if not h.allowed then retry = reset end
+    end
+  else
+    if ok == 1 then
+      local reset_after = h.new_tat - gnow
+      if reset_after > 0 then
+        redis.call('SET', KEYS[i], h.new_tat, 'EX', math.ceil(reset_after))
+      end
+      rem = math.floor(h.diff / h.em)
+      reset = math.floor(reset_after * 1000000)
+    elseif h.allowed then
+      -- Denied by another limit: report the current state, nothing consumed.
+      rem = math.min(math.floor(h.diff / h.em) + 1, h.limit)
+      reset = math.floor((h.tat - gnow) * 1000000)
+    else
+      reset = math.floor((h.tat - gnow) * 1000000)
+      retry = math.floor(-h.diff * 1000000)
+    end
+  end
+  out[#out + 1] = string.format('%d %d %d %d %d', a, rem, reset, retry, ws)
+end
+return table.concat(out, ' ')
+`
+
+// giveBackLua undoes one unit taken by takeLua (Redis Cluster compensation
+// when another slot group denied). ARGV[2i-1] is the spec, ARGV[2i] the window
+// start the unit was counted in: if that window is over there is nothing to
+// give back.
+const giveBackLua = windowLua + `
+local t = redis.call('TIME')
+local gnow = (tonumber(t[1]) - jan_1_2017) + (tonumber(t[2]) / 1000000)
+for i = 1, #KEYS do
+  local algo, limit, win = parse(ARGV[2 * i - 1])
+  if algo == 'f' then
+    local v = redis.call('HMGET', KEYS[i], 's', 'n')
+    if tonumber(v[1]) == tonumber(ARGV[2 * i]) and (tonumber(v[2]) or 0) > 0 then
+      redis.call('HINCRBY', KEYS[i], 'n', -1)
+    end
+  else
+    local tat = tonumber(redis.call('GET', KEYS[i]))
+    if tat then
+      local new_tat = tat - period_of(win) / limit
+      if new_tat <= gnow then
+        redis.call('DEL', KEYS[i])
+      else
+        redis.call('SET', KEYS[i], new_tat, 'KEEPTTL')
+      end
+    end
+  end
+end
+return 1
+`
+
+// usageLua reads KEYS[1] with spec ARGV[1] without writing.
+// Reply: "<used> <remaining> <reset unix µs>".
+const usageLua = windowLua + `
+local t = redis.call('TIME')
+local sec = tonumber(t[1])
+local usec = tonumber(t[2])
+local algo, limit, win = parse(ARGV[1])
+local used, reset
+if algo == 'f' then
+  local ws, we = bounds(win, sec)
+  local v = redis.call('HMGET', KEYS[1], 's', 'n')
+  used = 0
+  if tonumber(v[1]) == ws then used = tonumber(v[2]) or 0 end
+  reset = we * 1000000
+else
+  local gnow = (sec - jan_1_2017) + (usec / 1000000)
+  local em = period_of(win) / limit
+  local tat = tonumber(redis.call('GET', KEYS[1]))
+  if not tat or tat < gnow then tat = gnow end
+  -- Units still "in flight" in the TAT: each one adds em to it.
+  used = math.ceil((tat - gnow) / em - 1e-9)
+  reset = math.floor((tat + jan_1_2017) * 1000000)
+end
+used = math.min(math.max(used, 0), limit)
+return string.format('%d %d %d', used, limit - used, reset)
+`
+
+// Scripts are immutable after construction, so sharing them is not mutable
+// package state.
+var (
+	takeScript     = redis.NewScript(takeLua)
+	giveBackScript = redis.NewScript(giveBackLua)
+	usageScript    = redis.NewScript(usageLua)
+)
