@@ -1,0 +1,98 @@
+// Command gateway is the API gateway in front of the documentation platform: it parses flags,
+// loads the config, builds the logger, metrics and handler, runs the public and admin
+// listeners and shuts down gracefully on SIGTERM or SIGINT.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime"
+	"syscall"
+)
+
+// version is set at build time: -ldflags "-X main.version=v1.2.3".
+var version = "dev"
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// Exit codes: 0 clean shutdown, 1 runtime failure, 2 bad flags or config.
+const (
+	exitOK      = 0
+	exitFailure = 1
+	exitUsage   = 2
+)
+
+type flags struct {
+	config      string
+	version     bool
+	dev         bool
+	checkConfig bool
+}
+
+func parseFlags(args []string, stderr io.Writer) (flags, error) {
+	var f flags
+	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&f.config, "config", "", "path to the YAML config file (see config.example.yaml)")
+	fs.BoolVar(&f.version, "version", false, "print the version and exit")
+	fs.BoolVar(&f.dev, "dev", false, "readable console logs at debug level, for development")
+	fs.BoolVar(&f.checkConfig, "check-config", false, "validate the config file and exit")
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: gateway -config FILE [-dev] [-check-config] | -version\n\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return f, err
+	}
+	if fs.NArg() > 0 {
+		return f, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	if !f.version && f.config == "" {
+		return f, errors.New("-config FILE is required")
+	}
+	return f, nil
+}
+
+// run is main without the process: tests call it with their own context and writers.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	f, err := parseFlags(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return exitOK
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "gateway: %v\n", err)
+		return exitUsage
+	}
+	if f.version {
+		fmt.Fprintf(stdout, "gateway %s (%s)\n", version, runtime.Version())
+		return exitOK
+	}
+	cfg, err := loadConfig(f.config)
+	if err != nil {
+		fmt.Fprintf(stderr, "gateway: %v\n", err)
+		return exitUsage
+	}
+	if f.checkConfig {
+		fmt.Fprintf(stdout, "gateway: %s is valid\n", f.config)
+		return exitOK
+	}
+	if err := serve(ctx, cfg, f.dev); err != nil {
+		fmt.Fprintf(stderr, "gateway: %v\n", err)
+		var ce configError
+		if errors.As(err, &ce) {
+			return exitUsage
+		}
+		return exitFailure
+	}
+	return exitOK
+}

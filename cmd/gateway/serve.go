@@ -1,0 +1,157 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/docsgate/gateway/config"
+	"github.com/docsgate/gateway/metrics"
+	"github.com/docsgate/gateway/proxy"
+)
+
+// configError marks failures caused by the configuration rather than the environment.
+type configError struct{ error }
+
+func (e configError) Unwrap() error { return e.error }
+
+func loadConfig(path string) (*config.Config, error) {
+	return config.Load(path, os.LookupEnv)
+}
+
+func newLogger(c config.Log, dev bool) (*zap.Logger, error) {
+	zc := zap.NewProductionConfig()
+	if dev || c.Format == "console" {
+		zc = zap.NewDevelopmentConfig()
+	}
+	level, err := zapcore.ParseLevel(c.Level)
+	if err != nil {
+		return nil, configError{fmt.Errorf("log.level: %w", err)}
+	}
+	if dev {
+		level = zapcore.DebugLevel
+	}
+	zc.Level = zap.NewAtomicLevelAt(level)
+	zc.Sampling = nil // every access-log line is kept unless sampling is configured
+	zc.DisableStacktrace = !dev
+	log, err := zc.Build()
+	if err != nil {
+		return nil, fmt.Errorf("building logger: %w", err)
+	}
+	return log, nil
+}
+
+// serve runs the gateway until ctx is cancelled (a signal), then drains it.
+func serve(ctx context.Context, cfg *config.Config, dev bool) error {
+	log, err := newLogger(cfg.Log, dev)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = log.Sync() }()
+
+	reg := prometheus.NewRegistry()
+	m := metrics.New(reg)
+	gw, err := proxy.New(proxy.Options{Config: cfg, Logger: log, Metrics: m})
+	if err != nil {
+		return configError{err}
+	}
+
+	pubLn, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
+	}
+	adminLn, err := net.Listen("tcp", cfg.AdminListen)
+	if err != nil {
+		pubLn.Close()
+		return fmt.Errorf("admin_listen %s: %w", cfg.AdminListen, err)
+	}
+
+	var draining atomic.Bool
+	pub := publicServer(cfg, gw, log)
+	admin := &http.Server{
+		Handler:           adminHandler(reg, &draining),
+		ReadHeaderTimeout: cfg.Server.ReadHeaderTimeout,
+		IdleTimeout:       cfg.Server.IdleTimeout,
+		ErrorLog:          zap.NewStdLog(log.Named("admin")),
+	}
+
+	errc := make(chan error, 2)
+	go func() {
+		if cfg.TLS != nil {
+			errc <- pub.ServeTLS(pubLn, cfg.TLS.CertFile, cfg.TLS.KeyFile)
+			return
+		}
+		errc <- pub.Serve(pubLn)
+	}()
+	go func() { errc <- admin.Serve(adminLn) }()
+	log.Info("gateway started",
+		zap.String("version", version),
+		zap.String("listen", pubLn.Addr().String()),
+		zap.String("admin_listen", adminLn.Addr().String()),
+		zap.String("upstream", cfg.Upstream.URL),
+		zap.Bool("tls", cfg.TLS != nil))
+
+	select {
+	case err := <-errc:
+		// A listener failed on its own (e.g. unreadable TLS files): stop everything.
+		_ = pub.Close()
+		_ = admin.Close()
+		return fmt.Errorf("serving: %w", err)
+	case <-ctx.Done():
+	}
+	return drain(cfg.Server, pub, admin, &draining, log)
+}
+
+// drain turns /readyz to 503, waits shutdown_delay for load balancers to notice, then closes
+// the listeners and gives in-flight requests and streams shutdown_grace to finish.
+func drain(sc config.Server, pub, admin *http.Server, draining *atomic.Bool, log *zap.Logger) error {
+	draining.Store(true)
+	log.Info("shutting down", zap.Duration("delay", sc.ShutdownDelay), zap.Duration("grace", sc.ShutdownGrace))
+	time.Sleep(sc.ShutdownDelay)
+
+	ctx, cancel := context.WithTimeout(context.Background(), sc.ShutdownGrace)
+	defer cancel()
+	err := pub.Shutdown(ctx)
+	if errors.Is(err, context.DeadlineExceeded) {
+		log.Warn("grace period over: closing the remaining connections")
+		_ = pub.Close()
+	} else if err != nil {
+		log.Warn("shutdown", zap.Error(err))
+	}
+	_ = admin.Close()
+	log.Info("stopped")
+	return nil
+}
+
+func publicServer(cfg *config.Config, h http.Handler, log *zap.Logger) *http.Server {
+	srv := &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: cfg.Server.ReadHeaderTimeout,
+		IdleTimeout:       cfg.Server.IdleTimeout,
+		MaxHeaderBytes:    cfg.Server.MaxHeaderBytes,
+		// No ReadTimeout or WriteTimeout: they would cut long streams. The body read is
+		// bounded per request (server.read_body_timeout) and the header read here.
+		ErrorLog: zap.NewStdLog(log.Named("http")),
+	}
+	var p http.Protocols
+	p.SetHTTP1(true)
+	if cfg.TLS != nil {
+		p.SetHTTP2(true)
+		srv.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+	} else {
+		// h2c with prior knowledge, as load balancers speak it to their backends.
+		p.SetUnencryptedHTTP2(true)
+	}
+	srv.Protocols = &p
+	return srv
+}

@@ -1,0 +1,129 @@
+package config
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+)
+
+func parse(t *testing.T, yaml string, env map[string]string) (*Config, error) {
+	t.Helper()
+	return Parse(strings.NewReader(yaml), func(k string) (string, bool) { v, ok := env[k]; return v, ok })
+}
+
+func TestExampleConfigLoads(t *testing.T) {
+	_, file, _, _ := runtime.Caller(0)
+	cfg, err := Load(filepath.Join(filepath.Dir(file), "..", "config.example.yaml"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Upstream.URL != "http://127.0.0.1:9000" || cfg.Listen != ":8080" || len(cfg.Routes) != 3 {
+		t.Fatalf("unexpected example config: %+v", cfg)
+	}
+	// The example documents the defaults: loading it must give the same values.
+	d := Defaults()
+	if cfg.Upstream.Timeout != d.Upstream.Timeout || cfg.Server != d.Server || cfg.MaxBodyBytes != d.MaxBodyBytes {
+		t.Fatalf("example and defaults disagree: %+v vs %+v", cfg.Server, d.Server)
+	}
+}
+
+func TestMinimalConfigGetsDefaults(t *testing.T) {
+	cfg, err := parse(t, "upstream:\n  url: http://up:9000\n", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.AdminListen != "127.0.0.1:9090" || cfg.Upstream.Timeout != 30*time.Second || cfg.MaxBodyBytes != 1<<20 ||
+		cfg.Server.ShutdownGrace != 30*time.Second || cfg.CORS.AllowedOrigins[0] != "*" {
+		t.Fatalf("defaults not applied: %+v", cfg)
+	}
+}
+
+func TestEnvOverrides(t *testing.T) {
+	cfg, err := parse(t, "listen: ':1'\nupstream: {url: 'http://a:1'}\n",
+		map[string]string{"GATEWAY_UPSTREAM_URL": "https://b.example", "GATEWAY_LISTEN": "127.0.0.1:7000"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Upstream.URL != "https://b.example" || cfg.Listen != "127.0.0.1:7000" {
+		t.Fatalf("env not applied: %s %s", cfg.Upstream.URL, cfg.Listen)
+	}
+	// The URL may come from the environment alone.
+	if _, err := parse(t, "", map[string]string{"GATEWAY_UPSTREAM_URL": "http://c:1"}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestErrorsNameTheKey(t *testing.T) {
+	cases := []struct{ yaml, want string }{
+		{"", "upstream.url: is required"},
+		{"upstream: {url: 'http://a'}\nlisten_port: 80\n", "listen_port: unknown key"},
+		{"upstream: {url: 'http://a', timout: 3s}\n", "upstream.timout: unknown key"},
+		{"upstream: {url: 'ftp://a'}\n", "upstream.url: \"ftp://a\" must start with http:// or https://"},
+		{"upstream: {url: 'http://'}\n", "upstream.url: \"http://\" has no host"},
+		{"upstream: {url: ':::'}\n", "upstream.url:"},
+		{"upstream: {url: 'http://a', timeout: soon}\n", "upstream.timeout: cannot use \"soon\" here: want a duration"},
+		{"upstream: {url: 'http://a', timeout: -1s}\n", "upstream.timeout: must be a positive duration"},
+		{"upstream: {url: 'http://a'}\nmax_body_bytes: lots\n", "max_body_bytes: cannot use \"lots\" here: want a whole number"},
+		{"upstream: {url: 'http://a'}\nmax_body_bytes: 0\n", "max_body_bytes: must be a positive"},
+		{"upstream: {url: 'http://a'}\nlisten: 8080\n", "listen: \"8080\" is not host:port"},
+		{"upstream: {url: 'http://a'}\nadmin_listen: ':8080'\n", "admin_listen: must differ from listen"},
+		{"upstream: {url: 'http://a'}\nclient_ip: {trusted_proxies: [10.0.0.0/33]}\n", "client_ip.trusted_proxies[0]:"},
+		{"upstream: {url: 'http://a'}\ncors: {allowed_origins: ['https://a.com/path']}\n", "cors.allowed_origins[0]:"},
+		{"upstream: {url: 'http://a'}\nlog: {level: loud}\n", "log.level: \"loud\""},
+		{"upstream: {url: 'http://a'}\ntls: {cert_file: a.pem}\n", "tls.key_file: is required"},
+		{"upstream: {url: 'http://a'}\nroutes: [{name: Bad-Name, method: get, path: x, key: root}]\n", "routes[0].name:"},
+		{"upstream: {url: 'http://a'}\nroutes: [{name: a, method: GET, path: /a, key: admin, stream: maybe}]\n", "routes[0].stream: cannot use \"maybe\""},
+		{"upstream: {url: 'http://a'}\nroutes: {name: a}\n", "routes: must be a list"},
+		{"upstream: {url: 'http://a'}\nupstream: {url: 'http://b'}\n", "upstream: appears twice"},
+		{"upstream: [\n", "not valid YAML"},
+	}
+	for _, c := range cases {
+		_, err := parse(t, c.yaml, nil)
+		var ce *Error
+		if !errors.As(err, &ce) {
+			t.Errorf("%q: error %v is not a config error", c.yaml, err)
+			continue
+		}
+		if msg := err.Error(); !strings.Contains(msg, c.want) || strings.Contains(msg, "\n") {
+			t.Errorf("%q:\n got %q\nwant a single line containing %q", c.yaml, msg, c.want)
+		}
+	}
+}
+
+func TestAllProblemsReportedAtOnce(t *testing.T) {
+	_, err := parse(t, "upstream: {url: 'ftp://a', timeout: 0s}\nmax_body_bytes: -1\n", nil)
+	if err == nil {
+		t.Fatal("invalid config accepted")
+	}
+	for _, key := range []string{"upstream.url", "upstream.timeout", "max_body_bytes"} {
+		if !strings.Contains(err.Error(), key) {
+			t.Errorf("%q not reported in %v", key, err)
+		}
+	}
+}
+
+func TestLoadMissingFile(t *testing.T) {
+	_, err := Load(filepath.Join(t.TempDir(), "nope.yaml"), nil)
+	if !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func FuzzParse(f *testing.F) {
+	f.Add("upstream: {url: 'http://a'}\n")
+	f.Add("listen: ':1'\nroutes: [{name: a, method: GET, path: /x, key: admin, stream: true}]\nupstream: {url: 'http://a'}")
+	f.Add("upstream: &a {url: 'http://a'}\nserver: *a\n")
+	f.Fuzz(func(t *testing.T, s string) {
+		cfg, err := Parse(strings.NewReader(s), nil)
+		if err == nil && cfg.Validate() != nil {
+			t.Fatalf("Parse accepted a config Validate rejects: %q", s)
+		}
+		if err != nil && strings.Contains(err.Error(), "\n") {
+			t.Fatalf("multi-line error for %q: %q", s, err)
+		}
+	})
+}

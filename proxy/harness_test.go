@@ -1,0 +1,195 @@
+package proxy
+
+import (
+	"bytes"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/docsgate/gateway/config"
+	"github.com/docsgate/gateway/metrics"
+)
+
+// Keys used across the tests. Their text must never show up in logs or error bodies.
+const (
+	adminKey     = "svc_admin0123456789SECRET"
+	assistantKey = "svc_dsc_public0123456789SECRET"
+)
+
+// seen is one request as the recording upstream received it.
+type seen struct {
+	Method, Path, RawQuery, Host string
+	Header                       http.Header
+	Body                         []byte
+	ContentLength                int64
+}
+
+// upstream is a real HTTP server that records what reaches it and answers with handle.
+type upstream struct {
+	*httptest.Server
+	mu     sync.Mutex
+	seen   []seen
+	handle http.HandlerFunc
+}
+
+func newUpstream(t *testing.T, handle http.HandlerFunc) *upstream {
+	t.Helper()
+	u := &upstream{handle: handle}
+	u.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		u.mu.Lock()
+		u.seen = append(u.seen, seen{r.Method, r.URL.Path, r.URL.RawQuery, r.Host, r.Header.Clone(), body, r.ContentLength})
+		u.mu.Unlock()
+		if u.handle != nil {
+			u.handle(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		_, _ = io.WriteString(w, `{"id":"job_1","status":"active"}`)
+	}))
+	t.Cleanup(u.Close)
+	return u
+}
+
+func (u *upstream) requests() []seen {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return append([]seen(nil), u.seen...)
+}
+
+// gateway is a Gateway behind a real listener, with its logs observed.
+type gateway struct {
+	*httptest.Server
+	up   *upstream
+	logs *observer.ObservedLogs
+	reg  *prometheus.Registry
+}
+
+type gatewayOpt func(*config.Config)
+
+func newGateway(t *testing.T, up *upstream, opts ...gatewayOpt) *gateway {
+	t.Helper()
+	cfg := config.Defaults()
+	cfg.Upstream.URL = up.URL
+	cfg.Routes = []config.Route{
+		{Name: "agent_job_status", Method: "GET", Path: "/v2/agent/{projectId}/job/{jobId}", Key: "admin"},
+		{Name: "assistant_message_v2", Method: "POST", Path: "/discovery/v2/assistant/{domain}/message", Key: "assistant", Stream: ptr(true)},
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	core, logs := observer.New(zap.DebugLevel)
+	reg := prometheus.NewRegistry()
+	gw, err := New(Options{Config: &cfg, Logger: zap.New(core), Metrics: metrics.New(reg)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewUnstartedServer(gw)
+	var p http.Protocols
+	p.SetHTTP1(true)
+	p.SetUnencryptedHTTP2(true)
+	srv.Config.Protocols = &p
+	srv.Start()
+	t.Cleanup(srv.Close)
+	return &gateway{Server: srv, up: up, logs: logs, reg: reg}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// do sends one request and returns the response with its body read.
+func (g *gateway) do(t *testing.T, method, path string, header http.Header, body string) (*http.Response, []byte) {
+	t.Helper()
+	req, err := http.NewRequest(method, g.URL+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body == "" {
+		req.Body = http.NoBody
+		req.ContentLength = 0
+	}
+	for k, v := range header {
+		req.Header[k] = v
+	}
+	res, err := g.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	data, err := io.ReadAll(res.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res, data
+}
+
+func hdr(kv ...string) http.Header {
+	h := http.Header{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		h.Add(kv[i], kv[i+1])
+	}
+	return h
+}
+
+func jsonHdr(key string) http.Header {
+	return hdr("Authorization", "Bearer "+key, "Content-Type", "application/json")
+}
+
+const (
+	agentBody     = `{"prompt":"Add a page about rate limits"}`
+	assistantBody = `{"fp":"anonymous","messages":[{"id":"m1","role":"user","content":"How do I start?","parts":[{"type":"text","text":"How do I start?"}]}],"retrievalPageSize":5}`
+)
+
+// assertNoSecrets fails if a test key appears anywhere in the observed logs or in data.
+func (g *gateway) assertNoSecrets(t *testing.T, data ...[]byte) {
+	t.Helper()
+	var all bytes.Buffer
+	for _, e := range g.logs.All() {
+		all.WriteString(e.Message)
+		for k, v := range e.ContextMap() {
+			all.WriteString(k)
+			all.WriteString(toString(v))
+		}
+	}
+	for _, d := range data {
+		all.Write(d)
+	}
+	for _, key := range []string{adminKey, assistantKey, "SECRET"} {
+		if bytes.Contains(all.Bytes(), []byte(key)) {
+			t.Fatalf("secret %q leaked into logs or bodies", key)
+		}
+	}
+}
+
+func toString(v any) string {
+	switch x := v.(type) {
+	case string:
+		return x
+	case time.Duration:
+		return x.String()
+	}
+	return ""
+}
+
+type cfgT = config.Config
+
+func readBody(t *testing.T, res *http.Response) []byte {
+	t.Helper()
+	defer res.Body.Close()
+	data, err := io.ReadAll(res.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
+}

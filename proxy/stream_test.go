@@ -1,0 +1,307 @@
+package proxy
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	"github.com/docsgate/gateway/config"
+	"github.com/docsgate/gateway/metrics"
+)
+
+// lockstep is an upstream that writes one stream part, flushes, and writes the next only when
+// the test says the client has read the previous one. A gateway that buffered anything would
+// deadlock here, which the bounded waits turn into a failure.
+type lockstep struct {
+	next     chan struct{}
+	canceled chan struct{}
+}
+
+func newLockstep(ctype string, contentLength bool, parts []string) (*lockstep, http.HandlerFunc) {
+	l := &lockstep{next: make(chan struct{}), canceled: make(chan struct{}, 1)}
+	total := 0
+	for _, p := range parts {
+		total += len(p)
+	}
+	return l, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", ctype)
+		w.Header().Set("X-Vercel-AI-Data-Stream", "v1")
+		w.Header().Set("X-Thread-Id", "thread_1")
+		w.Header().Set("X-Thread-Key", "tk_1")
+		w.Header().Set("Access-Control-Allow-Origin", "https://evil.example")
+		if contentLength {
+			w.Header().Set("Content-Length", strconv.Itoa(total))
+		}
+		w.WriteHeader(http.StatusOK)
+		for i, p := range parts {
+			if i > 0 {
+				select {
+				case <-l.next:
+				case <-r.Context().Done():
+					l.canceled <- struct{}{}
+					return
+				case <-time.After(10 * time.Second):
+					return
+				}
+			}
+			_, _ = io.WriteString(w, p)
+			http.NewResponseController(w).Flush()
+		}
+	}
+}
+
+var streamParts = []string{
+	"f:{\"messageId\":\"msg-1\"}\n",
+	"0:\"Hello \"\n",
+	"0:\"world\"\n",
+	"e:{\"finishReason\":\"stop\"}\n",
+	"d:{\"finishReason\":\"stop\",\"threadId\":\"thread_1\"}\n",
+}
+
+// readParts reads each part as the upstream releases it, within a bound.
+func readParts(t *testing.T, l *lockstep, body io.Reader) string {
+	t.Helper()
+	br := bufio.NewReader(body)
+	var all strings.Builder
+	for i := range streamParts {
+		got := make(chan string, 1)
+		go func() {
+			line, _ := br.ReadString('\n')
+			got <- line
+		}()
+		select {
+		case line := <-got:
+			if line != streamParts[i] {
+				t.Fatalf("part %d = %q, want %q", i, line, streamParts[i])
+			}
+			all.WriteString(line)
+		case <-time.After(5 * time.Second):
+			t.Fatalf("part %d not readable while the upstream waits: the stream is buffered", i)
+		}
+		if i+1 < len(streamParts) {
+			l.next <- struct{}{}
+		}
+	}
+	return all.String()
+}
+
+func TestStreamIsUnbuffered(t *testing.T) {
+	for _, tc := range []struct {
+		name, ctype string
+		length      bool
+		proto       string
+	}{
+		{"text/plain http1", "text/plain; charset=utf-8", false, "http1"},
+		{"json with content-length http1", "application/json", true, "http1"},
+		{"text/plain h2c", "text/plain; charset=utf-8", false, "h2c"},
+		{"octet-stream h2c", "application/octet-stream", true, "h2c"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l, handle := newLockstep(tc.ctype, tc.length, streamParts)
+			g := newGateway(t, newUpstream(t, handle))
+			client := g.Client()
+			if tc.proto == "h2c" {
+				var p http.Protocols
+				p.SetUnencryptedHTTP2(true)
+				client = &http.Client{Transport: &http.Transport{Protocols: &p}}
+			}
+			req, _ := http.NewRequest("POST", g.URL+"/discovery/v1/assistant/acme/message", strings.NewReader(assistantBody))
+			req.Header = jsonHdr(assistantKey)
+			req.Header.Set("Origin", "https://docs.acme.com")
+			res, err := client.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer res.Body.Close()
+			if tc.proto == "h2c" && res.ProtoMajor != 2 {
+				t.Fatalf("proto %s, want HTTP/2", res.Proto)
+			}
+			readParts(t, l, res.Body)
+			for k, v := range map[string]string{
+				"Content-Type": tc.ctype, "X-Vercel-AI-Data-Stream": "v1", "X-Thread-Id": "thread_1",
+				"X-Thread-Key": "tk_1", "X-Accel-Buffering": "no", "Access-Control-Allow-Origin": "*",
+			} {
+				if got := res.Header.Get(k); got != v {
+					t.Errorf("%s = %q, want %q", k, got, v)
+				}
+			}
+			if n := len(res.Header.Values("Access-Control-Allow-Origin")); n != 1 {
+				t.Errorf("%d Access-Control-Allow-Origin headers: the upstream's leaked through", n)
+			}
+			if res.Header.Get("Content-Encoding") != "" {
+				t.Error("stream was compressed")
+			}
+		})
+	}
+}
+
+func TestStreamOverHTTPS(t *testing.T) {
+	l, handle := newLockstep("text/plain; charset=utf-8", false, streamParts)
+	up := newUpstream(t, handle)
+	cfg := config.Defaults()
+	cfg.Upstream.URL = up.URL
+	gw, err := New(Options{Config: &cfg, Logger: zap.NewNop(), Metrics: metrics.New(prometheus.NewRegistry())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewUnstartedServer(gw)
+	srv.EnableHTTP2 = true
+	srv.StartTLS()
+	defer srv.Close()
+	req, _ := http.NewRequest("POST", srv.URL+"/discovery/v1/assistant/acme/message", strings.NewReader(assistantBody))
+	req.Header = jsonHdr(assistantKey)
+	res, err := srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	if res.ProtoMajor != 2 {
+		t.Fatalf("proto %s, want HTTP/2 over TLS", res.Proto)
+	}
+	readParts(t, l, res.Body)
+}
+
+func TestClientGoneCancelsUpstream(t *testing.T) {
+	l, handle := newLockstep("text/plain; charset=utf-8", false, streamParts)
+	g := newGateway(t, newUpstream(t, handle))
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, "POST", g.URL+"/discovery/v1/assistant/acme/message", strings.NewReader(assistantBody))
+	req.Header = jsonHdr(assistantKey)
+	res, err := g.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	line, _ := bufio.NewReader(res.Body).ReadString('\n')
+	if line != streamParts[0] {
+		t.Fatalf("first part %q", line)
+	}
+	cancel()
+	res.Body.Close()
+	select {
+	case <-l.canceled:
+	case <-time.After(2 * time.Second):
+		t.Fatal("upstream request not cancelled after the client went away")
+	}
+}
+
+func TestUpstreamFailures(t *testing.T) {
+	t.Run("unreachable", func(t *testing.T) {
+		ln, _ := net.Listen("tcp", "127.0.0.1:0")
+		addr := ln.Addr().String()
+		ln.Close() // nothing listens here now
+		up := newUpstream(t, nil)
+		g := newGateway(t, up, func(c *cfgT) { c.Upstream.URL = "http://" + addr })
+		res, data := g.do(t, "POST", "/v2/agent/p/job", jsonHdr(adminKey), agentBody)
+		if res.StatusCode != 502 || decodeError(t, res, data).Code != "upstream_unavailable" {
+			t.Fatalf("status %d body %s", res.StatusCode, data)
+		}
+		g.assertNoSecrets(t, data)
+	})
+	t.Run("no headers in time", func(t *testing.T) {
+		release := make(chan struct{})
+		up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+		})
+		defer close(release)
+		g := newGateway(t, up, func(c *cfgT) { c.Upstream.Timeout = 200 * time.Millisecond })
+		res, data := g.do(t, "POST", "/v2/agent/p/job", jsonHdr(adminKey), agentBody)
+		if res.StatusCode != 504 || decodeError(t, res, data).Code != "upstream_timeout" {
+			t.Fatalf("status %d body %s", res.StatusCode, data)
+		}
+	})
+	t.Run("upstream errors pass through", func(t *testing.T) {
+		up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusNotFound)
+			_, _ = io.WriteString(w, `{"error":"Project not found"}`)
+		})
+		g := newGateway(t, up)
+		res, data := g.do(t, "POST", "/v2/agent/p/job", jsonHdr(adminKey), agentBody)
+		if res.StatusCode != 404 || string(data) != `{"error":"Project not found"}` {
+			t.Fatalf("status %d body %s", res.StatusCode, data)
+		}
+	})
+}
+
+func TestCORS(t *testing.T) {
+	up := newUpstream(t, nil)
+	g := newGateway(t, up)
+	pre := hdr("Origin", "https://docs.acme.com", "Access-Control-Request-Method", "POST",
+		"Access-Control-Request-Headers", "content-type, authorization")
+	for _, path := range []string{"/discovery/v1/assistant/acme/message", "/discovery/v2/assistant/acme/message"} {
+		res, _ := g.do(t, "OPTIONS", path, pre, "")
+		if res.StatusCode != 204 || res.Header.Get("Access-Control-Allow-Origin") != "*" ||
+			res.Header.Get("Access-Control-Allow-Methods") != "POST" ||
+			!strings.Contains(res.Header.Get("Access-Control-Allow-Headers"), "Authorization") {
+			t.Fatalf("preflight %s: %d %v", path, res.StatusCode, res.Header)
+		}
+	}
+	// Errors of assistant routes carry CORS headers so the browser can show them.
+	res, data := g.do(t, "POST", "/discovery/v1/assistant/acme/message", hdr("Origin", "https://docs.acme.com"), assistantBody)
+	if res.StatusCode != 401 || res.Header.Get("Access-Control-Allow-Origin") != "*" ||
+		!strings.Contains(res.Header.Get("Access-Control-Expose-Headers"), "X-Thread-Id") {
+		t.Fatalf("401 without CORS: %d %v %s", res.StatusCode, res.Header, data)
+	}
+	if n := len(up.requests()); n != 0 {
+		t.Fatalf("preflights or rejects reached the upstream: %d", n)
+	}
+
+	// A list of origins: only those are echoed, with Vary.
+	g2 := newGateway(t, up, func(c *cfgT) { c.CORS.AllowedOrigins = []string{"https://docs.acme.com"} })
+	res, _ = g2.do(t, "OPTIONS", "/discovery/v1/assistant/acme/message", pre, "")
+	if res.Header.Get("Access-Control-Allow-Origin") != "https://docs.acme.com" || res.Header.Get("Vary") != "Origin" {
+		t.Fatalf("allowed origin: %v", res.Header)
+	}
+	pre.Set("Origin", "https://evil.example")
+	res, _ = g2.do(t, "OPTIONS", "/discovery/v1/assistant/acme/message", pre, "")
+	if res.Header.Get("Access-Control-Allow-Origin") != "" {
+		t.Fatalf("foreign origin allowed: %v", res.Header)
+	}
+}
+
+func TestForwardedForTrust(t *testing.T) {
+	up := newUpstream(t, nil)
+	spoof := jsonHdr(adminKey)
+	spoof.Set("X-Forwarded-For", "203.0.113.9")
+
+	g := newGateway(t, up)
+	g.do(t, "POST", "/v2/agent/p/job", spoof, agentBody)
+	if got := up.requests()[0].Header.Get("X-Forwarded-For"); got != "127.0.0.1" {
+		t.Fatalf("untrusted peer's X-Forwarded-For believed: upstream got %q", got)
+	}
+	if ip := lastLogField(g, "client_ip"); ip != "127.0.0.1" {
+		t.Fatalf("client_ip logged %q", ip)
+	}
+
+	g2 := newGateway(t, up, func(c *cfgT) { c.ClientIP.TrustedProxies = []string{"127.0.0.0/8", "10.0.0.0/8"} })
+	spoof.Set("X-Forwarded-For", "198.51.100.1, 203.0.113.9, 10.1.2.3")
+	g2.do(t, "POST", "/v2/agent/p/job", spoof, agentBody)
+	if got := up.requests()[1].Header.Get("X-Forwarded-For"); got != "198.51.100.1, 203.0.113.9, 10.1.2.3, 127.0.0.1" {
+		t.Fatalf("trusted chain not extended: %q", got)
+	}
+	if ip := lastLogField(g2, "client_ip"); ip != "203.0.113.9" {
+		t.Fatalf("client_ip = %q, want the right-most untrusted hop", ip)
+	}
+}
+
+func lastLogField(g *gateway, key string) string {
+	all := g.logs.FilterMessage("request").All()
+	if len(all) == 0 {
+		return ""
+	}
+	s, _ := all[len(all)-1].ContextMap()[key].(string)
+	return s
+}
