@@ -105,7 +105,13 @@ func (g *Gateway) buildTable(routes []*route) (t *table, err error) {
 	current := ""
 	defer func() {
 		if p := recover(); p != nil {
-			t, err = nil, &config.Error{Problems: []config.Problem{{Key: "routes", Msg: fmt.Sprintf("%s: %v", current, p)}}}
+			// ServeMux's message spans lines and names source files; its last line says
+			// what conflicts with what.
+			msg := fmt.Sprint(p)
+			if i := strings.LastIndexByte(msg, '\n'); i >= 0 {
+				msg = msg[i+1:]
+			}
+			t, err = nil, &config.Error{Problems: []config.Problem{{Key: "routes", Msg: current + ": " + msg}}}
 		}
 	}()
 	nop := http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})

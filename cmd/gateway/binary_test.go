@@ -1,0 +1,358 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// These tests meet the gateway as an operator does: the built binary, a config file, HTTP.
+
+var gatewayBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "gateway-bin")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	gatewayBin = filepath.Join(dir, "gateway")
+	build := exec.Command("go", "build", "-race", "-ldflags", "-X main.version=v0.0.0-test", "-o", gatewayBin, ".")
+	build.Stderr = os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building gateway:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+func writeConfig(t *testing.T, body string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "gateway.yaml")
+	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// proc is a started gateway process, stopped by PID at cleanup.
+type proc struct {
+	cmd    *exec.Cmd
+	out    *syncBuffer
+	public string
+	admin  string
+	done   chan error
+}
+
+type syncBuffer struct {
+	mu  chan struct{}
+	buf bytes.Buffer
+}
+
+func newSyncBuffer() *syncBuffer { return &syncBuffer{mu: make(chan struct{}, 1)} }
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu <- struct{}{}
+	defer func() { <-b.mu }()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu <- struct{}{}
+	defer func() { <-b.mu }()
+	return b.buf.String()
+}
+
+func startGateway(t *testing.T, upstreamURL, extra string, args ...string) *proc {
+	t.Helper()
+	p := &proc{public: freeAddr(t), admin: freeAddr(t), out: newSyncBuffer(), done: make(chan error, 1)}
+	cfg := fmt.Sprintf("listen: %q\nadmin_listen: %q\nupstream:\n  url: %q\n%s", p.public, p.admin, upstreamURL, extra)
+	p.cmd = exec.Command(gatewayBin, append([]string{"-config", writeConfig(t, cfg)}, args...)...)
+	p.cmd.Stdout = p.out
+	p.cmd.Stderr = p.out
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { p.done <- p.cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = p.cmd.Process.Kill()
+		<-p.done
+		if t.Failed() {
+			t.Logf("gateway output:\n%s", p.out.String())
+		}
+	})
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		res, err := http.Get("http://" + p.admin + "/readyz")
+		if err == nil {
+			res.Body.Close()
+			if res.StatusCode == 200 {
+				return p
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("gateway not ready: %v\n%s", err, p.out.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// wait returns the exit code, failing the test if the process does not exit in time.
+func (p *proc) wait(t *testing.T, within time.Duration) int {
+	t.Helper()
+	select {
+	case err := <-p.done:
+		p.done <- err // let the cleanup's receive return
+		if err == nil {
+			return 0
+		}
+		if ee, ok := err.(*exec.ExitError); ok {
+			return ee.ExitCode()
+		}
+		t.Fatal(err)
+	case <-time.After(within):
+		t.Fatal("gateway did not exit in time")
+	}
+	return -1
+}
+
+func TestVersionFlag(t *testing.T) {
+	out, err := exec.Command(gatewayBin, "-version").CombinedOutput()
+	if err != nil || !strings.HasPrefix(string(out), "gateway v0.0.0-test") {
+		t.Fatalf("-version: %v %q", err, out)
+	}
+}
+
+func TestBadConfigFailsAtStart(t *testing.T) {
+	cases := []struct{ cfg, want string }{
+		{"upstream: {url: 'http://127.0.0.1:1'}\nlisen: ':1'\n", "lisen: unknown key"},
+		{"upstream: {url: 'nope://x'}\n", "upstream.url:"},
+		{"upstream: {url: 'http://127.0.0.1:1', timeout: forever}\n", "upstream.timeout:"},
+		{"upstream: {url: 'http://127.0.0.1:1'}\nmax_body_bytes: -5\n", "max_body_bytes:"},
+		{"upstream: {url: 'http://127.0.0.1:1'}\nroutes: [{name: agent_job, path: /other}]\n", "routes[0].path:"},
+		{"upstream: {url: 'http://127.0.0.1:1'}\nroutes: [{name: dup, method: POST, path: '/v2/agent/{p}/job', key: admin}]\n", "routes:"},
+	}
+	for _, c := range cases {
+		for _, flagName := range []string{"-config", "--config"} {
+			cmd := exec.Command(gatewayBin, flagName, writeConfig(t, c.cfg))
+			out, err := cmd.CombinedOutput()
+			ee, ok := err.(*exec.ExitError)
+			if !ok || ee.ExitCode() == 0 {
+				t.Fatalf("%q: exit %v, want non-zero (%s)", c.cfg, err, out)
+			}
+			line := strings.TrimSuffix(string(out), "\n")
+			if strings.Contains(line, "\n") || !strings.Contains(line, c.want) {
+				t.Errorf("%q: output %q, want one line naming %q", c.cfg, out, c.want)
+			}
+		}
+	}
+}
+
+func TestGatewayEndToEnd(t *testing.T) {
+	var seen []string
+	up := http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		seen = append(seen, r.Method+" "+r.URL.Path+" "+string(body))
+		if strings.HasPrefix(r.URL.Path, "/discovery/") {
+			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+			for i := range 3 {
+				fmt.Fprintf(w, "0:\"part %d\"\n", i)
+				http.NewResponseController(w).Flush()
+				time.Sleep(50 * time.Millisecond)
+			}
+			fmt.Fprint(w, "d:{\"finishReason\":\"stop\"}\n")
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(201)
+		fmt.Fprint(w, `{"id":"j1","status":"active"}`)
+	})}
+	upAddr := freeAddr(t)
+	ln, err := net.Listen("tcp", upAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go up.Serve(ln)
+	defer up.Close()
+
+	p := startGateway(t, "http://"+upAddr, "")
+	post := func(path, key, body string) (*http.Response, error) {
+		req, _ := http.NewRequest("POST", "http://"+p.public+path, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+key)
+		req.Header.Set("Content-Type", "application/json")
+		return http.DefaultClient.Do(req)
+	}
+
+	res, err := post("/v2/agent/p1/job", "svc_e2e", `{"prompt":"hi"}`)
+	if err != nil || res.StatusCode != 201 {
+		t.Fatalf("agent_job: %v %v", err, res)
+	}
+	res.Body.Close()
+	res, _ = post("/v2/agent/p1/job", "svc_dsc_e2e", `{"prompt":"hi"}`)
+	if res.StatusCode != 403 {
+		t.Fatalf("wrong key type: %d", res.StatusCode)
+	}
+	res.Body.Close()
+
+	start := time.Now()
+	res, err = post("/discovery/v1/assistant/acme/message", "svc_dsc_e2e", `{"fp":"anonymous","messages":[]}`)
+	if err != nil || res.StatusCode != 200 {
+		t.Fatalf("assistant: %v %v", err, res)
+	}
+	br := bufio.NewReader(res.Body)
+	first, _ := br.ReadString('\n')
+	firstAt := time.Since(start)
+	rest, _ := io.ReadAll(br)
+	res.Body.Close()
+	total := time.Since(start)
+	if first != "0:\"part 0\"\n" || !strings.HasSuffix(string(rest), "d:{\"finishReason\":\"stop\"}\n") {
+		t.Fatalf("stream: %q + %q", first, rest)
+	}
+	// The upstream sleeps 150 ms in all after the first part: a buffered gateway would hand
+	// the first part over only at the end.
+	if total-firstAt < 100*time.Millisecond {
+		t.Fatalf("first part after %v of %v: stream was buffered", firstAt, total)
+	}
+
+	// Operator endpoints live on the admin listener only.
+	for _, path := range []string{"/metrics", "/healthz", "/readyz"} {
+		r, err := http.Get("http://" + p.public + path)
+		if err != nil || r.StatusCode != 404 {
+			t.Fatalf("public %s: %v %v", path, err, r)
+		}
+		r.Body.Close()
+	}
+	r, err := http.Get("http://" + p.admin + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, _ := io.ReadAll(r.Body)
+	r.Body.Close()
+	for _, want := range []string{
+		`gateway_requests_total{code="201",route="agent_job"} 1`,
+		`gateway_requests_total{code="403",route="agent_job"} 1`,
+		`gateway_requests_total{code="200",route="assistant_message"} 1`,
+		`gateway_auth_rejections_total{reason="wrong_key_type",route="agent_job"} 1`,
+		"go_goroutines", "process_resident_memory_bytes",
+	} {
+		if !strings.Contains(string(metrics), want) {
+			t.Errorf("metrics lack %q", want)
+		}
+	}
+	if len(seen) != 2 {
+		t.Fatalf("upstream saw %d requests, want 2: %q", len(seen), seen)
+	}
+	// One JSON access-log line per request, never the key.
+	out := p.out.String()
+	if strings.Contains(out, "e2e") {
+		t.Fatal("a key appeared in the logs")
+	}
+	n := 0
+	for _, line := range strings.Split(out, "\n") {
+		var entry map[string]any
+		if json.Unmarshal([]byte(line), &entry) == nil && entry["msg"] == "request" {
+			n++
+		}
+	}
+	if n != 6 {
+		t.Fatalf("%d access-log lines, want 6:\n%s", n, out)
+	}
+}
+
+// SIGTERM with streams in flight: readyz turns 503, new connections are refused, the streams
+// finish whole, and the process exits 0.
+func TestGracefulShutdown(t *testing.T) {
+	release := make(chan struct{})
+	up := http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		fmt.Fprint(w, "0:\"first\"\n")
+		http.NewResponseController(w).Flush()
+		<-release
+		fmt.Fprint(w, "d:{\"finishReason\":\"stop\"}\n")
+	})}
+	upAddr := freeAddr(t)
+	ln, err := net.Listen("tcp", upAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go up.Serve(ln)
+	defer up.Close()
+
+	p := startGateway(t, "http://"+upAddr, "server:\n  shutdown_delay: 300ms\n  shutdown_grace: 10s\n")
+	const streams = 10
+	results := make(chan string, streams)
+	started := make(chan struct{}, streams)
+	for range streams {
+		go func() {
+			req, _ := http.NewRequest("POST", "http://"+p.public+"/discovery/v1/assistant/acme/message",
+				strings.NewReader(`{"fp":"a","messages":[]}`))
+			req.Header.Set("Authorization", "Bearer svc_dsc_k")
+			req.Header.Set("Content-Type", "application/json")
+			res, err := http.DefaultClient.Do(req)
+			if err != nil {
+				started <- struct{}{}
+				results <- "error: " + err.Error()
+				return
+			}
+			br := bufio.NewReader(res.Body)
+			first, _ := br.ReadString('\n')
+			started <- struct{}{}
+			rest, err := io.ReadAll(br)
+			res.Body.Close()
+			if err != nil {
+				results <- "error: " + err.Error()
+				return
+			}
+			results <- first + string(rest)
+		}()
+	}
+	for range streams {
+		<-started
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	r, err := http.Get("http://" + p.admin + "/readyz")
+	if err != nil || r.StatusCode != 503 {
+		t.Fatalf("readyz while draining: %v %v", err, r)
+	}
+	r.Body.Close()
+	time.Sleep(400 * time.Millisecond) // past shutdown_delay: the listener is closed
+	if c, err := net.DialTimeout("tcp", p.public, time.Second); err == nil {
+		c.Close()
+		t.Fatal("new connections still accepted after shutdown_delay")
+	}
+	close(release)
+	for range streams {
+		if got := <-results; got != "0:\"first\"\nd:{\"finishReason\":\"stop\"}\n" {
+			t.Fatalf("stream cut short: %q", got)
+		}
+	}
+	if code := p.wait(t, 10*time.Second); code != 0 {
+		t.Fatalf("exit code %d", code)
+	}
+}

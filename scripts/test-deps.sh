@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Installs what the test suite needs and is not a Go module: redis-server (the limiter tests
+# run a real Redis and a real Redis Cluster on loopback ports). Installs through apt-get when
+# run as root; otherwise says exactly what to install.
+set -euo pipefail
+
+missing=()
+command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+command -v redis-cli >/dev/null 2>&1 || missing+=(redis-tools)
+
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
+  echo "test-deps: installing ${missing[*]} with apt-get" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq >/dev/null
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  # Debian's package starts a system Redis on 6379; the tests start their own on free ports.
+  exit 0
+fi
+echo "test-deps: missing ${missing[*]}. Install with: sudo apt-get install -y ${missing[*]}" >&2
+exit 1
