@@ -1,0 +1,193 @@
+package limits
+
+import (
+	"context"
+	"errors"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/docsgate/gateway/internal/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+// stateLog records OnStateChange calls.
+type stateLog struct {
+	mu sync.Mutex
+	s  []bool
+}
+
+func (l *stateLog) add(open bool) { l.mu.Lock(); l.s = append(l.s, open); l.mu.Unlock() }
+func (l *stateLog) get() []bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]bool(nil), l.s...)
+}
+
+// timedTake runs one Take and fails the test if it took longer than max.
+func timedTake(t *testing.T, g *Guard, hits []Hit, d *Decision, max time.Duration) error {
+	t.Helper()
+	start := time.Now()
+	err := g.Take(context.Background(), hits, d)
+	if el := time.Since(start); el > max {
+		t.Fatalf("Take took %v, bound %v (err %v)", el, max, err)
+	}
+	return err
+}
+
+// margin absorbs scheduling noise on a loaded 2-core machine.
+const margin = 150 * time.Millisecond
+
+// TestGuardStalledRedis: a server that accepts connections and never answers.
+// Every Take returns within Timeout + margin although the client itself
+// (ContextTimeoutEnabled false, the go-redis default) would wait its full
+// ReadTimeout; the breaker opens after the threshold and then fails fast.
+func TestGuardStalledRedis(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conns sync.WaitGroup
+	var mu sync.Mutex
+	var open []net.Conn
+	conns.Add(1)
+	go func() {
+		defer conns.Done()
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			open = append(open, c) // hold it, never answer
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		l.Close()
+		conns.Wait()
+		mu.Lock()
+		for _, c := range open {
+			c.Close()
+		}
+		mu.Unlock()
+	})
+	c := redis.NewClient(&redis.Options{Addr: l.Addr().String(), ReadTimeout: 700 * time.Millisecond, MaxRetries: -1})
+	t.Cleanup(func() { c.Close() })
+
+	var log stateLog
+	const timeout = 100 * time.Millisecond
+	g := NewGuard(NewRedis(c, "gw"), GuardOptions{Timeout: timeout, FailureThreshold: 3, Cooldown: time.Hour, OnStateChange: log.add})
+	hits := []Hit{{rule(t, "r", 10, "hour", Fixed), "a"}}
+	var d Decision
+	for i := 0; i < 3; i++ {
+		err := timedTake(t, g, hits, &d, timeout+margin)
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("take %d: err %v, want deadline exceeded", i, err)
+		}
+		if g.Open() != (i == 2) {
+			t.Fatalf("after %d failures Open() = %v", i+1, g.Open())
+		}
+	}
+	for i := 0; i < 3; i++ {
+		if err := timedTake(t, g, hits, &d, 10*time.Millisecond); !errors.Is(err, ErrBreakerOpen) {
+			t.Fatalf("open breaker: err %v", err)
+		}
+	}
+	if _, err := g.Usage(context.Background(), hits[0].Rule, "a"); !errors.Is(err, ErrBreakerOpen) {
+		t.Fatalf("Usage with open breaker: %v", err)
+	}
+	if got := log.get(); len(got) != 1 || !got[0] {
+		t.Fatalf("state changes %v, want [true]", got)
+	}
+	// Let the abandoned calls end (client ReadTimeout) before the cleanup.
+	time.Sleep(800 * time.Millisecond)
+}
+
+// TestGuardRedisDownAndBack kills a real redis-server by PID, checks the
+// bound and the breaker (including a failed half-open trial), restarts it and
+// checks that the Guard recovers by itself.
+func TestGuardRedisDownAndBack(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client(t)
+	var log stateLog
+	const timeout, cooldown = 200 * time.Millisecond, 300 * time.Millisecond
+	g := NewGuard(NewRedis(c, "gw"), GuardOptions{Timeout: timeout, FailureThreshold: 3, Cooldown: cooldown, OnStateChange: log.add})
+	r := rule(t, "r", 1000, "hour", Fixed)
+	hits := []Hit{{r, "a"}}
+	var d Decision
+	if err := timedTake(t, g, hits, &d, timeout+margin); err != nil || !d.Allowed || d.Results[0].Remaining != 999 {
+		t.Fatalf("healthy take: %+v %v", d, err)
+	}
+	srv.Stop(t)
+	for i := 0; i < 3; i++ {
+		if err := timedTake(t, g, hits, &d, timeout+margin); err == nil || errors.Is(err, ErrBreakerOpen) {
+			t.Fatalf("take %d with redis down: %v", i, err)
+		}
+	}
+	if !g.Open() {
+		t.Fatal("breaker closed after 3 failures")
+	}
+	if err := timedTake(t, g, hits, &d, 10*time.Millisecond); !errors.Is(err, ErrBreakerOpen) {
+		t.Fatalf("want ErrBreakerOpen, got %v", err)
+	}
+	// Cool-down over, Redis still down: the one trial fails, the breaker
+	// opens again at once.
+	time.Sleep(cooldown + 20*time.Millisecond)
+	if err := timedTake(t, g, hits, &d, timeout+margin); err == nil || errors.Is(err, ErrBreakerOpen) {
+		t.Fatalf("half-open trial: %v", err)
+	}
+	if err := timedTake(t, g, hits, &d, 10*time.Millisecond); !errors.Is(err, ErrBreakerOpen) {
+		t.Fatalf("after failed trial: %v", err)
+	}
+
+	srv.Restart(t)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		err := timedTake(t, g, hits, &d, timeout+margin)
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("guard did not recover after restart: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if g.Open() || !d.Allowed {
+		t.Fatalf("after recovery: open=%v decision %+v", g.Open(), d)
+	}
+	if got := log.get(); len(got) != 2 || !got[0] || got[1] {
+		t.Fatalf("state changes %v, want [true false]", got)
+	}
+	if u, err := g.Usage(context.Background(), r, "a"); err != nil || u.Used != 1 { // data lost with the restart
+		t.Fatalf("usage after restart: %+v %v", u, err)
+	}
+}
+
+// TestGuardPassThrough: results are copied into the caller's Decision and a
+// caller's own cancellation does not count against the store.
+func TestGuardPassThrough(t *testing.T) {
+	g := NewGuard(NewMemory(), GuardOptions{FailureThreshold: 1})
+	r := rule(t, "r", 2, "hour", Fixed)
+	var d Decision
+	for i := 0; i < 3; i++ {
+		if err := g.Take(context.Background(), []Hit{{r, "a"}, {r, "b"}}, &d); err != nil {
+			t.Fatal(err)
+		}
+		if d.Allowed != (i < 2) || len(d.Results) != 2 || d.Results[0].Rule != r {
+			t.Fatalf("take %d: %+v", i, d)
+		}
+	}
+	if u, err := g.Usage(context.Background(), r, "a"); err != nil || u.Used != 2 {
+		t.Fatalf("usage %+v %v", u, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := g.Take(ctx, []Hit{{r, "a"}}, &d); err == nil {
+		t.Fatal("cancelled ctx: no error")
+	}
+	if g.Open() {
+		t.Fatal("caller cancellation opened the breaker")
+	}
+}
