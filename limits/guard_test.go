@@ -10,6 +10,7 @@ import (
 
 	"github.com/docsgate/gateway/internal/redistest"
 	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
 )
 
 // stateLog records OnStateChange calls.
@@ -168,6 +169,8 @@ func TestGuardRedisDownAndBack(t *testing.T) {
 // TestGuardPassThrough: results are copied into the caller's Decision and a
 // caller's own cancellation does not count against the store.
 func TestGuardPassThrough(t *testing.T) {
+	// Every call's goroutine has finished when the call returned.
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	g := NewGuard(NewMemory(), GuardOptions{FailureThreshold: 1})
 	r := rule(t, "r", 2, "hour", Fixed)
 	var d Decision
