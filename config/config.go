@@ -27,6 +27,14 @@ type Config struct {
 
 	// Routes adds pass-through routes, or adjusts the built-in ones by naming them.
 	Routes []Route `yaml:"routes"`
+
+	// Redis holds the limit counters shared by all replicas; without addrs, counters are
+	// kept in process.
+	Redis Redis `yaml:"redis"`
+	// Orgs maps an organization to its assistant domains.
+	Orgs map[string][]string `yaml:"orgs"`
+	// Limits defines or adjusts limits by name; routes apply them.
+	Limits map[string]Limit `yaml:"limits"`
 }
 
 // TLS names the certificate and key files of the public listener.
@@ -50,6 +58,9 @@ type Upstream struct {
 type ClientIP struct {
 	// TrustedProxies are CIDRs (or single addresses) whose X-Forwarded-For is believed.
 	TrustedProxies []string `yaml:"trusted_proxies"`
+	// IPv6Prefix groups IPv6 clients by this prefix length for per-IP limits: one host
+	// usually holds a whole /64.
+	IPv6Prefix int `yaml:"ipv6_prefix"`
 }
 
 // CORS applies to assistant routes only: their keys are public and browsers call them.
@@ -97,6 +108,10 @@ type Route struct {
 	Key string `yaml:"key"`
 	// Stream marks routes whose responses are streamed to the client unbuffered.
 	Stream *bool `yaml:"stream"`
+	// Limits lists the limits the route applies; absent: the built-in routes apply the
+	// platform's, others none. Counters belong to the limit, so routes listing the same
+	// limit share one quota.
+	Limits *[]string `yaml:"limits"`
 }
 
 // Defaults returns the configuration every omitted key falls back to.
@@ -121,6 +136,13 @@ func Defaults() Config {
 			MaxHeaderBytes:    64 << 10,
 			ShutdownGrace:     30 * time.Second,
 		},
-		Log: Log{Level: "info", Format: "json"},
+		Log:      Log{Level: "info", Format: "json"},
+		ClientIP: ClientIP{IPv6Prefix: 64},
+		Redis: Redis{
+			Timeout:   100 * time.Millisecond,
+			OnError:   "deny",
+			KeyPrefix: "gw",
+			Breaker:   Breaker{Failures: 5, Cooldown: time.Second},
+		},
 	}
 }

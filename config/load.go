@@ -226,4 +226,15 @@ func applyEnv(cfg *Config, env Env) {
 	if v, ok := env("GATEWAY_LISTEN"); ok && v != "" {
 		cfg.Listen = v
 	}
+	if v, ok := env("GATEWAY_REDIS_ADDRS"); ok {
+		cfg.Redis.Addrs = nil
+		for _, a := range strings.Split(v, ",") {
+			if a = strings.TrimSpace(a); a != "" {
+				cfg.Redis.Addrs = append(cfg.Redis.Addrs, a)
+			}
+		}
+	}
+	if v, ok := env("REDIS_PASSWORD"); ok && v != "" {
+		cfg.Redis.Password = v
+	}
 }

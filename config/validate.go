@@ -60,6 +60,7 @@ func (c *Config) Validate() error {
 		v.fail("log.format", "%q is not one of json, console", c.Log.Format)
 	}
 	v.routes(c.Routes)
+	v.limits(c)
 	if len(v.problems) > 0 {
 		return &Error{Problems: v.problems}
 	}

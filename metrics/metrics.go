@@ -21,6 +21,11 @@ type Metrics struct {
 	streamFirstByte      *prometheus.HistogramVec
 	streamDuration       *prometheus.HistogramVec
 	streamFinished       *prometheus.CounterVec
+	decisions            *prometheus.CounterVec
+	nearLimit            *prometheus.CounterVec
+	limiterDuration      prometheus.Histogram
+	limiterErrors        prometheus.Counter
+	breakerOpen          prometheus.Gauge
 }
 
 // Latency buckets from 1 ms to 30 s: gateway overhead sits at the low end, streamed answers at
@@ -74,8 +79,30 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "gateway_stream_finished_total",
 			Help: "Streamed answers by the finish reason of their d: part; incomplete when none was seen.",
 		}, []string{"route", "reason"}),
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gateway_ratelimit_decisions_total",
+			Help: "Limit decisions by route, limit and decision (allowed, denied, error). A denied request counts only under the limits that denied it.",
+		}, []string{"route", "limit", "decision"}),
+		nearLimit: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gateway_ratelimit_near_limit_total",
+			Help: "Admitted requests that left less than 10% of a limit.",
+		}, []string{"route", "limit"}),
+		limiterDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "gateway_limiter_duration_seconds",
+			Help:    "Time of one limiter decision (all limits of a request), round trip to Redis included.",
+			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25},
+		}),
+		limiterErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "gateway_limiter_errors_total",
+			Help: "Limiter calls that failed (Redis errors, timeouts, open breaker).",
+		}),
+		breakerOpen: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "gateway_breaker_open",
+			Help: "1 while the limiter's circuit breaker is open (Redis is not being called), else 0.",
+		}),
 	}
 	reg.MustRegister(
+		m.decisions, m.nearLimit, m.limiterDuration, m.limiterErrors, m.breakerOpen,
 		m.requests, m.requestDuration, m.inflight, m.authRejections, m.validationRejections,
 		m.upstreamErrors, m.upstreamDuration, m.streamFirstByte, m.streamDuration, m.streamFinished,
 		collectors.NewGoCollector(),
@@ -146,4 +173,37 @@ func (r *Route) UpstreamError(kind string) {
 // StreamFinished counts a streamed answer by its finish reason.
 func (r *Route) StreamFinished(reason string) {
 	r.m.streamFinished.WithLabelValues(r.name, reason).Inc()
+}
+
+// LimiterCall records one limiter decision's duration and whether it failed.
+func (m *Metrics) LimiterCall(seconds float64, failed bool) {
+	m.limiterDuration.Observe(seconds)
+	if failed {
+		m.limiterErrors.Inc()
+	}
+}
+
+// BreakerOpen sets gateway_breaker_open.
+func (m *Metrics) BreakerOpen(open bool) {
+	if open {
+		m.breakerOpen.Set(1)
+		return
+	}
+	m.breakerOpen.Set(0)
+}
+
+// Limit holds the pre-resolved series of one limit applied by one route.
+type Limit struct {
+	Allowed, Denied, Error, NearLimit prometheus.Counter
+}
+
+// Limit resolves the series of limit name applied by this route.
+func (r *Route) Limit(name string) *Limit {
+	d := r.m.decisions
+	return &Limit{
+		Allowed:   d.WithLabelValues(r.name, name, "allowed"),
+		Denied:    d.WithLabelValues(r.name, name, "denied"),
+		Error:     d.WithLabelValues(r.name, name, "error"),
+		NearLimit: r.m.nearLimit.WithLabelValues(r.name, name),
+	}
 }

@@ -19,6 +19,8 @@ const (
 	codeMethodNotAllowed     = "method_not_allowed"
 	codeUpstreamUnavailable  = "upstream_unavailable"
 	codeUpstreamTimeout      = "upstream_timeout"
+	codeRateLimited          = "rate_limited"
+	codeLimiterUnavailable   = "limiter_unavailable"
 )
 
 // errorBody keeps the platform's own shape, {"error": "..."}, which existing clients (and the

@@ -9,6 +9,7 @@ import (
 	"net/http/httputil"
 	"net/netip"
 	"net/url"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -26,6 +27,8 @@ type Options struct {
 	Metrics *metrics.Metrics
 	// Transport reaches the upstream; nil builds one tuned from Config.Upstream.
 	Transport http.RoundTripper
+	// Limiter decides the routes' limits (required when any route applies one).
+	Limiter Limiter
 }
 
 // Gateway is the public handler.
@@ -41,6 +44,12 @@ type Gateway struct {
 	readTimeout time.Duration
 	clientIPs   clientIPs
 	cors        *cors
+
+	limiter             Limiter
+	allowOnLimiterError bool
+	limitStates         sync.Pool // *limitState
+	orgOf               map[string]string
+	ipv6Bits            int
 }
 
 var _ http.Handler = (*Gateway)(nil)
@@ -59,6 +68,12 @@ func New(o Options) (*Gateway, error) {
 		maxBody:     cfg.MaxBodyBytes,
 		readTimeout: cfg.Server.ReadBodyTimeout,
 		cors:        newCORS(cfg.CORS.AllowedOrigins, cfg.CORS.MaxAge),
+
+		limiter:             o.Limiter,
+		allowOnLimiterError: cfg.Redis.OnError == "allow",
+		limitStates:         sync.Pool{New: func() any { return new(limitState) }},
+		orgOf:               cfg.OrgOf(),
+		ipv6Bits:            cfg.ClientIP.IPv6Prefix,
 	}
 	for _, p := range cfg.ClientIP.TrustedProxies {
 		prefix, err := config.ParsePrefix(p)
@@ -79,6 +94,14 @@ func New(o Options) (*Gateway, error) {
 	}
 	for _, rt := range routes {
 		rt.metrics = g.metrics.Route(rt.name)
+	}
+	if err := compileLimits(cfg, cfg.Routes, routes); err != nil {
+		return nil, err
+	}
+	for _, rt := range routes {
+		if len(rt.limits) > 0 && g.limiter == nil {
+			return nil, fmt.Errorf("proxy: route %s applies limits but no limiter is configured", rt.name)
+		}
 	}
 	t, err := g.buildTable(routes)
 	if err != nil {
@@ -115,7 +138,9 @@ func (g *Gateway) serve(rt *route, w http.ResponseWriter, r *http.Request) {
 	if !g.readBody(s, r) {
 		return
 	}
-	// Limits slot in here: after a request is known to be well-formed, before forwarding.
+	if len(rt.limits) > 0 && !g.limit(s, r) {
+		return
+	}
 	g.forward(s, r)
 }
 
@@ -192,6 +217,12 @@ func (g *Gateway) finish(s *scope, r *http.Request) {
 		}
 		if s.field != "" {
 			fields = append(fields, zap.String("field", s.field))
+		}
+		if s.deniedBy != "" {
+			fields = append(fields, zap.String("denied_by", s.deniedBy))
+		}
+		if s.limitErr {
+			fields = append(fields, zap.Bool("limiter_error", true))
 		}
 		if s.upstreamStatus != 0 {
 			fields = append(fields, zap.Int("upstream_status", s.upstreamStatus), zap.Duration("upstream_time", s.upstreamTime))

@@ -14,7 +14,10 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/docsgate/gateway/config"
+	"github.com/docsgate/gateway/limits"
 	"github.com/docsgate/gateway/metrics"
 )
 
@@ -92,7 +95,7 @@ func newGateway(t *testing.T, up *upstream, opts ...gatewayOpt) *gateway {
 	}
 	core, logs := observer.New(zap.DebugLevel)
 	reg := prometheus.NewRegistry()
-	gw, err := New(Options{Config: &cfg, Logger: zap.New(core), Metrics: metrics.New(reg)})
+	gw, err := New(Options{Config: &cfg, Logger: zap.New(core), Metrics: metrics.New(reg), Limiter: testLimiter(t, &cfg)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,6 +110,20 @@ func newGateway(t *testing.T, up *upstream, opts ...gatewayOpt) *gateway {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// testLimiter is the store the config asks for: Redis (behind a Guard, as in production) when
+// redis.addrs is set, else in process.
+func testLimiter(t *testing.T, cfg *config.Config) Limiter {
+	t.Helper()
+	if len(cfg.Redis.Addrs) == 0 {
+		return limits.NewMemory()
+	}
+	client := redis.NewClient(&redis.Options{Addr: cfg.Redis.Addrs[0], MaxRetries: -1, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { client.Close() })
+	return limits.NewGuard(limits.NewRedis(client, cfg.Redis.KeyPrefix), limits.GuardOptions{
+		Timeout: cfg.Redis.Timeout, FailureThreshold: cfg.Redis.Breaker.Failures, Cooldown: cfg.Redis.Breaker.Cooldown,
+	})
+}
 
 // do sends one request and returns the response with its body read.
 func (g *gateway) do(t *testing.T, method, path string, header http.Header, body string) (*http.Response, []byte) {

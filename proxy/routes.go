@@ -22,6 +22,8 @@ type route struct {
 	cors     bool               // assistant routes: keys are public, browsers call them
 	validate func([]byte) error // nil: the body is forwarded unchecked (size cap only)
 	metrics  *metrics.Route
+	limits   []routeLimit // applied in one decision after the body is validated
+	policy   string       // RateLimit-Policy header value
 }
 
 // builtin is the spec's two operations; their method, path, key family and validators are

@@ -25,6 +25,8 @@ type scope struct {
 	code           string // the gateway's own error code when it answered itself
 	field          string // invalid_request: the offending field
 	bodyBytes      int
+	deniedBy       string // the limit that denied the request
+	limitErr       bool   // the limiter failed (the request was denied or let through per on_error)
 	upstreamStatus int
 	upstreamKind   string // set when the upstream exchange failed
 	forwarded      time.Time

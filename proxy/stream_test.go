@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/docsgate/gateway/config"
+	"github.com/docsgate/gateway/limits"
 	"github.com/docsgate/gateway/metrics"
 )
 
@@ -150,7 +151,7 @@ func TestStreamOverHTTPS(t *testing.T) {
 	up := newUpstream(t, handle)
 	cfg := config.Defaults()
 	cfg.Upstream.URL = up.URL
-	gw, err := New(Options{Config: &cfg, Logger: zap.NewNop(), Metrics: metrics.New(prometheus.NewRegistry())})
+	gw, err := New(Options{Config: &cfg, Logger: zap.NewNop(), Metrics: metrics.New(prometheus.NewRegistry()), Limiter: limits.NewMemory()})
 	if err != nil {
 		t.Fatal(err)
 	}

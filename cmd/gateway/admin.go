@@ -2,25 +2,26 @@ package main
 
 import (
 	"net/http"
-	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
 // adminHandler serves the operator endpoints on admin_listen, never on the public listener.
-func adminHandler(reg *prometheus.Registry, draining *atomic.Bool) http.Handler {
+// ready reports whether this replica should receive traffic, and a word saying why not.
+func adminHandler(reg *prometheus.Registry, ready func() (bool, string)) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeStatus(w, http.StatusOK, `{"status":"ok"}`)
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if draining.Load() {
-			writeStatus(w, http.StatusServiceUnavailable, `{"status":"draining"}`)
-			return
+		ok, status := ready()
+		code := http.StatusOK
+		if !ok {
+			code = http.StatusServiceUnavailable
 		}
-		writeStatus(w, http.StatusOK, `{"status":"ready"}`)
+		writeStatus(w, code, `{"status":"`+status+`"}`)
 	})
 	return mux
 }

@@ -61,9 +61,26 @@ func serve(ctx context.Context, cfg *config.Config, dev bool) error {
 
 	reg := prometheus.NewRegistry()
 	m := metrics.New(reg)
-	gw, err := proxy.New(proxy.Options{Config: cfg, Logger: log, Metrics: m})
+	var draining atomic.Bool
+	lim := newLimiter(cfg.Redis, m, log)
+	defer lim.closer.Close()
+	gw, err := proxy.New(proxy.Options{Config: cfg, Logger: log, Metrics: m, Limiter: lim})
 	if err != nil {
 		return configError{err}
+	}
+	if len(cfg.Redis.Addrs) == 0 {
+		log.Warn("redis.addrs is empty: limits are counted in this process only, so each replica admits its own quota; configure Redis when running more than one replica")
+	}
+	// With on_error: deny, a failing Redis means every limited request is refused: take the
+	// replica out of rotation while the breaker is open.
+	ready := func() (bool, string) {
+		if draining.Load() {
+			return false, "draining"
+		}
+		if cfg.Redis.OnError == "deny" && !lim.healthy() {
+			return false, "limiter_unavailable"
+		}
+		return true, "ready"
 	}
 
 	pubLn, err := net.Listen("tcp", cfg.Listen)
@@ -76,10 +93,9 @@ func serve(ctx context.Context, cfg *config.Config, dev bool) error {
 		return fmt.Errorf("admin_listen %s: %w", cfg.AdminListen, err)
 	}
 
-	var draining atomic.Bool
 	pub := publicServer(cfg, gw, log)
 	admin := &http.Server{
-		Handler:           adminHandler(reg, &draining),
+		Handler:           adminHandler(reg, ready),
 		ReadHeaderTimeout: cfg.Server.ReadHeaderTimeout,
 		IdleTimeout:       cfg.Server.IdleTimeout,
 		ErrorLog:          zap.NewStdLog(log.Named("admin")),

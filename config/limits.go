@@ -1,0 +1,198 @@
+package config
+
+import (
+	"regexp"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/docsgate/gateway/limits"
+)
+
+// Redis is where limit counters live. No addrs: an in-process store, exact for one replica only.
+type Redis struct {
+	// Addrs: one address is a standalone Redis, several a Redis Cluster; with MasterName, the
+	// Sentinel addresses.
+	Addrs      []string `yaml:"addrs"`
+	MasterName string   `yaml:"master_name"`
+	Username   string   `yaml:"username"`
+	// Password is better given in the REDIS_PASSWORD environment variable.
+	Password string `yaml:"password"`
+	DB       int    `yaml:"db"`
+	TLS      bool   `yaml:"tls"`
+	// Timeout bounds one limiter call, round trip included.
+	Timeout time.Duration `yaml:"timeout"`
+	// OnError: deny answers 503 limiter_unavailable when Redis fails; allow lets requests through.
+	OnError string `yaml:"on_error"`
+	// KeyPrefix starts every key name: <prefix>:<limit>:<window>:{<id>}.
+	KeyPrefix string  `yaml:"key_prefix"`
+	Breaker   Breaker `yaml:"breaker"`
+}
+
+// Breaker stops calling a failing Redis for a while, so a dead Redis does not add its timeout
+// to every request.
+type Breaker struct {
+	// Failures is the number of consecutive failed calls that opens the breaker.
+	Failures int `yaml:"failures"`
+	// Cooldown is how long it stays open before one trial call.
+	Cooldown time.Duration `yaml:"cooldown"`
+}
+
+// Limit is one entry of limits:. For the four built-in names, omitted fields keep the
+// built-in values.
+type Limit struct {
+	// Limit is the number of requests admitted per window; 0 disables the limit.
+	Limit *int64 `yaml:"limit"`
+	// Window is hour, day or month (calendar, UTC) or a duration such as 10s (epoch-aligned).
+	Window string `yaml:"window"`
+	// By is what is counted: project, key, org or ip.
+	By string `yaml:"by"`
+	// Algorithm is fixed (default) or gcra (smooth; burst = limit, refill limit per window).
+	Algorithm string `yaml:"algorithm"`
+}
+
+// LimitSpec is a limit with every field resolved.
+type LimitSpec struct {
+	Name      string
+	Limit     int64
+	Window    string
+	By        string
+	Algorithm string
+}
+
+// BuiltinLimits are the platform's documented limits.
+func BuiltinLimits() []LimitSpec {
+	return []LimitSpec{
+		{Name: "agent_job_per_project", Limit: 100, Window: "hour", By: "project", Algorithm: "fixed"},
+		{Name: "assistant_per_key", Limit: 10000, Window: "month", By: "key", Algorithm: "fixed"},
+		{Name: "assistant_per_org", Limit: 10000, Window: "hour", By: "org", Algorithm: "fixed"},
+		{Name: "assistant_per_ip", Limit: 10000, Window: "day", By: "ip", Algorithm: "fixed"},
+	}
+}
+
+// ResolvedLimits merges limits: over the built-in limits, sorted by name.
+func (c *Config) ResolvedLimits() []LimitSpec {
+	specs := BuiltinLimits()
+	for name, l := range c.Limits {
+		i := slices.IndexFunc(specs, func(s LimitSpec) bool { return s.Name == name })
+		if i < 0 {
+			specs = append(specs, LimitSpec{Name: name, Algorithm: "fixed"})
+			i = len(specs) - 1
+		}
+		s := &specs[i]
+		if l.Limit != nil {
+			s.Limit = *l.Limit
+		}
+		if l.Window != "" {
+			s.Window = l.Window
+		}
+		if l.By != "" {
+			s.By = l.By
+		}
+		if l.Algorithm != "" {
+			s.Algorithm = l.Algorithm
+		}
+	}
+	sort.Slice(specs, func(i, j int) bool { return specs[i].Name < specs[j].Name })
+	return specs
+}
+
+// OrgOf maps an assistant domain to its organization; an unmapped domain is an org of its own.
+func (c *Config) OrgOf() map[string]string {
+	m := make(map[string]string)
+	for org, domains := range c.Orgs {
+		for _, d := range domains {
+			m[d] = org
+		}
+	}
+	return m
+}
+
+var limitName = regexp.MustCompile(`^[a-z][a-z0-9_]{0,63}$`)
+
+func (v *validator) limits(c *Config) {
+	switch c.Redis.OnError {
+	case "deny", "allow":
+	default:
+		v.fail("redis.on_error", "%q is not deny or allow", c.Redis.OnError)
+	}
+	v.positive("redis.timeout", c.Redis.Timeout)
+	if c.Redis.DB < 0 {
+		v.fail("redis.db", "must not be negative")
+	}
+	if c.Redis.MasterName != "" && len(c.Redis.Addrs) == 0 {
+		v.fail("redis.addrs", "must list the Sentinel addresses when master_name is set")
+	}
+	for i, a := range c.Redis.Addrs {
+		v.listenAddr(indexKey("redis.addrs", i), a)
+	}
+	if !limitName.MatchString(c.Redis.KeyPrefix) {
+		v.fail("redis.key_prefix", "%q must be lower_snake_case", c.Redis.KeyPrefix)
+	}
+	if c.Redis.Breaker.Failures < 1 {
+		v.fail("redis.breaker.failures", "must be at least 1")
+	}
+	v.positive("redis.breaker.cooldown", c.Redis.Breaker.Cooldown)
+	if c.ClientIP.IPv6Prefix < 1 || c.ClientIP.IPv6Prefix > 128 {
+		v.fail("client_ip.ipv6_prefix", "must be between 1 and 128")
+	}
+
+	seenDomain := map[string]string{}
+	for org, domains := range c.Orgs {
+		if org == "" {
+			v.fail("orgs", "an organization name is empty")
+		}
+		for _, d := range domains {
+			if other, ok := seenDomain[d]; ok && other != org {
+				v.fail("orgs."+org, "domain %q also belongs to %s", d, other)
+			}
+			seenDomain[d] = org
+		}
+	}
+
+	for name, l := range c.Limits {
+		key := "limits." + name
+		if !limitName.MatchString(name) {
+			v.fail(key, "the name must be lower_snake_case (it becomes a metric label and part of Redis keys)")
+		}
+		builtin := slices.ContainsFunc(BuiltinLimits(), func(s LimitSpec) bool { return s.Name == name })
+		if l.Limit == nil && !builtin {
+			v.fail(key+".limit", "is required")
+		} else if l.Limit != nil && *l.Limit < 0 {
+			v.fail(key+".limit", "must not be negative (0 disables the limit)")
+		}
+		if l.Window == "" && !builtin {
+			v.fail(key+".window", "is required: hour, day, month or a duration such as 15m")
+		} else if l.Window != "" {
+			if _, err := limits.ParseWindow(l.Window); err != nil {
+				v.fail(key+".window", "%q is not hour, day, month or a whole-second duration such as 15m", l.Window)
+			}
+		}
+		switch l.By {
+		case "project", "key", "org", "ip":
+		case "":
+			if !builtin {
+				v.fail(key+".by", "is required: project, key, org or ip")
+			}
+		default:
+			v.fail(key+".by", "%q is not project, key, org or ip", l.By)
+		}
+		if _, err := limits.ParseAlgorithm(l.Algorithm); err != nil {
+			v.fail(key+".algorithm", "%q is not fixed or gcra", l.Algorithm)
+		}
+	}
+	names := map[string]bool{}
+	for _, s := range c.ResolvedLimits() {
+		names[s.Name] = true
+	}
+	for i, r := range c.Routes {
+		if r.Limits == nil {
+			continue
+		}
+		for j, name := range *r.Limits {
+			if !names[name] {
+				v.fail(indexKey(indexKey("routes", i)+".limits", j), "%q is not a defined limit", name)
+			}
+		}
+	}
+}

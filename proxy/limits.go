@@ -1,0 +1,313 @@
+package proxy
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/docsgate/gateway/config"
+	"github.com/docsgate/gateway/limits"
+	"github.com/docsgate/gateway/metrics"
+)
+
+// Limiter decides all hits of a request at once, all-or-nothing.
+type Limiter interface {
+	Take(ctx context.Context, hits []limits.Hit, d *limits.Decision) error
+}
+
+// by says what a limit counts.
+type by uint8
+
+const (
+	byProject by = iota + 1
+	byKey
+	byOrg
+	byIP
+)
+
+func parseBy(s string) (by, bool) {
+	switch s {
+	case "project":
+		return byProject, true
+	case "key":
+		return byKey, true
+	case "org":
+		return byOrg, true
+	case "ip":
+		return byIP, true
+	}
+	return 0, false
+}
+
+// routeLimit is one limit as applied by one route.
+type routeLimit struct {
+	rule    *limits.Rule
+	by      by
+	metrics *metrics.Limit
+}
+
+// builtinRouteLimits are the platform's limits for its two operations.
+var builtinRouteLimits = map[string][]string{
+	"agent_job":         {"agent_job_per_project"},
+	"assistant_message": {"assistant_per_key", "assistant_per_org", "assistant_per_ip"},
+}
+
+// compileLimits builds one rule per defined limit (shared by every route that applies it, so
+// counters belong to the limit) and attaches each route's list.
+func compileLimits(cfg *config.Config, entries []config.Route, routes []*route) error {
+	rules := map[string]*limits.Rule{}
+	bys := map[string]by{}
+	for _, s := range cfg.ResolvedLimits() {
+		w, err := limits.ParseWindow(s.Window)
+		if err != nil {
+			return fmt.Errorf("limits.%s.window: %w", s.Name, err)
+		}
+		a, err := limits.ParseAlgorithm(s.Algorithm)
+		if err != nil {
+			return fmt.Errorf("limits.%s.algorithm: %w", s.Name, err)
+		}
+		b, ok := parseBy(s.By)
+		if !ok {
+			return fmt.Errorf("limits.%s.by: %q is not project, key, org or ip", s.Name, s.By)
+		}
+		rules[s.Name] = &limits.Rule{Name: s.Name, Limit: s.Limit, Window: w, Algorithm: a}
+		bys[s.Name] = b
+	}
+	lists := map[string][]string{}
+	for name, l := range builtinRouteLimits {
+		lists[name] = l
+	}
+	for _, e := range entries {
+		if e.Limits != nil {
+			lists[e.Name] = *e.Limits
+		}
+	}
+	var problems []config.Problem
+	for _, rt := range routes {
+		for _, name := range lists[rt.name] {
+			rule, ok := rules[name]
+			if !ok {
+				problems = append(problems, config.Problem{Key: "routes", Msg: fmt.Sprintf("%s applies %q, which is not a defined limit", rt.name, name)})
+				continue
+			}
+			b := bys[name]
+			if need := pathParam(b); need != "" && !strings.Contains(rt.path, "{"+need+"}") {
+				problems = append(problems, config.Problem{Key: "routes", Msg: fmt.Sprintf(
+					"%s applies %s, which counts by %s, but its path has no {%s}", rt.name, name, byName(b), need)})
+				continue
+			}
+			if rule.Limit <= 0 {
+				continue // disabled: never asked for, never in headers
+			}
+			rt.limits = append(rt.limits, routeLimit{rule: rule, by: b, metrics: rt.metrics.Limit(name)})
+		}
+		rt.policy = policyHeader(rt.limits)
+	}
+	if len(problems) > 0 {
+		return &config.Error{Problems: problems}
+	}
+	return nil
+}
+
+func pathParam(b by) string {
+	switch b {
+	case byProject:
+		return "projectId"
+	case byOrg:
+		return "domain"
+	}
+	return ""
+}
+
+func byName(b by) string {
+	return [...]string{"", "project", "key", "org", "ip"}[b]
+}
+
+// policyHeader is the route's RateLimit-Policy value; it only changes with the config.
+func policyHeader(ls []routeLimit) string {
+	parts := make([]string, len(ls))
+	for i, l := range ls {
+		parts[i] = fmt.Sprintf("%q;q=%d;w=%d", l.rule.Name, l.rule.Limit, int64(l.rule.Window.Nominal()/time.Second))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// limitState is the per-request scratch space of a decision, pooled so that a limited request
+// allocates no slices.
+type limitState struct {
+	hits []limits.Hit
+	dec  limits.Decision
+	buf  []byte
+}
+
+// limit applies the route's limits: one decision for all of them. It answers the request
+// itself (429 or 503) and returns false when the request must not be forwarded.
+func (g *Gateway) limit(s *scope, r *http.Request) bool {
+	rt := s.route
+	st := g.limitStates.Get().(*limitState)
+	defer g.limitStates.Put(st)
+	st.hits = st.hits[:0]
+	for _, l := range rt.limits {
+		st.hits = append(st.hits, limits.Hit{Rule: l.rule, ID: g.limitID(l.by, s, r)})
+	}
+	start := time.Now()
+	err := g.limiter.Take(r.Context(), st.hits, &st.dec)
+	g.metrics.LimiterCall(time.Since(start).Seconds(), err != nil)
+	if err != nil {
+		for _, l := range rt.limits {
+			l.metrics.Error.Inc()
+		}
+		s.limitErr = true
+		if g.allowOnLimiterError {
+			return true
+		}
+		s.w.Header().Set("Retry-After", "1")
+		s.fail(http.StatusServiceUnavailable, errorBody{
+			Error: "Rate limiting is temporarily unavailable. Please retry in a moment.",
+			Code:  codeLimiterUnavailable,
+		})
+		return false
+	}
+	h := s.w.Header()
+	h.Set("RateLimit-Policy", rt.policy)
+	st.buf = g.rateLimitHeaders(h, st.buf[:0], &st.dec)
+	if st.dec.Allowed {
+		for i, l := range rt.limits {
+			l.metrics.Allowed.Inc()
+			if res := &st.dec.Results[i]; res.Remaining*10 < l.rule.Limit {
+				l.metrics.NearLimit.Inc()
+			}
+		}
+		return true
+	}
+	for i, l := range rt.limits {
+		if !st.dec.Results[i].Allowed {
+			l.metrics.Denied.Inc()
+		}
+	}
+	denied := &st.dec.Results[st.dec.Denied()]
+	retry := seconds(max(denied.RetryAfter, denied.Reset))
+	s.deniedBy = denied.Rule.Name
+	h.Set("Retry-After", strconv.FormatInt(retry, 10))
+	s.fail(http.StatusTooManyRequests, errorBody{
+		Error:      fmt.Sprintf("Rate limit exceeded (%s). Please retry in %s.", denied.Rule.Name, humanSeconds(retry)),
+		Code:       codeRateLimited,
+		Limit:      denied.Rule.Name,
+		RetryAfter: &retry,
+	})
+	return false
+}
+
+// rateLimitHeaders writes both header generations clients parse today: the IETF draft's
+// RateLimit (every limit: remaining and seconds to reset) and the older RateLimit-Limit,
+// -Remaining and -Reset for the limit with the least remaining.
+func (g *Gateway) rateLimitHeaders(h http.Header, buf []byte, d *limits.Decision) []byte {
+	least := -1
+	for i := range d.Results {
+		res := &d.Results[i]
+		if i > 0 {
+			buf = append(buf, ", "...)
+		}
+		buf = append(buf, '"')
+		buf = append(buf, res.Rule.Name...)
+		buf = append(buf, `";r=`...)
+		buf = strconv.AppendInt(buf, res.Remaining, 10)
+		buf = append(buf, ";t="...)
+		buf = strconv.AppendInt(buf, resetSeconds(res), 10)
+		if least < 0 || res.Remaining < d.Results[least].Remaining {
+			least = i
+		}
+	}
+	h.Set("RateLimit", string(buf))
+	if least >= 0 {
+		res := &d.Results[least]
+		h.Set("RateLimit-Limit", strconv.FormatInt(res.Rule.Limit, 10))
+		h.Set("RateLimit-Remaining", strconv.FormatInt(res.Remaining, 10))
+		h.Set("RateLimit-Reset", strconv.FormatInt(resetSeconds(res), 10))
+	}
+	return buf
+}
+
+// resetSeconds is a limit's t: when it admits again if it denied, else when it resets.
+func resetSeconds(res *limits.Result) int64 {
+	if !res.Allowed {
+		return seconds(max(res.RetryAfter, res.Reset))
+	}
+	return seconds(res.Reset)
+}
+
+// seconds rounds up, so a client waiting that long is never early.
+func seconds(d time.Duration) int64 {
+	return int64((d + time.Second - 1) / time.Second)
+}
+
+func humanSeconds(s int64) string {
+	switch {
+	case s == 1:
+		return "1 second"
+	case s < 120:
+		return strconv.FormatInt(s, 10) + " seconds"
+	case s < 2*3600:
+		return strconv.FormatInt((s+59)/60, 10) + " minutes"
+	}
+	return strconv.FormatInt((s+3599)/3600, 10) + " hours"
+}
+
+// limitID is what a limit counts for this request. Path values are client-chosen, so odd or
+// long ones are replaced by a digest: they become part of Redis key names.
+func (g *Gateway) limitID(b by, s *scope, r *http.Request) string {
+	switch b {
+	case byProject:
+		return safeID(r.PathValue("projectId"))
+	case byKey:
+		return s.digest
+	case byOrg:
+		domain := r.PathValue("domain")
+		if org, ok := g.orgOf[domain]; ok {
+			return org
+		}
+		return safeID(domain)
+	case byIP:
+		return g.ipID(s.clientIP)
+	}
+	return ""
+}
+
+// ipID groups IPv6 clients by prefix (one host usually holds a whole /64).
+func (g *Gateway) ipID(a netip.Addr) string {
+	switch {
+	case !a.IsValid():
+		return "unknown"
+	case a.Is4():
+		return a.String()
+	}
+	p, err := a.WithZone("").Prefix(g.ipv6Bits)
+	if err != nil {
+		return a.String()
+	}
+	return p.String()
+}
+
+func safeID(v string) string {
+	if len(v) > 0 && len(v) <= 128 {
+		ok := true
+		for i := 0; i < len(v); i++ {
+			c := v[i]
+			if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_' || c == '.' || c == '~' || c == '@') {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			return v
+		}
+	}
+	sum := sha256.Sum256([]byte(v))
+	return "sha256-" + hex.EncodeToString(sum[:16])
+}
