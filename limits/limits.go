@@ -150,3 +150,9 @@ func (c *ruleCache) compile(r *Rule) (*compiled, error) {
 	cr.period = r.Window.Nominal().Seconds()
 	return cr, nil
 }
+
+var (
+	_ Store = (*Memory)(nil)
+	_ Store = (*Redis)(nil)
+	_ Store = (*Guard)(nil)
+)

@@ -1,11 +1,3 @@
-// Package limits decides requests against several rate limits at once.
-//
-// A request produces a list of hits (rule + identifier); a Store decides them
-// all-or-nothing: either every limit had room and one unit of each was
-// consumed, or nothing was consumed. Two stores exist: Redis (shared by all
-// gateway replicas, one script call per decision, clock = Redis server TIME)
-// and Memory (in-process, for single-instance use and tests). Guard bounds a
-// store's latency and fails fast while it is down.
 package limits
 
 import (

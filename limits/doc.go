@@ -1,0 +1,21 @@
+// Package limits decides requests against several rate limits at once.
+//
+// A request produces a list of hits (rule + identifier); a Store decides them
+// all-or-nothing: either every limit had room and one unit of each was
+// consumed, or nothing was consumed.
+//
+//   - Redis: shared by all gateway replicas. Standalone/sentinel: one script
+//     call (EVALSHA, EVAL on NOSCRIPT) per Take, windows computed from Redis
+//     TIME so replicas with skewed clocks agree. Cluster: one script call per
+//     hash-slot group, pipelined (one round trip per node, in parallel); if a
+//     group denies, the others are given back in a second step. That give-back
+//     can make a concurrent request see a transient deny, never an overshoot.
+//     A *redis.Ring is not supported (its sharding ignores hash tags).
+//   - Memory: in-process, 64 shards with their own mutex, its own clock.
+//   - Guard: bounds each call by a timeout and fails fast with ErrBreakerOpen
+//     while the store keeps failing.
+//
+// Keys are "<prefix>:<rule name>:<window>:{<id>}"; fixed windows are hashes
+// {s: window start, n: count} expiring at the window end, GCRA keys hold the
+// TAT exactly like redis_rate/v10 and expire when fully replenished.
+package limits
