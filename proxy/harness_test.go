@@ -85,7 +85,8 @@ func newGateway(t *testing.T, up *upstream, opts ...gatewayOpt) *gateway {
 	cfg.Upstream.URL = up.URL
 	cfg.Routes = []config.Route{
 		{Name: "agent_job_status", Method: "GET", Path: "/v2/agent/{projectId}/job/{jobId}", Key: "admin"},
-		{Name: "assistant_message_v2", Method: "POST", Path: "/discovery/v2/assistant/{domain}/message", Key: "assistant", Stream: ptr(true)},
+		{Name: "assistant_message_v2", Method: "POST", Path: "/discovery/v2/assistant/{domain}/message", Key: "assistant", Stream: ptr(true),
+			Limits: &[]string{"assistant_per_key", "assistant_per_org", "assistant_per_ip"}},
 	}
 	for _, o := range opts {
 		o(&cfg)

@@ -283,7 +283,7 @@ func TestForwardedForTrust(t *testing.T) {
 	if got := up.requests()[0].Header.Get("X-Forwarded-For"); got != "127.0.0.1" {
 		t.Fatalf("untrusted peer's X-Forwarded-For believed: upstream got %q", got)
 	}
-	if ip := lastLogField(g, "client_ip"); ip != "127.0.0.1" {
+	if ip := lastLogField(g, 1, "client_ip"); ip != "127.0.0.1" {
 		t.Fatalf("client_ip logged %q", ip)
 	}
 
@@ -293,16 +293,23 @@ func TestForwardedForTrust(t *testing.T) {
 	if got := up.requests()[1].Header.Get("X-Forwarded-For"); got != "198.51.100.1, 203.0.113.9, 10.1.2.3, 127.0.0.1" {
 		t.Fatalf("trusted chain not extended: %q", got)
 	}
-	if ip := lastLogField(g2, "client_ip"); ip != "203.0.113.9" {
+	if ip := lastLogField(g2, 1, "client_ip"); ip != "203.0.113.9" {
 		t.Fatalf("client_ip = %q, want the right-most untrusted hop", ip)
 	}
 }
 
-func lastLogField(g *gateway, key string) string {
+// lastLogField reads a field of the n-th access-log line, waiting for it: the line is written
+// when the handler returns, which may be just after the client has read the whole response.
+func lastLogField(g *gateway, n int, key string) string {
+	deadline := time.Now().Add(2 * time.Second)
+	for g.logs.FilterMessage("request").Len() < n && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
 	all := g.logs.FilterMessage("request").All()
-	if len(all) == 0 {
+	if len(all) < n {
 		return ""
 	}
+	all = all[:n]
 	s, _ := all[len(all)-1].ContextMap()[key].(string)
 	return s
 }
