@@ -11,8 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/docsgate/gateway/config"
 	"github.com/docsgate/gateway/internal/redistest"
 )
@@ -97,7 +95,9 @@ func TestLimitHeadersAndDenial(t *testing.T) {
 func TestLimitExactUnderConcurrency(t *testing.T) {
 	stores(t, func(t *testing.T, withStore gatewayOpt, srv *redistest.Server) {
 		up := newUpstream(t, nil)
-		opts := []gatewayOpt{withStore, setLimit("assistant_per_org", 25, "hour")}
+		// A generous timeout: 80 concurrent requests under -race on two cores are slow, and
+		// this test is about exactness, not latency.
+		opts := []gatewayOpt{withStore, setLimit("assistant_per_org", 25, "hour"), func(c *cfgT) { c.Redis.Timeout = 5 * time.Second }}
 		a := newGateway(t, up, opts...)
 		targets := []string{a.URL + "/discovery/v1/assistant/acme/message", a.URL + "/discovery/v2/assistant/acme/message"}
 		if srv != nil { // a second replica on the same Redis
@@ -281,13 +281,13 @@ func TestOneScriptCallPerRequest(t *testing.T) {
 	client := srv.Client(t)
 	g := newGateway(t, newUpstream(t, nil), func(c *cfgT) { c.Redis.Addrs = []string{srv.Addr} })
 	g.do(t, "POST", "/discovery/v1/assistant/acme/message", jsonHdr(assistantKey), assistantBody) // loads the script
-	before := scriptCalls(t, client)
+	before := redistest.ScriptCalls(t, client)
 	for range 10 {
 		g.do(t, "POST", "/discovery/v1/assistant/acme/message", jsonHdr(assistantKey), assistantBody)
 		g.do(t, "POST", "/discovery/v1/assistant/acme/message", jsonHdr(adminKey), assistantBody)
 		g.do(t, "POST", "/discovery/v1/assistant/acme/message", jsonHdr(assistantKey), `{}`)
 	}
-	if got := scriptCalls(t, client) - before; got != 10 {
+	if got := redistest.ScriptCalls(t, client) - before; got != 10 {
 		t.Fatalf("%d script calls for 10 limited requests (and 20 refused ones)", got)
 	}
 	// No key name holds the raw key.
@@ -303,20 +303,4 @@ func TestOneScriptCallPerRequest(t *testing.T) {
 	if len(keys) != 3 {
 		t.Fatalf("keys = %q, want one per limit", keys)
 	}
-}
-
-func scriptCalls(t *testing.T, client *redis.Client) int {
-	t.Helper()
-	info, err := client.Info(context.Background(), "commandstats").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	total := 0
-	for _, cmd := range []string{"cmdstat_evalsha", "cmdstat_eval"} {
-		if m := regexp.MustCompile(cmd + `:calls=(\d+)`).FindStringSubmatch(info); m != nil {
-			n, _ := strconv.Atoi(m[1])
-			total += n
-		}
-	}
-	return total
 }

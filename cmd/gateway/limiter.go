@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"crypto/tls"
 	"io"
 
@@ -43,6 +44,8 @@ func newLimiter(c config.Redis, m *metrics.Metrics, log *zap.Logger) *limiter {
 	if c.TLS {
 		opts.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
 	}
+	// go-redis keeps its logger in a package variable; the process has one logger anyway.
+	redis.SetLogger(redisLogger{log.Named("redis").Sugar()})
 	client := redis.NewUniversalClient(opts)
 	guard := limits.NewGuard(limits.NewRedis(client, c.KeyPrefix), limits.GuardOptions{
 		Timeout:          c.Timeout,
@@ -63,4 +66,12 @@ func newLimiter(c config.Redis, m *metrics.Metrics, log *zap.Logger) *limiter {
 // healthy is false while the breaker is open.
 func (l *limiter) healthy() bool {
 	return l.guard == nil || !l.guard.Open()
+}
+
+// redisLogger sends go-redis's own messages (failed dials, pool trouble) to the structured
+// log instead of bare lines on stderr.
+type redisLogger struct{ log *zap.SugaredLogger }
+
+func (l redisLogger) Printf(_ context.Context, format string, v ...any) {
+	l.log.Warnf(format, v...)
 }

@@ -1,0 +1,27 @@
+package redistest
+
+import (
+	"context"
+	"regexp"
+	"strconv"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+)
+
+var scriptStat = regexp.MustCompile(`cmdstat_(?:evalsha|eval):calls=(\d+)`)
+
+// ScriptCalls returns how many EVAL and EVALSHA calls the server has run (INFO commandstats).
+func ScriptCalls(t testing.TB, client *redis.Client) int {
+	t.Helper()
+	info, err := client.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatalf("INFO commandstats: %v", err)
+	}
+	total := 0
+	for _, m := range scriptStat.FindAllStringSubmatch(info, -1) {
+		n, _ := strconv.Atoi(m[1])
+		total += n
+	}
+	return total
+}
