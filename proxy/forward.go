@@ -70,6 +70,8 @@ func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
 	pr.Out.Header.Set(requestIDHeader, s.requestID)
 }
 
+var rateLimitHeaders = [...]string{"RateLimit", "RateLimit-Policy", "RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset"}
+
 func (g *Gateway) modifyResponse(res *http.Response) error {
 	s := scopeFrom(res.Request.Context())
 	s.upstreamStatus = res.StatusCode
@@ -82,6 +84,12 @@ func (g *Gateway) modifyResponse(res *http.Response) error {
 			if strings.HasPrefix(k, "Access-Control-") {
 				delete(res.Header, k)
 			}
+		}
+	}
+	if len(s.route.limits) > 0 {
+		// The gateway's rate-limit headers are already set; the upstream's would contradict them.
+		for _, k := range rateLimitHeaders {
+			res.Header.Del(k)
 		}
 	}
 	if s.route.stream {

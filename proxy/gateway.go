@@ -9,6 +9,7 @@ import (
 	"net/http/httputil"
 	"net/netip"
 	"net/url"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -157,6 +158,11 @@ func (g *Gateway) serveUnmatched(rt *route, t *table, w http.ResponseWriter, r *
 	defer g.finish(s, r)
 	if t != nil {
 		if allow := t.allowed(r); allow != "" {
+			if strings.Contains(allow, http.MethodOptions) {
+				// Only assistant paths answer preflights: the browser must be able to read
+				// this error too.
+				g.cors.decorate(s.w.Header(), r)
+			}
 			s.w.Header().Set("Allow", allow)
 			s.fail(http.StatusMethodNotAllowed, errorBody{
 				Error: fmt.Sprintf("Method %s is not allowed here; allowed: %s.", safeMethod(r.Method), allow),

@@ -37,7 +37,12 @@ var policyRE = regexp.MustCompile(`^"assistant_per_key";q=\d+;w=2592000, "assist
 
 func TestLimitHeadersAndDenial(t *testing.T) {
 	stores(t, func(t *testing.T, withStore gatewayOpt, _ *redistest.Server) {
-		g := newGateway(t, newUpstream(t, nil), withStore, setLimit("assistant_per_org", 3, "hour"))
+		up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("RateLimit", `"upstream";r=1;t=1`) // the gateway's headers win
+			w.Header().Set("RateLimit-Remaining", "1")
+			w.WriteHeader(201)
+		})
+		g := newGateway(t, up, withStore, setLimit("assistant_per_org", 3, "hour"))
 		h := jsonHdr(assistantKey)
 		h.Set("Origin", "https://docs.acme.com")
 		for i := 1; i <= 3; i++ {
@@ -51,6 +56,9 @@ func TestLimitHeadersAndDenial(t *testing.T) {
 			want := `"assistant_per_org";r=` + strconv.Itoa(3-i) + `;t=`
 			if rl := res.Header.Get("RateLimit"); !strings.Contains(rl, want) || !strings.Contains(rl, `"assistant_per_key";r=9999`) && i == 1 {
 				t.Fatalf("RateLimit = %q, want %q...", rl, want)
+			}
+			if len(res.Header.Values("RateLimit")) != 1 || len(res.Header.Values("RateLimit-Remaining")) != 1 {
+				t.Fatalf("upstream rate-limit headers leaked: %v", res.Header)
 			}
 			if res.Header.Get("RateLimit-Limit") != "3" || res.Header.Get("RateLimit-Remaining") != strconv.Itoa(3-i) {
 				t.Fatalf("legacy headers: %v", res.Header)

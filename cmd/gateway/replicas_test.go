@@ -186,3 +186,39 @@ func limitedOK(t *testing.T, p *proc) bool {
 	res.Body.Close()
 	return res.StatusCode == 201 && res.Header.Get("RateLimit") != ""
 }
+
+// Two gateway binaries on a real 3-master Redis Cluster (several addrs: go-redis's cluster
+// client): a burst admits exactly the limit, and an assistant request, whose three counters
+// live on different nodes, stays all-or-nothing.
+func TestReplicasOnRedisCluster(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	upURL, upCount := recordingUpstream(t)
+	addrs := make([]string, len(cl.Addrs))
+	for i, a := range cl.Addrs {
+		addrs[i] = fmt.Sprintf("%q", a)
+	}
+	cfg := fmt.Sprintf("redis:\n  addrs: [%s]\n  timeout: 2s\nlimits:\n  agent_job_per_project: {limit: 20}\n  assistant_per_org: {limit: 15}\n",
+		strings.Join(addrs, ", "))
+	gws := []*proc{startGateway(t, upURL, cfg), startGateway(t, upURL, cfg)}
+	if c := burst(t, gws, 50, "/v2/agent/cluster/job", "svc_c", `{"prompt":"x"}`, nil); c[201] != 20 || c[429] != 30 {
+		t.Fatalf("agent_job on the cluster: %v, want 20 admitted", c)
+	}
+	if c := burst(t, gws, 40, "/discovery/v1/assistant/acme/message", "svc_dsc_c", `{"fp":"a","messages":[]}`, nil); c[201] != 15 || c[429] != 25 {
+		t.Fatalf("assistant on the cluster: %v, want 15 admitted", c)
+	}
+	// The org denied 25 times; the key's monthly counter must show only the 15 admitted.
+	req, _ := http.NewRequest("POST", "http://"+gws[0].public+"/discovery/v1/assistant/other-org/message", strings.NewReader(`{"fp":"a","messages":[]}`))
+	req.Header.Set("Authorization", "Bearer svc_dsc_c")
+	req.Header.Set("Content-Type", "application/json")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if rl := res.Header.Get("RateLimit"); !strings.Contains(rl, `"assistant_per_key";r=9984;`) {
+		t.Fatalf("RateLimit = %q: denied requests consumed the key's quota", rl)
+	}
+	if got := upCount(); got != 20+15+1 {
+		t.Fatalf("upstream saw %d requests", got)
+	}
+}
