@@ -222,3 +222,18 @@ func TestReplicasOnRedisCluster(t *testing.T) {
 		t.Fatalf("upstream saw %d requests", got)
 	}
 }
+
+// Through Sentinel (master_name set): the gateway finds the master and limits exactly.
+func TestRedisSentinel(t *testing.T) {
+	master := redistest.Start(t)
+	sentinel := redistest.StartSentinel(t, "gwmaster", master)
+	upURL, _ := recordingUpstream(t)
+	p := startGateway(t, upURL, fmt.Sprintf("redis:\n  addrs: [%q]\n  master_name: gwmaster\n  timeout: 2s\nlimits:\n  agent_job_per_project: {limit: 10}\n", sentinel.Addr))
+	if c := burst(t, []*proc{p}, 25, "/v2/agent/s/job", "svc_s", `{"prompt":"x"}`, nil); c[201] != 10 || c[429] != 15 {
+		t.Fatalf("via sentinel: %v, want 10 admitted", c)
+	}
+	keys, err := master.Client(t).Keys(t.Context(), "gw:agent_job_per_project:*").Result()
+	if err != nil || len(keys) != 1 {
+		t.Fatalf("counters on the master: %q %v", keys, err)
+	}
+}

@@ -34,6 +34,7 @@ type Server struct {
 	port  int
 	dir   string
 	extra []string // extra command-line arguments (cluster mode)
+	conf  string   // config file given before the flags (Sentinel)
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -103,6 +104,10 @@ func (s *Server) launch(bin string) error {
 		"--loglevel", "warning",
 	}
 	args = append(args, s.extra...)
+	if s.conf != "" {
+		// Sentinel needs a config file of its own, given first.
+		args = append([]string{s.conf}, args...)
+	}
 	logf, err := os.OpenFile(filepath.Join(s.dir, "redis.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
