@@ -12,9 +12,8 @@ help: ## list the targets
 demo: ## run the upstream simulator and the gateway with config.example.yaml (no Redis needed)
 	scripts/demo.sh
 
-build: ## build static binaries into bin/
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/gateway ./cmd/gateway
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/upstream-sim ./cmd/upstream-sim
+build: ## build static binaries into bin/ (scripts/build.sh: the line CI and the Dockerfile use)
+	GO=$(GO) VERSION=$(VERSION) scripts/build.sh bin
 
 test: ## the whole suite with -race (installs redis-server when missing and root)
 	scripts/test.sh
