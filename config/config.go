@@ -13,6 +13,9 @@ type Config struct {
 	Listen string `yaml:"listen"`
 	// AdminListen serves /metrics, /healthz and /readyz; it is never the public listener.
 	AdminListen string `yaml:"admin_listen"`
+	// AdminToken, when set, is required as a bearer token on every admin endpoint but
+	// /healthz and /readyz.
+	AdminToken string `yaml:"admin_token"`
 	// TLS, when set, makes the public listener serve HTTPS (HTTP/1.1 and HTTP/2).
 	TLS *TLS `yaml:"tls"`
 
@@ -94,6 +97,15 @@ type Log struct {
 	Level string `yaml:"level"`
 	// Format is json (production) or console (readable; also set by -dev).
 	Format string `yaml:"format"`
+	// Sampling thins repeated lines under load; off by default.
+	Sampling Sampling `yaml:"sampling"`
+}
+
+// Sampling keeps, per second and per message, the first Initial lines and then every
+// Thereafter-th. Initial 0 turns sampling off.
+type Sampling struct {
+	Initial    int `yaml:"initial"`
+	Thereafter int `yaml:"thereafter"`
 }
 
 // Route is one entry of routes:. Naming a built-in route (agent_job, assistant_message)

@@ -234,6 +234,9 @@ func applyEnv(cfg *Config, env Env) {
 			}
 		}
 	}
+	if v, ok := env("GATEWAY_ADMIN_TOKEN"); ok && v != "" {
+		cfg.AdminToken = v
+	}
 	if v, ok := env("REDIS_PASSWORD"); ok && v != "" {
 		cfg.Redis.Password = v
 	}

@@ -59,6 +59,12 @@ func (c *Config) Validate() error {
 	default:
 		v.fail("log.format", "%q is not one of json, console", c.Log.Format)
 	}
+	if c.Log.Sampling.Initial < 0 || c.Log.Sampling.Thereafter < 0 {
+		v.fail("log.sampling", "initial and thereafter must not be negative")
+	}
+	if c.AdminToken != "" && len(c.AdminToken) < 16 {
+		v.fail("admin_token", "must be at least 16 characters (or empty to disable)")
+	}
 	v.routes(c.Routes)
 	v.limits(c)
 	if len(v.problems) > 0 {

@@ -3,10 +3,12 @@
 package metrics
 
 import (
+	"net/http"
 	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
 // Metrics holds the collectors. Build one per process with New.
@@ -26,6 +28,7 @@ type Metrics struct {
 	limiterDuration      prometheus.Histogram
 	limiterErrors        prometheus.Counter
 	breakerOpen          prometheus.Gauge
+	orgRequests          *prometheus.CounterVec
 }
 
 // Latency buckets from 1 ms to 30 s: gateway overhead sits at the low end, streamed answers at
@@ -100,8 +103,13 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "gateway_breaker_open",
 			Help: "1 while the limiter's circuit breaker is open (Redis is not being called), else 0.",
 		}),
+		orgRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gateway_org_requests_total",
+			Help: "Requests on assistant routes by organization (configured orgs; all others are other) and limit decision.",
+		}, []string{"org", "decision"}),
 	}
 	reg.MustRegister(
+		m.orgRequests,
 		m.decisions, m.nearLimit, m.limiterDuration, m.limiterErrors, m.breakerOpen,
 		m.requests, m.requestDuration, m.inflight, m.authRejections, m.validationRejections,
 		m.upstreamErrors, m.upstreamDuration, m.streamFirstByte, m.streamDuration, m.streamFinished,
@@ -206,4 +214,24 @@ func (r *Route) Limit(name string) *Limit {
 		Error:     d.WithLabelValues(r.name, name, "error"),
 		NearLimit: r.m.nearLimit.WithLabelValues(r.name, name),
 	}
+}
+
+// Org holds one organization's pre-resolved series. Only configured organizations get their
+// own label value, so the label's cardinality is bounded by the config.
+type Org struct {
+	Allowed, Denied, Error prometheus.Counter
+}
+
+// Org resolves the series of one organization ("other" for all unconfigured ones).
+func (m *Metrics) Org(name string) *Org {
+	return &Org{
+		Allowed: m.orgRequests.WithLabelValues(name, "allowed"),
+		Denied:  m.orgRequests.WithLabelValues(name, "denied"),
+		Error:   m.orgRequests.WithLabelValues(name, "error"),
+	}
+}
+
+// Handler serves the exposition of g (the registry New registered on).
+func Handler(g prometheus.Gatherer) http.Handler {
+	return promhttp.HandlerFor(g, promhttp.HandlerOpts{})
 }

@@ -94,6 +94,10 @@ func (g *Gateway) modifyResponse(res *http.Response) error {
 	}
 	if s.route.stream {
 		res.Header.Set("X-Accel-Buffering", "no")
+		if res.StatusCode/100 == 2 {
+			s.tap = newFinishTap(res.Body)
+			res.Body = s.tap
+		}
 	}
 	return nil
 }

@@ -47,9 +47,11 @@ type Gateway struct {
 	cors        *cors
 
 	limiter             Limiter
+	limits              []routeLimit // every enabled limit, for usage read-back
 	allowOnLimiterError bool
-	limitStates         sync.Pool // *limitState
-	orgOf               map[string]string
+	limitStates         sync.Pool               // *limitState
+	orgOf               map[string]string       // assistant domain -> configured org
+	orgMetrics          map[string]*metrics.Org // configured org (and "other") -> series; read-only after New
 	ipv6Bits            int
 }
 
@@ -74,6 +76,7 @@ func New(o Options) (*Gateway, error) {
 		allowOnLimiterError: cfg.Redis.OnError == "allow",
 		limitStates:         sync.Pool{New: func() any { return new(limitState) }},
 		orgOf:               cfg.OrgOf(),
+		orgMetrics:          map[string]*metrics.Org{},
 		ipv6Bits:            cfg.ClientIP.IPv6Prefix,
 	}
 	for _, p := range cfg.ClientIP.TrustedProxies {
@@ -89,6 +92,11 @@ func New(o Options) (*Gateway, error) {
 	}
 	g.proxy = g.newReverseProxy(transport)
 
+	for org := range cfg.Orgs {
+		g.orgMetrics[org] = g.metrics.Org(org)
+	}
+	g.orgMetrics[otherOrg] = g.metrics.Org(otherOrg)
+
 	routes, err := compileRoutes(cfg.Routes)
 	if err != nil {
 		return nil, err
@@ -96,7 +104,7 @@ func New(o Options) (*Gateway, error) {
 	for _, rt := range routes {
 		rt.metrics = g.metrics.Route(rt.name)
 	}
-	if err := compileLimits(cfg, cfg.Routes, routes); err != nil {
+	if g.limits, err = compileLimits(cfg, cfg.Routes, routes); err != nil {
 		return nil, err
 	}
 	for _, rt := range routes {
@@ -139,7 +147,7 @@ func (g *Gateway) serve(rt *route, w http.ResponseWriter, r *http.Request) {
 	if !g.readBody(s, r) {
 		return
 	}
-	if len(rt.limits) > 0 && !g.limit(s, r) {
+	if !g.limit(s, r) {
 		return
 	}
 	g.forward(s, r)
@@ -199,7 +207,10 @@ func (g *Gateway) finish(s *scope, r *http.Request) {
 	}
 	m.Request(status)
 	m.Duration.Observe(elapsed.Seconds())
-	if s.route.stream && s.upstreamStatus != 0 {
+	finish := ""
+	if s.tap != nil {
+		finish = s.tap.result()
+		m.StreamFinished(finish)
 		if !s.w.firstByte.IsZero() {
 			m.FirstByte.Observe(s.w.firstByte.Sub(s.start).Seconds())
 		}
@@ -235,6 +246,9 @@ func (g *Gateway) finish(s *scope, r *http.Request) {
 		}
 		if s.upstreamKind != "" {
 			fields = append(fields, zap.String("upstream_error", s.upstreamKind))
+		}
+		if finish != "" {
+			fields = append(fields, zap.String("finish_reason", finish))
 		}
 		ce.Write(fields...)
 	}

@@ -16,9 +16,10 @@ import (
 	"github.com/docsgate/gateway/metrics"
 )
 
-// Limiter decides all hits of a request at once, all-or-nothing.
+// Limiter decides all hits of a request at once, all-or-nothing, and reads counters back.
 type Limiter interface {
 	Take(ctx context.Context, hits []limits.Hit, d *limits.Decision) error
+	Usage(ctx context.Context, r *limits.Rule, id string) (limits.Usage, error)
 }
 
 // by says what a limit counts.
@@ -60,24 +61,29 @@ var builtinRouteLimits = map[string][]string{
 
 // compileLimits builds one rule per defined limit (shared by every route that applies it, so
 // counters belong to the limit) and attaches each route's list.
-func compileLimits(cfg *config.Config, entries []config.Route, routes []*route) error {
+// It returns every enabled limit, for usage read-back.
+func compileLimits(cfg *config.Config, entries []config.Route, routes []*route) ([]routeLimit, error) {
 	rules := map[string]*limits.Rule{}
 	bys := map[string]by{}
+	var all []routeLimit
 	for _, s := range cfg.ResolvedLimits() {
 		w, err := limits.ParseWindow(s.Window)
 		if err != nil {
-			return fmt.Errorf("limits.%s.window: %w", s.Name, err)
+			return nil, fmt.Errorf("limits.%s.window: %w", s.Name, err)
 		}
 		a, err := limits.ParseAlgorithm(s.Algorithm)
 		if err != nil {
-			return fmt.Errorf("limits.%s.algorithm: %w", s.Name, err)
+			return nil, fmt.Errorf("limits.%s.algorithm: %w", s.Name, err)
 		}
 		b, ok := parseBy(s.By)
 		if !ok {
-			return fmt.Errorf("limits.%s.by: %q is not project, key, org or ip", s.Name, s.By)
+			return nil, fmt.Errorf("limits.%s.by: %q is not project, key, org or ip", s.Name, s.By)
 		}
 		rules[s.Name] = &limits.Rule{Name: s.Name, Limit: s.Limit, Window: w, Algorithm: a}
 		bys[s.Name] = b
+		if s.Limit > 0 {
+			all = append(all, routeLimit{rule: rules[s.Name], by: b})
+		}
 	}
 	lists := map[string][]string{}
 	for name, l := range builtinRouteLimits {
@@ -110,9 +116,9 @@ func compileLimits(cfg *config.Config, entries []config.Route, routes []*route) 
 		rt.policy = policyHeader(rt.limits)
 	}
 	if len(problems) > 0 {
-		return &config.Error{Problems: problems}
+		return nil, &config.Error{Problems: problems}
 	}
-	return nil
+	return all, nil
 }
 
 func pathParam(b by) string {
@@ -150,6 +156,15 @@ type limitState struct {
 // itself (429 or 503) and returns false when the request must not be forwarded.
 func (g *Gateway) limit(s *scope, r *http.Request) bool {
 	rt := s.route
+	if rt.hasDomain {
+		s.org = g.orgMetric(r.PathValue("domain"))
+	}
+	if len(rt.limits) == 0 {
+		if s.org != nil {
+			s.org.Allowed.Inc()
+		}
+		return true
+	}
 	st := g.limitStates.Get().(*limitState)
 	defer g.limitStates.Put(st)
 	st.hits = st.hits[:0]
@@ -164,6 +179,9 @@ func (g *Gateway) limit(s *scope, r *http.Request) bool {
 			l.metrics.Error.Inc()
 		}
 		s.limitErr = true
+		if s.org != nil {
+			s.org.Error.Inc()
+		}
 		if g.allowOnLimiterError {
 			return true
 		}
@@ -178,6 +196,9 @@ func (g *Gateway) limit(s *scope, r *http.Request) bool {
 	h.Set("RateLimit-Policy", rt.policy)
 	st.buf = g.rateLimitHeaders(h, st.buf[:0], &st.dec)
 	if st.dec.Allowed {
+		if s.org != nil {
+			s.org.Allowed.Inc()
+		}
 		for i, l := range rt.limits {
 			l.metrics.Allowed.Inc()
 			if res := &st.dec.Results[i]; res.Remaining*10 < l.rule.Limit {
@@ -190,6 +211,9 @@ func (g *Gateway) limit(s *scope, r *http.Request) bool {
 		if !st.dec.Results[i].Allowed {
 			l.metrics.Denied.Inc()
 		}
+	}
+	if s.org != nil {
+		s.org.Denied.Inc()
 	}
 	denied := &st.dec.Results[st.dec.Denied()]
 	retry := seconds(max(denied.RetryAfter, denied.Reset))
@@ -257,6 +281,17 @@ func humanSeconds(s int64) string {
 		return strconv.FormatInt((s+59)/60, 10) + " minutes"
 	}
 	return strconv.FormatInt((s+3599)/3600, 10) + " hours"
+}
+
+// otherOrg labels every organization the config does not name.
+const otherOrg = "other"
+
+// orgMetric picks the org's series: configured orgs have their own, everyone else shares one.
+func (g *Gateway) orgMetric(domain string) *metrics.Org {
+	if org, ok := g.orgOf[domain]; ok {
+		return g.orgMetrics[org]
+	}
+	return g.orgMetrics[otherOrg]
 }
 
 // limitID is what a limit counts for this request. Path values are client-chosen, so odd or

@@ -24,6 +24,8 @@ type route struct {
 	metrics  *metrics.Route
 	limits   []routeLimit // applied in one decision after the body is validated
 	policy   string       // RateLimit-Policy header value
+	// hasDomain: the path names an assistant {domain}, so requests count per org.
+	hasDomain bool
 }
 
 // builtin is the spec's two operations; their method, path, key family and validators are
@@ -88,6 +90,7 @@ func compileRoutes(entries []config.Route) ([]*route, error) {
 	out := make([]*route, len(routes))
 	for i := range routes {
 		routes[i].cors = routes[i].key == auth.Assistant
+		routes[i].hasDomain = strings.Contains(routes[i].path, "{domain}")
 		out[i] = &routes[i]
 	}
 	return out, nil

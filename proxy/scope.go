@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"net/netip"
 	"time"
+
+	"github.com/docsgate/gateway/metrics"
 )
 
 // scope is everything the gateway learns about one request, in one typed value: the pipeline
@@ -28,7 +30,9 @@ type scope struct {
 	deniedBy       string // the limit that denied the request
 	limitErr       bool   // the limiter failed (the request was denied or let through per on_error)
 	upstreamStatus int
-	upstreamKind   string // set when the upstream exchange failed
+	upstreamKind   string       // set when the upstream exchange failed
+	tap            *finishTap   // streamed answers: watches for the finish part
+	org            *metrics.Org // routes with {domain}: the org's series
 	forwarded      time.Time
 	upstreamTime   time.Duration // to response headers
 }

@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/docsgate/gateway/admin"
 	"github.com/docsgate/gateway/config"
 	"github.com/docsgate/gateway/metrics"
 	"github.com/docsgate/gateway/proxy"
@@ -43,6 +44,9 @@ func newLogger(c config.Log, dev bool) (*zap.Logger, error) {
 	}
 	zc.Level = zap.NewAtomicLevelAt(level)
 	zc.Sampling = nil // every access-log line is kept unless sampling is configured
+	if c.Sampling.Initial > 0 {
+		zc.Sampling = &zap.SamplingConfig{Initial: c.Sampling.Initial, Thereafter: c.Sampling.Thereafter}
+	}
 	zc.DisableStacktrace = !dev
 	log, err := zc.Build()
 	if err != nil {
@@ -95,7 +99,14 @@ func serve(ctx context.Context, cfg *config.Config, dev bool) error {
 
 	pub := publicServer(cfg, gw, log)
 	admin := &http.Server{
-		Handler:           adminHandler(reg, ready),
+		Handler: admin.Handler(admin.Options{
+			Ready:        ready,
+			Metrics:      metrics.Handler(reg),
+			Usage:        gw,
+			Token:        cfg.AdminToken,
+			UsageTimeout: cfg.Redis.Timeout * 10,
+			Logger:       log.Named("admin"),
+		}),
 		ReadHeaderTimeout: cfg.Server.ReadHeaderTimeout,
 		IdleTimeout:       cfg.Server.IdleTimeout,
 		ErrorLog:          zap.NewStdLog(log.Named("admin")),

@@ -1,0 +1,174 @@
+// Package admin serves the operator endpoints on the admin listener: health, readiness,
+// metrics, usage read-back and profiling. None of it is ever on the public listener.
+package admin
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"net/http"
+	"net/http/pprof"
+	"net/netip"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/docsgate/gateway/limits"
+)
+
+// UsageReader reads limit counters without consuming anything.
+type UsageReader interface {
+	// Usage returns every limit counting by what ("project", "org", "ip" or "key") for subject.
+	Usage(ctx context.Context, what, subject string) ([]limits.Usage, error)
+}
+
+// Options wires the admin handler.
+type Options struct {
+	// Ready reports whether the replica should receive traffic, and a word saying why not.
+	Ready func() (bool, string)
+	// Metrics serves the Prometheus exposition.
+	Metrics http.Handler
+	// Usage backs the /usage endpoints.
+	Usage UsageReader
+	// Token, when set, is required as "Authorization: Bearer <token>" on every endpoint but
+	// /healthz and /readyz.
+	Token string
+	// UsageTimeout bounds one usage read.
+	UsageTimeout time.Duration
+	Logger       *zap.Logger
+}
+
+// Handler builds the admin mux.
+func Handler(o Options) http.Handler {
+	h := &handler{o: o}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		ok, status := o.Ready()
+		code := http.StatusOK
+		if !ok {
+			code = http.StatusServiceUnavailable
+		}
+		writeJSON(w, code, map[string]string{"status": status})
+	})
+	mux.Handle("GET /metrics", h.guard(o.Metrics))
+	mux.Handle("GET /usage/projects/{projectId}", h.guard(h.usage("project", "projectId")))
+	mux.Handle("GET /usage/orgs/{org}", h.guard(h.usage("org", "org")))
+	mux.Handle("GET /usage/ips/{ip}", h.guard(h.usage("ip", "ip")))
+	mux.Handle("POST /usage/key", h.guard(http.HandlerFunc(h.usageKey)))
+	// Profiles of the running gateway, for performance work; behind the token like the rest.
+	mux.Handle("GET /debug/pprof/", h.guard(http.HandlerFunc(pprof.Index)))
+	mux.Handle("GET /debug/pprof/cmdline", h.guard(http.HandlerFunc(pprof.Cmdline)))
+	mux.Handle("GET /debug/pprof/profile", h.guard(http.HandlerFunc(pprof.Profile)))
+	mux.Handle("GET /debug/pprof/symbol", h.guard(http.HandlerFunc(pprof.Symbol)))
+	mux.Handle("GET /debug/pprof/trace", h.guard(http.HandlerFunc(pprof.Trace)))
+	mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) {
+		writeError(w, http.StatusNotFound, "not_found", "Not found: no such admin endpoint.")
+	})
+	return mux
+}
+
+type handler struct {
+	o Options
+}
+
+// guard requires the admin token when one is configured.
+func (h *handler) guard(next http.Handler) http.Handler {
+	if h.o.Token == "" {
+		return next
+	}
+	want := []byte("Bearer " + h.o.Token)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got := []byte(r.Header.Get("Authorization"))
+		if subtle.ConstantTimeCompare(got, want) != 1 {
+			w.Header().Set("WWW-Authenticate", "Bearer")
+			writeError(w, http.StatusUnauthorized, "invalid_credentials", "This admin endpoint needs the admin token.")
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+type usageJSON struct {
+	Name      string    `json:"name"`
+	Limit     int64     `json:"limit"`
+	Used      int64     `json:"used"`
+	Remaining int64     `json:"remaining"`
+	Reset     time.Time `json:"reset"`
+}
+
+func (h *handler) usage(what, param string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		subject := r.PathValue(param)
+		if what == "ip" {
+			if _, err := netip.ParseAddr(subject); err != nil {
+				writeError(w, http.StatusBadRequest, "invalid_request", "Not an IP address: "+clip(subject)+".")
+				return
+			}
+		}
+		h.writeUsage(w, r, what, subject)
+	})
+}
+
+// usageKey takes the key in a JSON body, never in the URL, so it stays out of access logs.
+func (h *handler) usageKey(w http.ResponseWriter, r *http.Request) {
+	var body struct {
+		Key string `json:"key"`
+	}
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&body); err != nil || body.Key == "" || len(body.Key) > 256 || strings.ContainsAny(body.Key, " \t\r\n") {
+		writeError(w, http.StatusBadRequest, "invalid_request", `Send {"key": "<API key>"} as JSON.`)
+		return
+	}
+	h.writeUsage(w, r, "key", body.Key)
+}
+
+func (h *handler) writeUsage(w http.ResponseWriter, r *http.Request, what, subject string) {
+	ctx, cancel := context.WithTimeout(r.Context(), h.o.UsageTimeout)
+	defer cancel()
+	usages, err := h.o.Usage.Usage(ctx, what, subject)
+	if err != nil {
+		h.o.Logger.Warn("usage read failed", zap.String("what", what), zap.Error(err))
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusServiceUnavailable, "limiter_unavailable", "The limit store is unavailable. Please retry in a moment.")
+		return
+	}
+	out := struct {
+		Limits []usageJSON `json:"limits"`
+	}{Limits: make([]usageJSON, 0, len(usages))}
+	for _, u := range usages {
+		out.Limits = append(out.Limits, usageJSON{u.Name, u.Limit, u.Used, u.Remaining, ceilSecond(u.Reset)})
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	data, err := json.Marshal(v)
+	if err != nil {
+		code, data = http.StatusInternalServerError, []byte(`{"error":"Internal error.","code":"internal"}`)
+	}
+	w.Header().Set("Content-Type", "application/json; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(code)
+	_, _ = w.Write(append(data, '\n'))
+}
+
+func writeError(w http.ResponseWriter, code int, errCode, msg string) {
+	writeJSON(w, code, map[string]string{"error": msg, "code": errCode})
+}
+
+// ceilSecond rounds up, so a client waiting until reset is never early.
+func ceilSecond(t time.Time) time.Time {
+	return t.UTC().Add(time.Second - 1).Truncate(time.Second)
+}
+
+func clip(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "..."
+	}
+	return s
+}

@@ -1,0 +1,50 @@
+package proxy
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+
+	"github.com/docsgate/gateway/auth"
+	"github.com/docsgate/gateway/limits"
+)
+
+// Usage reads, without consuming anything, every enabled limit that counts by what
+// (project, org, ip or key) for subject: a project id, an org (or unmapped domain), an IP
+// address, or an API key (used only to compute its digest, never kept).
+func (g *Gateway) Usage(ctx context.Context, what, subject string) ([]limits.Usage, error) {
+	b, ok := parseBy(what)
+	if !ok {
+		return nil, fmt.Errorf("proxy: usage: unknown subject kind %q", what)
+	}
+	var id string
+	switch b {
+	case byProject:
+		id = safeID(subject)
+	case byOrg:
+		id = subject
+		if _, configured := g.orgMetrics[subject]; !configured || subject == otherOrg {
+			id = safeID(subject)
+		}
+	case byIP:
+		a, err := netip.ParseAddr(subject)
+		if err != nil {
+			return nil, fmt.Errorf("proxy: usage: %q is not an IP address", subject)
+		}
+		id = g.ipID(a.Unmap())
+	case byKey:
+		id = auth.Digest(subject)
+	}
+	out := []limits.Usage{}
+	for _, l := range g.limits {
+		if l.by != b {
+			continue
+		}
+		u, err := g.limiter.Usage(ctx, l.rule, id)
+		if err != nil {
+			return nil, fmt.Errorf("proxy: usage of %s: %w", l.rule.Name, err)
+		}
+		out = append(out, u)
+	}
+	return out, nil
+}
