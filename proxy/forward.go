@@ -54,7 +54,33 @@ func (g *Gateway) newReverseProxy(t http.RoundTripper) *httputil.ReverseProxy {
 // forward hands a validated request to the reverse proxy.
 func (g *Gateway) forward(s *scope, r *http.Request) {
 	s.forwarded = time.Now()
+	defer g.bodyBroke(s, r)
 	g.proxy.ServeHTTP(s.w, r.WithContext(context.WithValue(r.Context(), scopeKey{}, s)))
+}
+
+// bodyBroke handles a response body that failed after the headers were sent, which the
+// reverse proxy signals by panicking with http.ErrAbortHandler. The failure is counted and
+// logged either way. A stream then ends cleanly: the client keeps every part it got, sees a
+// proper end of stream (without a finish part, so the chat SDK knows it is incomplete), and
+// the connection stays usable. Any other response is aborted, so a truncated JSON body is
+// never mistaken for a whole one.
+func (g *Gateway) bodyBroke(s *scope, r *http.Request) {
+	p := recover()
+	if p == nil {
+		return
+	}
+	if p != http.ErrAbortHandler {
+		panic(p)
+	}
+	if r.Context().Err() != nil {
+		s.upstreamKind = "canceled" // the client went away mid-body
+	} else {
+		s.upstreamKind = "reset"
+	}
+	s.route.metrics.UpstreamError(s.upstreamKind)
+	if !s.route.stream {
+		panic(p)
+	}
 }
 
 // rewrite targets the upstream: path and query kept, Host set to the upstream's,

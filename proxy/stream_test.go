@@ -313,3 +313,58 @@ func lastLogField(g *gateway, n int, key string) string {
 	s, _ := all[len(all)-1].ContextMap()[key].(string)
 	return s
 }
+
+// An upstream that breaks off mid-stream: the client gets every part sent so far and a clean
+// end of stream; a non-streamed body broken off mid-way is aborted instead.
+func TestUpstreamResetMidBody(t *testing.T) {
+	handle := func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		if !strings.HasPrefix(r.URL.Path, "/discovery/") {
+			w.Header().Set("Content-Length", "1000")
+		}
+		_, _ = io.WriteString(w, "0:\"partial\"\n")
+		http.NewResponseController(w).Flush()
+		conn, _, err := http.NewResponseController(w).Hijack()
+		if err == nil {
+			if tc, ok := conn.(*net.TCPConn); ok {
+				_ = tc.SetLinger(0) // RST, not FIN
+			}
+			conn.Close()
+		}
+	}
+	g := newGateway(t, newUpstream(t, handle))
+
+	req, _ := http.NewRequest("POST", g.URL+"/discovery/v1/assistant/acme/message", strings.NewReader(assistantBody))
+	req.Header = jsonHdr(assistantKey)
+	res, err := g.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(res.Body)
+	res.Body.Close()
+	if err != nil || string(body) != "0:\"partial\"\n" {
+		t.Fatalf("stream: %q, %v; want the parts so far and a clean end", body, err)
+	}
+	if kind := lastLogField(g, 1, "upstream_error"); kind != "reset" {
+		t.Fatalf("upstream_error logged %q", kind)
+	}
+
+	res2, err := g.Client().Do(mustReq(t, "POST", g.URL+"/v2/agent/p/job", agentBody, jsonHdr(adminKey)))
+	if err == nil {
+		_, err = io.ReadAll(res2.Body)
+		res2.Body.Close()
+	}
+	if err == nil {
+		t.Fatal("a truncated non-stream body was delivered as if whole")
+	}
+}
+
+func mustReq(t *testing.T, method, url, body string, h http.Header) *http.Request {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header = h
+	return req
+}
