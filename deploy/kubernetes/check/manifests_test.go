@@ -45,8 +45,8 @@ type serviceMonitor struct {
 	Kind       string            `json:"kind"`
 	Metadata   metav1.ObjectMeta `json:"metadata"`
 	Spec       struct {
-		JobLabel string               `json:"jobLabel,omitempty"`
-		Selector metav1.LabelSelector `json:"selector"`
+		JobLabel  string               `json:"jobLabel,omitempty"`
+		Selector  metav1.LabelSelector `json:"selector"`
 		Endpoints []struct {
 			Port          string `json:"port"`
 			Path          string `json:"path,omitempty"`
@@ -364,4 +364,3 @@ func selectsMap(sel, labels map[string]string) bool {
 	}
 	return true
 }
-
