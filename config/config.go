@@ -38,6 +38,22 @@ type Config struct {
 	Orgs map[string][]string `yaml:"orgs"`
 	// Limits defines or adjusts limits by name; routes apply them.
 	Limits map[string]Limit `yaml:"limits"`
+
+	// Auth says how keys are checked: by prefix alone, or against a registry of keys.
+	Auth Auth `yaml:"auth"`
+}
+
+// Auth configures key checking.
+type Auth struct {
+	// Mode is prefix (a key of the right family is enough) or registry (the key must be
+	// registered, and is limited to its projects or domains).
+	Mode string `yaml:"mode"`
+	// KeysFile is a YAML list of registered keys (SHA-256 digests, never raw keys), loaded at
+	// start and on reload when Redis is not configured.
+	KeysFile string `yaml:"keys_file"`
+	// CacheTTL bounds how long a replica trusts its cached view of a key when Redis
+	// invalidations are lost; revocations normally arrive within a second by pub/sub.
+	CacheTTL time.Duration `yaml:"cache_ttl"`
 }
 
 // TLS names the certificate and key files of the public listener.
@@ -149,6 +165,7 @@ func Defaults() Config {
 			ShutdownGrace:     30 * time.Second,
 		},
 		Log:      Log{Level: "info", Format: "json"},
+		Auth:     Auth{Mode: "prefix", CacheTTL: 10 * time.Second},
 		ClientIP: ClientIP{IPv6Prefix: 64},
 		Redis: Redis{
 			Timeout:   100 * time.Millisecond,

@@ -65,6 +65,12 @@ func (c *Config) Validate() error {
 	if c.AdminToken != "" && len(c.AdminToken) < 16 {
 		v.fail("admin_token", "must be at least 16 characters (or empty to disable)")
 	}
+	switch c.Auth.Mode {
+	case "prefix", "registry":
+	default:
+		v.fail("auth.mode", "%q is not prefix or registry", c.Auth.Mode)
+	}
+	v.positive("auth.cache_ttl", c.Auth.CacheTTL)
 	v.routes(c.Routes)
 	v.limits(c)
 	if len(v.problems) > 0 {

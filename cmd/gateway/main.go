@@ -20,7 +20,12 @@ var version = "dev"
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	var code int
+	if len(os.Args) > 1 && os.Args[1] == "keys" {
+		code = runKeys(ctx, os.Args[2:], os.Stdin, os.Stdout, os.Stderr)
+	} else {
+		code = run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	}
 	stop()
 	os.Exit(code)
 }
@@ -48,7 +53,8 @@ func parseFlags(args []string, stderr io.Writer) (flags, error) {
 	fs.BoolVar(&f.dev, "dev", false, "readable console logs at debug level, for development")
 	fs.BoolVar(&f.checkConfig, "check-config", false, "validate the config file and exit")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: gateway -config FILE [-dev] [-check-config] | -version\n\n")
+		fmt.Fprintf(stderr, "Usage: gateway -config FILE [-dev] [-check-config] | -version\n"+
+			"       gateway keys add|revoke|list -config FILE ...   (gateway keys -h)\n\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
