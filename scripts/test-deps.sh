@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # Installs what the test suite needs and is not a Go module: redis-server (the limiter tests
-# run a real Redis and a real Redis Cluster on loopback ports). Installs through apt-get when
-# run as root; otherwise says exactly what to install.
+# run a real Redis and a real Redis Cluster on loopback ports), and prometheus (promtool tests
+# the alert rules, and deploy/ runs every dashboard query through a real Prometheus). Installs
+# through apt-get when run as root; otherwise says exactly what to install.
 set -euo pipefail
 
 missing=()
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 command -v redis-cli >/dev/null 2>&1 || missing+=(redis-tools)
+if ! command -v prometheus >/dev/null 2>&1 || ! command -v promtool >/dev/null 2>&1; then
+  missing+=(prometheus)
+fi
 
 if [ ${#missing[@]} -eq 0 ]; then
   exit 0
@@ -16,7 +20,8 @@ if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq >/dev/null
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-  # Debian's package starts a system Redis on 6379; the tests start their own on free ports.
+  # Debian's packages may start a system Redis on 6379 and a system Prometheus on 9090; the
+  # tests start their own on free loopback ports and never depend on those.
   exit 0
 fi
 echo "test-deps: missing ${missing[*]}. Install with: sudo apt-get install -y ${missing[*]}" >&2
