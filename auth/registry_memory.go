@@ -1,0 +1,110 @@
+package auth
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// MemoryRegistry keeps entries in process: one replica, entries from the keys file. Lookups
+// read an immutable map through an atomic pointer (no lock); writes copy the map.
+type MemoryRegistry struct {
+	mu      sync.Mutex // serializes writers
+	entries atomic.Pointer[map[string]Entry]
+	now     func() time.Time
+}
+
+var _ Registry = (*MemoryRegistry)(nil)
+
+// NewMemoryRegistry validates entries (and refuses duplicate digests) and returns a registry
+// holding them.
+func NewMemoryRegistry(entries []Entry) (*MemoryRegistry, error) {
+	m := &MemoryRegistry{now: time.Now}
+	if err := m.Replace(entries); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// Replace swaps the whole set at once (live reload of the keys file). On error the current
+// set is kept.
+func (m *MemoryRegistry) Replace(entries []Entry) error {
+	next := make(map[string]Entry, len(entries))
+	now := m.now()
+	for i := range entries {
+		if err := entries[i].Validate(); err != nil {
+			return fmt.Errorf("auth: keys[%d]: %w", i, err)
+		}
+		if _, dup := next[entries[i].Digest]; dup {
+			return fmt.Errorf("auth: keys[%d]: digest registered twice", i)
+		}
+		next[entries[i].Digest] = entries[i].normalize(now)
+	}
+	m.mu.Lock()
+	m.entries.Store(&next)
+	m.mu.Unlock()
+	return nil
+}
+
+// Lookup answers from memory; it never fails.
+func (m *MemoryRegistry) Lookup(_ context.Context, digest string) (Entry, bool, error) {
+	e, ok := (*m.entries.Load())[digest]
+	return e, ok, nil
+}
+
+// Add inserts or replaces an entry.
+func (m *MemoryRegistry) Add(_ context.Context, e Entry) error {
+	if err := e.Validate(); err != nil {
+		return fmt.Errorf("auth: %w", err)
+	}
+	e = e.normalize(m.now())
+	m.update(func(es map[string]Entry) { es[e.Digest] = e })
+	return nil
+}
+
+// Revoke marks an entry revoked now; ErrUnknownKey when it is not registered.
+func (m *MemoryRegistry) Revoke(_ context.Context, digest string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	cur := *m.entries.Load()
+	e, ok := cur[digest]
+	if !ok {
+		return ErrUnknownKey
+	}
+	next := copyMap(cur)
+	next[digest] = revokedNow(e.clone(), m.now())
+	m.entries.Store(&next)
+	return nil
+}
+
+// List returns copies of every entry, sorted by Created then Digest.
+func (m *MemoryRegistry) List(_ context.Context) ([]Entry, error) {
+	cur := *m.entries.Load()
+	out := make([]Entry, 0, len(cur))
+	for _, e := range cur {
+		out = append(out, e.clone())
+	}
+	sortEntries(out)
+	return out, nil
+}
+
+// Close does nothing.
+func (m *MemoryRegistry) Close() error { return nil }
+
+func (m *MemoryRegistry) update(f func(map[string]Entry)) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	next := copyMap(*m.entries.Load())
+	f(next)
+	m.entries.Store(&next)
+}
+
+func copyMap(cur map[string]Entry) map[string]Entry {
+	next := make(map[string]Entry, len(cur)+1)
+	for k, v := range cur {
+		next[k] = v
+	}
+	return next
+}
