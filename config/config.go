@@ -3,7 +3,10 @@
 package config
 
 import (
+	"fmt"
 	"time"
+
+	"gopkg.in/yaml.v3"
 )
 
 // Config is the whole file. Every key is optional except upstream.url; config.example.yaml
@@ -34,8 +37,11 @@ type Config struct {
 	// Redis holds the limit counters shared by all replicas; without addrs, counters are
 	// kept in process.
 	Redis Redis `yaml:"redis"`
-	// Orgs maps an organization to its assistant domains.
-	Orgs map[string][]string `yaml:"orgs"`
+	// Orgs maps an organization to its assistant domains, as a list, or as
+	// {domains: [...], plan: NAME} to give the organization a plan.
+	Orgs map[string]Org `yaml:"orgs"`
+	// Plans are named sets of limit overrides; an org or a registered key may name one.
+	Plans map[string]map[string]Limit `yaml:"plans"`
 	// Limits defines or adjusts limits by name; routes apply them.
 	Limits map[string]Limit `yaml:"limits"`
 
@@ -124,6 +130,47 @@ type Sampling struct {
 	Thereafter int `yaml:"thereafter"`
 }
 
+// Org is one organization: its assistant domains and, optionally, its plan.
+type Org struct {
+	Domains []string `yaml:"domains"`
+	Plan    string   `yaml:"plan"`
+}
+
+// UnmarshalYAML accepts the short form (a list of domains) and the long form.
+func (o *Org) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind == yaml.SequenceNode {
+		return n.Decode(&o.Domains)
+	}
+	if n.Kind != yaml.MappingNode {
+		return fmt.Errorf("want a list of domains or {domains, plan}")
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		switch k, v := n.Content[i].Value, n.Content[i+1]; k {
+		case "domains":
+			if err := v.Decode(&o.Domains); err != nil {
+				return fmt.Errorf("domains: %w", err)
+			}
+		case "plan":
+			if err := v.Decode(&o.Plan); err != nil {
+				return fmt.Errorf("plan: %w", err)
+			}
+		default:
+			return fmt.Errorf("unknown key %q (want domains or plan)", k)
+		}
+	}
+	return nil
+}
+
+// Deprecation marks a route deprecated (RFC 9745) with an optional sunset (RFC 8594).
+type Deprecation struct {
+	// Since is when the route became deprecated: a date (2025-06-01) or RFC 3339 time.
+	Since string `yaml:"since"`
+	// Sunset is when the route stops working; never earlier than Since.
+	Sunset string `yaml:"sunset"`
+	// Link points to the migration guide.
+	Link string `yaml:"link"`
+}
+
 // Route is one entry of routes:. Naming a built-in route (agent_job, assistant_message)
 // adjusts it; any other name adds a pass-through route.
 type Route struct {
@@ -140,6 +187,8 @@ type Route struct {
 	// platform's, others none. Counters belong to the limit, so routes listing the same
 	// limit share one quota.
 	Limits *[]string `yaml:"limits"`
+	// Deprecation adds Deprecation, Sunset and Link headers to the route's responses.
+	Deprecation *Deprecation `yaml:"deprecation"`
 }
 
 // Defaults returns the configuration every omitted key falls back to.

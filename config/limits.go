@@ -49,6 +49,8 @@ type Limit struct {
 	By string `yaml:"by"`
 	// Algorithm is fixed (default) or gcra (smooth; burst = limit, refill limit per window).
 	Algorithm string `yaml:"algorithm"`
+	// Mode is enforce (default) or shadow: counted and reported, never denying.
+	Mode string `yaml:"mode"`
 }
 
 // LimitSpec is a limit with every field resolved.
@@ -58,6 +60,7 @@ type LimitSpec struct {
 	Window    string
 	By        string
 	Algorithm string
+	Shadow    bool
 }
 
 // BuiltinLimits are the platform's documented limits.
@@ -92,16 +95,45 @@ func (c *Config) ResolvedLimits() []LimitSpec {
 		if l.Algorithm != "" {
 			s.Algorithm = l.Algorithm
 		}
+		if l.Mode != "" {
+			s.Shadow = l.Mode == "shadow"
+		}
 	}
 	sort.Slice(specs, func(i, j int) bool { return specs[i].Name < specs[j].Name })
+	return specs
+}
+
+// PlanLimits resolves a plan's overrides over the base limits: every limit, with the plan's
+// values where it sets them. The by of a limit never changes.
+func (c *Config) PlanLimits(plan string) []LimitSpec {
+	specs := c.ResolvedLimits()
+	for i := range specs {
+		l, ok := c.Plans[plan][specs[i].Name]
+		if !ok {
+			continue
+		}
+		s := &specs[i]
+		if l.Limit != nil {
+			s.Limit = *l.Limit
+		}
+		if l.Window != "" {
+			s.Window = l.Window
+		}
+		if l.Algorithm != "" {
+			s.Algorithm = l.Algorithm
+		}
+		if l.Mode != "" {
+			s.Shadow = l.Mode == "shadow"
+		}
+	}
 	return specs
 }
 
 // OrgOf maps an assistant domain to its organization; an unmapped domain is an org of its own.
 func (c *Config) OrgOf() map[string]string {
 	m := make(map[string]string)
-	for org, domains := range c.Orgs {
-		for _, d := range domains {
+	for org, o := range c.Orgs {
+		for _, d := range o.Domains {
 			m[d] = org
 		}
 	}
@@ -138,11 +170,14 @@ func (v *validator) limits(c *Config) {
 	}
 
 	seenDomain := map[string]string{}
-	for org, domains := range c.Orgs {
+	for org, o := range c.Orgs {
 		if org == "" {
 			v.fail("orgs", "an organization name is empty")
 		}
-		for _, d := range domains {
+		if _, ok := c.Plans[o.Plan]; o.Plan != "" && !ok {
+			v.fail("orgs."+org+".plan", "%q is not a plan defined under plans", o.Plan)
+		}
+		for _, d := range o.Domains {
 			if other, ok := seenDomain[d]; ok && other != org {
 				v.fail("orgs."+org, "domain %q also belongs to %s", d, other)
 			}
@@ -151,34 +186,27 @@ func (v *validator) limits(c *Config) {
 	}
 
 	for name, l := range c.Limits {
-		key := "limits." + name
-		if !limitName.MatchString(name) {
-			v.fail(key, "the name must be lower_snake_case (it becomes a metric label and part of Redis keys)")
+		v.limit("limits."+name, name, l, false)
+	}
+	base := map[string]LimitSpec{}
+	for _, s := range c.ResolvedLimits() {
+		base[s.Name] = s
+	}
+	for plan, overrides := range c.Plans {
+		if !limitName.MatchString(plan) {
+			v.fail("plans."+plan, "the name must be lower_snake_case")
 		}
-		builtin := slices.ContainsFunc(BuiltinLimits(), func(s LimitSpec) bool { return s.Name == name })
-		if l.Limit == nil && !builtin {
-			v.fail(key+".limit", "is required")
-		} else if l.Limit != nil && *l.Limit < 0 {
-			v.fail(key+".limit", "must not be negative (0 disables the limit)")
-		}
-		if l.Window == "" && !builtin {
-			v.fail(key+".window", "is required: hour, day, month or a duration such as 15m")
-		} else if l.Window != "" {
-			if _, err := limits.ParseWindow(l.Window); err != nil {
-				v.fail(key+".window", "%q is not hour, day, month or a whole-second duration such as 15m", l.Window)
+		for name, l := range overrides {
+			key := "plans." + plan + "." + name
+			b, ok := base[name]
+			if !ok {
+				v.fail(key, "%q is not a defined limit: a plan only changes existing limits", name)
+				continue
 			}
-		}
-		switch l.By {
-		case "project", "key", "org", "ip":
-		case "":
-			if !builtin {
-				v.fail(key+".by", "is required: project, key, org or ip")
+			if l.By != "" && l.By != b.By {
+				v.fail(key+".by", "a plan cannot change what %s counts by (%s)", name, b.By)
 			}
-		default:
-			v.fail(key+".by", "%q is not project, key, org or ip", l.By)
-		}
-		if _, err := limits.ParseAlgorithm(l.Algorithm); err != nil {
-			v.fail(key+".algorithm", "%q is not fixed or gcra", l.Algorithm)
+			v.limit(key, name, Limit{Limit: l.Limit, Window: l.Window, By: b.By, Algorithm: l.Algorithm, Mode: l.Mode}, true)
 		}
 	}
 	names := map[string]bool{}
@@ -194,5 +222,43 @@ func (v *validator) limits(c *Config) {
 				v.fail(indexKey(indexKey("routes", i)+".limits", j), "%q is not a defined limit", name)
 			}
 		}
+	}
+}
+
+// limit checks one limit definition. Fields may be omitted for built-in limits and in plans
+// (partial), where they keep the base values.
+func (v *validator) limit(key, name string, l Limit, partial bool) {
+	if !limitName.MatchString(name) {
+		v.fail(key, "the name must be lower_snake_case (it becomes a metric label and part of Redis keys)")
+	}
+	optional := partial || slices.ContainsFunc(BuiltinLimits(), func(s LimitSpec) bool { return s.Name == name })
+	if l.Limit == nil && !optional {
+		v.fail(key+".limit", "is required")
+	} else if l.Limit != nil && *l.Limit < 0 {
+		v.fail(key+".limit", "must not be negative (0 disables the limit)")
+	}
+	if l.Window == "" && !optional {
+		v.fail(key+".window", "is required: hour, day, month or a duration such as 15m")
+	} else if l.Window != "" {
+		if _, err := limits.ParseWindow(l.Window); err != nil {
+			v.fail(key+".window", "%q is not hour, day, month or a whole-second duration such as 15m", l.Window)
+		}
+	}
+	switch l.By {
+	case "project", "key", "org", "ip":
+	case "":
+		if !optional {
+			v.fail(key+".by", "is required: project, key, org or ip")
+		}
+	default:
+		v.fail(key+".by", "%q is not project, key, org or ip", l.By)
+	}
+	if _, err := limits.ParseAlgorithm(l.Algorithm); err != nil {
+		v.fail(key+".algorithm", "%q is not fixed or gcra", l.Algorithm)
+	}
+	switch l.Mode {
+	case "", "enforce", "shadow":
+	default:
+		v.fail(key+".mode", "%q is not enforce or shadow", l.Mode)
 	}
 }

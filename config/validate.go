@@ -147,7 +147,39 @@ func (v *validator) routes(routes []Route) {
 		if r.Key != "" && r.Key != "admin" && r.Key != "assistant" {
 			v.fail(key+".key", "%q is not admin or assistant", r.Key)
 		}
+		if d := r.Deprecation; d != nil {
+			v.deprecation(key+".deprecation", d)
+		}
 	}
+}
+
+func (v *validator) deprecation(key string, d *Deprecation) {
+	since, err := ParseDate(d.Since)
+	if err != nil {
+		v.fail(key+".since", "%q is not a date such as 2025-06-01 (or an RFC 3339 time)", d.Since)
+	}
+	if d.Sunset != "" {
+		sunset, err := ParseDate(d.Sunset)
+		switch {
+		case err != nil:
+			v.fail(key+".sunset", "%q is not a date such as 2026-12-31 (or an RFC 3339 time)", d.Sunset)
+		case !since.IsZero() && sunset.Before(since):
+			v.fail(key+".sunset", "must not be earlier than since (RFC 8594)")
+		}
+	}
+	if d.Link != "" {
+		if u, err := url.Parse(d.Link); err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+			v.fail(key+".link", "%q is not an absolute http(s) URL", d.Link)
+		}
+	}
+}
+
+// ParseDate accepts a calendar date (midnight UTC) or an RFC 3339 time.
+func ParseDate(s string) (time.Time, error) {
+	if t, err := time.Parse(time.DateOnly, s); err == nil {
+		return t, nil
+	}
+	return time.Parse(time.RFC3339, s)
 }
 
 func (v *validator) positive(key string, d time.Duration) {

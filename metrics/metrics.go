@@ -84,7 +84,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, []string{"route", "reason"}),
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gateway_ratelimit_decisions_total",
-			Help: "Limit decisions by route, limit and decision (allowed, denied, error). A denied request counts only under the limits that denied it.",
+			Help: "Limit decisions by route, limit and decision (allowed, denied, shadow_denied, error). A denied request counts only under the limits that denied it; shadow_denied counts requests a shadow-mode limit would have denied.",
 		}, []string{"route", "limit", "decision"}),
 		nearLimit: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gateway_ratelimit_near_limit_total",
@@ -202,17 +202,18 @@ func (m *Metrics) BreakerOpen(open bool) {
 
 // Limit holds the pre-resolved series of one limit applied by one route.
 type Limit struct {
-	Allowed, Denied, Error, NearLimit prometheus.Counter
+	Allowed, Denied, ShadowDenied, Error, NearLimit prometheus.Counter
 }
 
 // Limit resolves the series of limit name applied by this route.
 func (r *Route) Limit(name string) *Limit {
 	d := r.m.decisions
 	return &Limit{
-		Allowed:   d.WithLabelValues(r.name, name, "allowed"),
-		Denied:    d.WithLabelValues(r.name, name, "denied"),
-		Error:     d.WithLabelValues(r.name, name, "error"),
-		NearLimit: r.m.nearLimit.WithLabelValues(r.name, name),
+		Allowed:      d.WithLabelValues(r.name, name, "allowed"),
+		Denied:       d.WithLabelValues(r.name, name, "denied"),
+		ShadowDenied: d.WithLabelValues(r.name, name, "shadow_denied"),
+		Error:        d.WithLabelValues(r.name, name, "error"),
+		NearLimit:    r.m.nearLimit.WithLabelValues(r.name, name),
 	}
 }
 

@@ -11,39 +11,15 @@ import (
 	"strings"
 	"time"
 
-	"github.com/docsgate/gateway/auth"
 	"github.com/docsgate/gateway/validate"
 )
-
-// rejectAuth answers a request refused for its credentials: 401 with a Bearer challenge, or
-// 403 for a key of the other family.
-func (g *Gateway) rejectAuth(s *scope, reason auth.Reason) {
-	s.route.metrics.AuthRejected(reason.String())
-	switch reason {
-	case auth.WrongKind:
-		msg := "This endpoint needs an admin API key (svc_...); assistant keys (svc_dsc_...) cannot be used here."
-		if s.route.key == auth.Assistant {
-			msg = "This endpoint needs an assistant API key (svc_dsc_...); admin keys must never be used from browsers."
-		}
-		s.fail(http.StatusForbidden, errorBody{Error: msg, Code: codeWrongKeyType})
-	case auth.Missing:
-		s.w.Header().Set("WWW-Authenticate", "Bearer")
-		s.fail(http.StatusUnauthorized, errorBody{
-			Error: "Missing API key: send it as \"Authorization: Bearer <key>\".",
-			Code:  codeMissingCredentials,
-		})
-	default:
-		s.w.Header().Set("WWW-Authenticate", "Bearer")
-		s.fail(http.StatusUnauthorized, errorBody{Error: "Invalid API key.", Code: codeInvalidCredentials})
-	}
-}
 
 // readBody enforces the size cap and content type, reads the whole body within the body
 // timeout, validates it against the route's rules and leaves it in place for replay, byte for
 // byte. It answers the request itself and returns false when the body is refused.
 func (g *Gateway) readBody(s *scope, r *http.Request) bool {
 	rt := s.route
-	if r.ContentLength > g.maxBody {
+	if r.ContentLength > s.snap.maxBody {
 		g.tooLarge(s)
 		return false
 	}
@@ -59,7 +35,7 @@ func (g *Gateway) readBody(s *scope, r *http.Request) bool {
 		rc := http.NewResponseController(s.w)
 		_ = rc.SetReadDeadline(time.Now().Add(g.readTimeout))
 		var err error
-		body, err = readAll(r.Body, r.ContentLength, g.maxBody)
+		body, err = readAll(r.Body, r.ContentLength, s.snap.maxBody)
 		// Clear the deadline: a streamed answer may run far longer than the body took.
 		_ = rc.SetReadDeadline(time.Time{})
 		switch {
@@ -98,7 +74,7 @@ func (g *Gateway) readBody(s *scope, r *http.Request) bool {
 
 func (g *Gateway) tooLarge(s *scope) {
 	s.fail(http.StatusRequestEntityTooLarge, errorBody{
-		Error: fmt.Sprintf("The request body is larger than the limit of %d bytes.", g.maxBody),
+		Error: fmt.Sprintf("The request body is larger than the limit of %d bytes.", s.snap.maxBody),
 		Code:  codePayloadTooLarge,
 	})
 }

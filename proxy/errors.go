@@ -21,6 +21,8 @@ const (
 	codeUpstreamTimeout      = "upstream_timeout"
 	codeRateLimited          = "rate_limited"
 	codeLimiterUnavailable   = "limiter_unavailable"
+	codeForbidden            = "forbidden"
+	codeAuthUnavailable      = "auth_unavailable"
 )
 
 // errorBody keeps the platform's own shape, {"error": "..."}, which existing clients (and the

@@ -112,7 +112,7 @@ func (g *Gateway) modifyResponse(res *http.Response) error {
 			}
 		}
 	}
-	if len(s.route.limits) > 0 {
+	if s.limited {
 		// The gateway's rate-limit headers are already set; the upstream's would contradict them.
 		for _, k := range rateLimitHeaders {
 			res.Header.Del(k)

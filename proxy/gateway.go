@@ -16,7 +16,6 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/docsgate/gateway/auth"
 	"github.com/docsgate/gateway/config"
 	"github.com/docsgate/gateway/metrics"
 )
@@ -30,6 +29,9 @@ type Options struct {
 	Transport http.RoundTripper
 	// Limiter decides the routes' limits (required when any route applies one).
 	Limiter Limiter
+	// Registry, when set, is the key registry every key must be found in (auth.mode:
+	// registry); nil checks keys by prefix alone.
+	Registry KeyLookup
 }
 
 // Gateway is the public handler.
@@ -37,22 +39,15 @@ type Gateway struct {
 	log     *zap.Logger
 	metrics *metrics.Metrics
 	proxy   *httputil.ReverseProxy
-	table   atomic.Pointer[table]
+	snap    atomic.Pointer[snapshot] // swapped by Reload
 
-	// Settings fixed for the process lifetime.
-	upstream    *url.URL
-	maxBody     int64
-	readTimeout time.Duration
-	clientIPs   clientIPs
-	cors        *cors
-
+	// Fixed for the process lifetime.
+	upstream            *url.URL
+	readTimeout         time.Duration
 	limiter             Limiter
-	limits              []routeLimit // every enabled limit, for usage read-back
+	registry            KeyLookup
 	allowOnLimiterError bool
-	limitStates         sync.Pool               // *limitState
-	orgOf               map[string]string       // assistant domain -> configured org
-	orgMetrics          map[string]*metrics.Org // configured org (and "other") -> series; read-only after New
-	ipv6Bits            int
+	limitStates         sync.Pool // *limitState
 }
 
 var _ http.Handler = (*Gateway)(nil)
@@ -65,85 +60,59 @@ func New(o Options) (*Gateway, error) {
 		return nil, fmt.Errorf("proxy: upstream url: %w", err)
 	}
 	g := &Gateway{
-		log:         o.Logger,
-		metrics:     o.Metrics,
-		upstream:    up,
-		maxBody:     cfg.MaxBodyBytes,
-		readTimeout: cfg.Server.ReadBodyTimeout,
-		cors:        newCORS(cfg.CORS.AllowedOrigins, cfg.CORS.MaxAge),
-
+		log:                 o.Logger,
+		metrics:             o.Metrics,
+		upstream:            up,
+		readTimeout:         cfg.Server.ReadBodyTimeout,
 		limiter:             o.Limiter,
+		registry:            o.Registry,
 		allowOnLimiterError: cfg.Redis.OnError == "allow",
 		limitStates:         sync.Pool{New: func() any { return new(limitState) }},
-		orgOf:               cfg.OrgOf(),
-		orgMetrics:          map[string]*metrics.Org{},
-		ipv6Bits:            cfg.ClientIP.IPv6Prefix,
-	}
-	for _, p := range cfg.ClientIP.TrustedProxies {
-		prefix, err := config.ParsePrefix(p)
-		if err != nil {
-			return nil, fmt.Errorf("proxy: trusted proxy %q: %w", p, err)
-		}
-		g.clientIPs.trusted = append(g.clientIPs.trusted, prefix)
 	}
 	transport := o.Transport
 	if transport == nil {
 		transport = newTransport(cfg.Upstream)
 	}
 	g.proxy = g.newReverseProxy(transport)
-
-	for org := range cfg.Orgs {
-		g.orgMetrics[org] = g.metrics.Org(org)
-	}
-	g.orgMetrics[otherOrg] = g.metrics.Org(otherOrg)
-
-	routes, err := compileRoutes(cfg.Routes)
-	if err != nil {
+	if err := g.Reload(cfg); err != nil {
 		return nil, err
 	}
-	for _, rt := range routes {
-		rt.metrics = g.metrics.Route(rt.name)
-	}
-	if g.limits, err = compileLimits(cfg, cfg.Routes, routes); err != nil {
-		return nil, err
-	}
-	for _, rt := range routes {
-		if len(rt.limits) > 0 && g.limiter == nil {
-			return nil, fmt.Errorf("proxy: route %s applies limits but no limiter is configured", rt.name)
-		}
-	}
-	t, err := g.buildTable(routes)
-	if err != nil {
-		return nil, err
-	}
-	g.table.Store(t)
 	return g, nil
+}
+
+// Reload compiles cfg and swaps it in for the requests that start from now on; requests in
+// flight finish with the config they started with. On error the running config is kept.
+// Listeners, upstream, Redis and timeouts are fixed at start and not changed here.
+func (g *Gateway) Reload(cfg *config.Config) error {
+	sn, err := g.compile(cfg)
+	if err != nil {
+		return err
+	}
+	g.snap.Store(sn)
+	return nil
 }
 
 // ServeHTTP matches the request against the route table.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	t := g.table.Load()
+	sn := g.snap.Load()
 	if !canonicalPath(r.URL.Path) {
-		g.serveUnmatched(&route{name: unmatchedRoute, metrics: g.metrics.Route(unmatchedRoute)}, nil, w, r)
+		g.serveUnmatched(sn, nil, w, r)
 		return
 	}
-	t.mux.ServeHTTP(w, r)
+	sn.table.mux.ServeHTTP(w, r)
 }
 
 // serve is the whole request path of a routed request, top to bottom.
-func (g *Gateway) serve(rt *route, w http.ResponseWriter, r *http.Request) {
-	s := g.begin(rt, w, r)
+func (g *Gateway) serve(sn *snapshot, rt *route, w http.ResponseWriter, r *http.Request) {
+	s := g.begin(sn, rt, w, r)
 	defer g.finish(s, r)
 
 	if rt.cors {
-		g.cors.decorate(s.w.Header(), r)
+		sn.cors.decorate(s.w.Header(), r)
 	}
-	id, reason := auth.Check(r.Header.Get("Authorization"), rt.key)
-	if reason != 0 {
-		g.rejectAuth(s, reason)
+	if !g.authenticate(s, r) {
 		return
 	}
-	s.digest = id.Digest
 	if !g.readBody(s, r) {
 		return
 	}
@@ -154,22 +123,22 @@ func (g *Gateway) serve(rt *route, w http.ResponseWriter, r *http.Request) {
 }
 
 // servePreflight answers a CORS preflight of an assistant path.
-func (g *Gateway) servePreflight(rt *route, methods string, w http.ResponseWriter, r *http.Request) {
-	s := g.begin(rt, w, r)
+func (g *Gateway) servePreflight(sn *snapshot, rt *route, methods string, w http.ResponseWriter, r *http.Request) {
+	s := g.begin(sn, rt, w, r)
 	defer g.finish(s, r)
-	g.cors.preflight(s.w, r, methods)
+	sn.cors.preflight(s.w, r, methods)
 }
 
 // serveUnmatched answers requests no route takes: 405 with Allow for a known path, else 404.
-func (g *Gateway) serveUnmatched(rt *route, t *table, w http.ResponseWriter, r *http.Request) {
-	s := g.begin(rt, w, r)
+func (g *Gateway) serveUnmatched(sn *snapshot, t *table, w http.ResponseWriter, r *http.Request) {
+	s := g.begin(sn, sn.unmatched, w, r)
 	defer g.finish(s, r)
 	if t != nil {
 		if allow := t.allowed(r); allow != "" {
 			if strings.Contains(allow, http.MethodOptions) {
 				// Only assistant paths answer preflights: the browser must be able to read
 				// this error too.
-				g.cors.decorate(s.w.Header(), r)
+				sn.cors.decorate(s.w.Header(), r)
 			}
 			s.w.Header().Set("Allow", allow)
 			s.fail(http.StatusMethodNotAllowed, errorBody{
@@ -182,76 +151,22 @@ func (g *Gateway) serveUnmatched(rt *route, t *table, w http.ResponseWriter, r *
 	s.fail(http.StatusNotFound, errorBody{Error: "Not found: no such API endpoint.", Code: codeNotFound})
 }
 
-func (g *Gateway) begin(rt *route, w http.ResponseWriter, r *http.Request) *scope {
+func (g *Gateway) begin(sn *snapshot, rt *route, w http.ResponseWriter, r *http.Request) *scope {
 	s := &scope{
+		snap:      sn,
 		route:     rt,
 		w:         &responseWriter{ResponseWriter: w},
 		start:     time.Now(),
 		requestID: requestID(r),
 	}
-	s.clientIP, s.trustedPeer = g.clientIPs.resolve(r)
-	s.w.Header().Set(requestIDHeader, s.requestID)
+	s.clientIP, s.trustedPeer = sn.clientIPs.resolve(r)
+	h := s.w.Header()
+	h.Set(requestIDHeader, s.requestID)
+	for k, v := range rt.deprecation {
+		h[k] = v
+	}
 	rt.metrics.Inflight.Inc()
 	return s
-}
-
-// finish writes the access-log line and the metrics of a request; it also runs when a stream
-// is aborted (the reverse proxy panics with http.ErrAbortHandler), since it is deferred.
-func (g *Gateway) finish(s *scope, r *http.Request) {
-	m := s.route.metrics
-	m.Inflight.Dec()
-	elapsed := time.Since(s.start)
-	status := s.w.status
-	if status == 0 {
-		status = 499 // nothing was sent: the client went away first
-	}
-	m.Request(status)
-	m.Duration.Observe(elapsed.Seconds())
-	finish := ""
-	if s.tap != nil {
-		finish = s.tap.result()
-		m.StreamFinished(finish)
-		if !s.w.firstByte.IsZero() {
-			m.FirstByte.Observe(s.w.firstByte.Sub(s.start).Seconds())
-		}
-		m.StreamDuration.Observe(elapsed.Seconds())
-	}
-	if ce := g.log.Check(zap.InfoLevel, "request"); ce != nil {
-		fields := make([]zap.Field, 0, 14)
-		fields = append(fields,
-			zap.String("route", s.route.name),
-			zap.String("method", r.Method),
-			zap.String("path", r.URL.Path),
-			zap.Int("status", status),
-			zap.Duration("duration", elapsed),
-			zap.String("request_id", s.requestID),
-			zap.String("client_ip", addrString(s.clientIP)),
-			zap.Int("bytes_in", s.bodyBytes),
-			zap.Int64("bytes_out", s.w.bytes),
-		)
-		if s.code != "" {
-			fields = append(fields, zap.String("code", s.code))
-		}
-		if s.field != "" {
-			fields = append(fields, zap.String("field", s.field))
-		}
-		if s.deniedBy != "" {
-			fields = append(fields, zap.String("denied_by", s.deniedBy))
-		}
-		if s.limitErr {
-			fields = append(fields, zap.Bool("limiter_error", true))
-		}
-		if s.upstreamStatus != 0 {
-			fields = append(fields, zap.Int("upstream_status", s.upstreamStatus), zap.Duration("upstream_time", s.upstreamTime))
-		}
-		if s.upstreamKind != "" {
-			fields = append(fields, zap.String("upstream_error", s.upstreamKind))
-		}
-		if finish != "" {
-			fields = append(fields, zap.String("finish_reason", finish))
-		}
-		ce.Write(fields...)
-	}
 }
 
 func addrString(a netip.Addr) string {

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/docsgate/gateway/auth"
 	"github.com/docsgate/gateway/config"
 	"github.com/docsgate/gateway/limits"
 	"github.com/docsgate/gateway/metrics"
@@ -50,7 +51,14 @@ func parseBy(s string) (by, bool) {
 type routeLimit struct {
 	rule    *limits.Rule
 	by      by
+	shadow  bool // counted and reported, never denies
 	metrics *metrics.Limit
+}
+
+// limitSet is what one route applies for one plan, with its RateLimit-Policy value.
+type limitSet struct {
+	limits []routeLimit
+	policy string
 }
 
 // builtinRouteLimits are the platform's limits for its two operations.
@@ -59,61 +67,90 @@ var builtinRouteLimits = map[string][]string{
 	"assistant_message": {"assistant_per_key", "assistant_per_org", "assistant_per_ip"},
 }
 
-// compileLimits builds one rule per defined limit (shared by every route that applies it, so
-// counters belong to the limit) and attaches each route's list.
-// It returns every enabled limit, for usage read-back.
-func compileLimits(cfg *config.Config, entries []config.Route, routes []*route) ([]routeLimit, error) {
-	rules := map[string]*limits.Rule{}
-	bys := map[string]by{}
+// compiledLimit is a limit with its rule, for one plan.
+type compiledLimit struct {
+	rule   *limits.Rule
+	by     by
+	shadow bool
+}
+
+// compileLimits builds each route's limit sets, one per plan plus the default. A plan's rule
+// keeps the limit's name, so its counters are the same keys: only the allowance differs, for
+// the tenants on that plan. It returns every enabled default limit, for usage read-back.
+func compileLimits(cfg *config.Config, routes []*route) ([]routeLimit, error) {
+	plans := []string{""}
+	for p := range cfg.Plans {
+		plans = append(plans, p)
+	}
+	byPlan := map[string]map[string]compiledLimit{}
 	var all []routeLimit
-	for _, s := range cfg.ResolvedLimits() {
-		w, err := limits.ParseWindow(s.Window)
-		if err != nil {
-			return nil, fmt.Errorf("limits.%s.window: %w", s.Name, err)
+	for _, plan := range plans {
+		set := map[string]compiledLimit{}
+		for _, s := range cfg.PlanLimits(plan) {
+			w, err := limits.ParseWindow(s.Window)
+			if err != nil {
+				return nil, fmt.Errorf("limits.%s.window: %w", s.Name, err)
+			}
+			a, err := limits.ParseAlgorithm(s.Algorithm)
+			if err != nil {
+				return nil, fmt.Errorf("limits.%s.algorithm: %w", s.Name, err)
+			}
+			b, ok := parseBy(s.By)
+			if !ok {
+				return nil, fmt.Errorf("limits.%s.by: %q is not project, key, org or ip", s.Name, s.By)
+			}
+			c := compiledLimit{rule: &limits.Rule{Name: s.Name, Limit: s.Limit, Window: w, Algorithm: a}, by: b, shadow: s.Shadow}
+			set[s.Name] = c
+			if plan == "" && s.Limit > 0 {
+				all = append(all, routeLimit{rule: c.rule, by: b, shadow: c.shadow})
+			}
 		}
-		a, err := limits.ParseAlgorithm(s.Algorithm)
-		if err != nil {
-			return nil, fmt.Errorf("limits.%s.algorithm: %w", s.Name, err)
-		}
-		b, ok := parseBy(s.By)
-		if !ok {
-			return nil, fmt.Errorf("limits.%s.by: %q is not project, key, org or ip", s.Name, s.By)
-		}
-		rules[s.Name] = &limits.Rule{Name: s.Name, Limit: s.Limit, Window: w, Algorithm: a}
-		bys[s.Name] = b
-		if s.Limit > 0 {
-			all = append(all, routeLimit{rule: rules[s.Name], by: b})
-		}
+		byPlan[plan] = set
 	}
 	lists := map[string][]string{}
 	for name, l := range builtinRouteLimits {
 		lists[name] = l
 	}
-	for _, e := range entries {
+	for _, e := range cfg.Routes {
 		if e.Limits != nil {
 			lists[e.Name] = *e.Limits
 		}
 	}
 	var problems []config.Problem
 	for _, rt := range routes {
-		for _, name := range lists[rt.name] {
-			rule, ok := rules[name]
-			if !ok {
-				problems = append(problems, config.Problem{Key: "routes", Msg: fmt.Sprintf("%s applies %q, which is not a defined limit", rt.name, name)})
-				continue
+		rt.sets = map[string]*limitSet{}
+		for _, plan := range plans {
+			set := &limitSet{}
+			for _, name := range lists[rt.name] {
+				c, ok := byPlan[plan][name]
+				if !ok {
+					if plan == "" {
+						problems = append(problems, config.Problem{Key: "routes", Msg: fmt.Sprintf("%s applies %q, which is not a defined limit", rt.name, name)})
+					}
+					continue
+				}
+				if need := pathParam(c.by); need != "" && !strings.Contains(rt.path, "{"+need+"}") {
+					if plan == "" {
+						problems = append(problems, config.Problem{Key: "routes", Msg: fmt.Sprintf(
+							"%s applies %s, which counts by %s, but its path has no {%s}", rt.name, name, byName(c.by), need)})
+					}
+					continue
+				}
+				if c.by == byOrg && rt.key != auth.Assistant {
+					if plan == "" {
+						problems = append(problems, config.Problem{Key: "routes", Msg: fmt.Sprintf(
+							"%s applies %s, which counts by org, but only assistant routes know their org", rt.name, name)})
+					}
+					continue
+				}
+				if c.rule.Limit <= 0 {
+					continue // disabled: never asked for, never in headers
+				}
+				set.limits = append(set.limits, routeLimit{rule: c.rule, by: c.by, shadow: c.shadow, metrics: rt.metrics.Limit(name)})
 			}
-			b := bys[name]
-			if need := pathParam(b); need != "" && !strings.Contains(rt.path, "{"+need+"}") {
-				problems = append(problems, config.Problem{Key: "routes", Msg: fmt.Sprintf(
-					"%s applies %s, which counts by %s, but its path has no {%s}", rt.name, name, byName(b), need)})
-				continue
-			}
-			if rule.Limit <= 0 {
-				continue // disabled: never asked for, never in headers
-			}
-			rt.limits = append(rt.limits, routeLimit{rule: rule, by: b, metrics: rt.metrics.Limit(name)})
+			set.policy = policyHeader(set.limits)
+			rt.sets[plan] = set
 		}
-		rt.policy = policyHeader(rt.limits)
 	}
 	if len(problems) > 0 {
 		return nil, &config.Error{Problems: problems}
@@ -135,7 +172,7 @@ func byName(b by) string {
 	return [...]string{"", "project", "key", "org", "ip"}[b]
 }
 
-// policyHeader is the route's RateLimit-Policy value; it only changes with the config.
+// policyHeader is a RateLimit-Policy value; it only changes with the config.
 func policyHeader(ls []routeLimit) string {
 	parts := make([]string, len(ls))
 	for i, l := range ls {
@@ -147,40 +184,65 @@ func policyHeader(ls []routeLimit) string {
 // limitState is the per-request scratch space of a decision, pooled so that a limited request
 // allocates no slices.
 type limitState struct {
-	hits []limits.Hit
-	dec  limits.Decision
-	buf  []byte
+	hits    []limits.Hit
+	dec     limits.Decision
+	enforce []limits.Hit    // the second decision, without shadow limits
+	dec2    limits.Decision // its outcome
+	buf     []byte
 }
 
-// limit applies the route's limits: one decision for all of them. It answers the request
+// limit applies the route's limits for the request's plan: one decision for all of them. A
+// shadow limit never denies: when only shadow limits would have denied, the request is
+// decided again without them (a second round trip, only in that case). It answers the request
 // itself (429 or 503) and returns false when the request must not be forwarded.
 func (g *Gateway) limit(s *scope, r *http.Request) bool {
 	rt := s.route
 	if rt.hasDomain {
-		s.org = g.orgMetric(r.PathValue("domain"))
+		s.orgMetrics = s.snap.orgMetric(s.org)
 	}
-	if len(rt.limits) == 0 {
-		if s.org != nil {
-			s.org.Allowed.Inc()
+	set := rt.sets[s.plan]
+	if set == nil {
+		set = rt.sets[""]
+	}
+	if len(set.limits) == 0 {
+		if s.orgMetrics != nil {
+			s.orgMetrics.Allowed.Inc()
 		}
 		return true
 	}
+	s.limited = true
 	st := g.limitStates.Get().(*limitState)
 	defer g.limitStates.Put(st)
 	st.hits = st.hits[:0]
-	for _, l := range rt.limits {
-		st.hits = append(st.hits, limits.Hit{Rule: l.rule, ID: g.limitID(l.by, s, r)})
+	for _, l := range set.limits {
+		st.hits = append(st.hits, limits.Hit{Rule: l.rule, ID: s.limitID(l.by, r)})
 	}
-	start := time.Now()
-	err := g.limiter.Take(r.Context(), st.hits, &st.dec)
-	g.metrics.LimiterCall(time.Since(start).Seconds(), err != nil)
+	dec, err := g.take(st.hits, &st.dec, r)
+	if err == nil && !dec.Allowed && onlyShadowDenied(set.limits, dec) {
+		for i, l := range set.limits {
+			if !dec.Results[i].Allowed {
+				l.metrics.ShadowDenied.Inc()
+				s.shadowDenied = l.rule.Name
+			}
+		}
+		st.enforce = st.enforce[:0]
+		for i, l := range set.limits {
+			if !l.shadow {
+				st.enforce = append(st.enforce, st.hits[i])
+			}
+		}
+		var dec2 *limits.Decision
+		if dec2, err = g.take(st.enforce, &st.dec2, r); err == nil {
+			mergeEnforced(set.limits, dec, dec2)
+		}
+	}
 	if err != nil {
-		for _, l := range rt.limits {
+		for _, l := range set.limits {
 			l.metrics.Error.Inc()
 		}
 		s.limitErr = true
-		if s.org != nil {
-			s.org.Error.Inc()
+		if s.orgMetrics != nil {
+			s.orgMetrics.Error.Inc()
 		}
 		if g.allowOnLimiterError {
 			return true
@@ -193,29 +255,33 @@ func (g *Gateway) limit(s *scope, r *http.Request) bool {
 		return false
 	}
 	h := s.w.Header()
-	h.Set("RateLimit-Policy", rt.policy)
-	st.buf = g.rateLimitHeaders(h, st.buf[:0], &st.dec)
-	if st.dec.Allowed {
-		if s.org != nil {
-			s.org.Allowed.Inc()
+	h.Set("RateLimit-Policy", set.policy)
+	st.buf = g.rateLimitHeaders(h, st.buf[:0], dec)
+	if dec.Allowed {
+		if s.orgMetrics != nil {
+			s.orgMetrics.Allowed.Inc()
 		}
-		for i, l := range rt.limits {
+		for i, l := range set.limits {
+			res := &dec.Results[i]
+			if !res.Allowed { // a shadow limit that would have denied
+				continue
+			}
 			l.metrics.Allowed.Inc()
-			if res := &st.dec.Results[i]; res.Remaining*10 < l.rule.Limit {
+			if res.Remaining*10 < l.rule.Limit {
 				l.metrics.NearLimit.Inc()
 			}
 		}
 		return true
 	}
-	for i, l := range rt.limits {
-		if !st.dec.Results[i].Allowed {
+	for i, l := range set.limits {
+		if !dec.Results[i].Allowed && !l.shadow {
 			l.metrics.Denied.Inc()
 		}
 	}
-	if s.org != nil {
-		s.org.Denied.Inc()
+	if s.orgMetrics != nil {
+		s.orgMetrics.Denied.Inc()
 	}
-	denied := &st.dec.Results[st.dec.Denied()]
+	denied := &dec.Results[enforcedDenial(set.limits, dec)]
 	retry := seconds(max(denied.RetryAfter, denied.Reset))
 	s.deniedBy = denied.Rule.Name
 	h.Set("Retry-After", strconv.FormatInt(retry, 10))
@@ -226,6 +292,47 @@ func (g *Gateway) limit(s *scope, r *http.Request) bool {
 		RetryAfter: &retry,
 	})
 	return false
+}
+
+// take runs one limiter decision and records its duration.
+func (g *Gateway) take(hits []limits.Hit, d *limits.Decision, r *http.Request) (*limits.Decision, error) {
+	start := time.Now()
+	err := g.limiter.Take(r.Context(), hits, d)
+	g.metrics.LimiterCall(time.Since(start).Seconds(), err != nil)
+	return d, err
+}
+
+func onlyShadowDenied(ls []routeLimit, d *limits.Decision) bool {
+	for i, l := range ls {
+		if !d.Results[i].Allowed && !l.shadow {
+			return false
+		}
+	}
+	return true
+}
+
+// mergeEnforced copies the second decision (enforced limits only) into the first, whose
+// shadow results stay as they were, for the headers.
+func mergeEnforced(ls []routeLimit, d, enforced *limits.Decision) {
+	d.Allowed = enforced.Allowed
+	j := 0
+	for i, l := range ls {
+		if l.shadow {
+			continue
+		}
+		d.Results[i] = enforced.Results[j]
+		j++
+	}
+}
+
+// enforcedDenial is the index of the first enforced limit that denied.
+func enforcedDenial(ls []routeLimit, d *limits.Decision) int {
+	for i, l := range ls {
+		if !d.Results[i].Allowed && !l.shadow {
+			return i
+		}
+	}
+	return d.Denied()
 }
 
 // rateLimitHeaders writes both header generations clients parse today: the IETF draft's
@@ -287,42 +394,38 @@ func humanSeconds(s int64) string {
 const otherOrg = "other"
 
 // orgMetric picks the org's series: configured orgs have their own, everyone else shares one.
-func (g *Gateway) orgMetric(domain string) *metrics.Org {
-	if org, ok := g.orgOf[domain]; ok {
-		return g.orgMetrics[org]
+func (sn *snapshot) orgMetric(org string) *metrics.Org {
+	if m, ok := sn.orgMetrics[org]; ok {
+		return m
 	}
-	return g.orgMetrics[otherOrg]
+	return sn.orgMetrics[otherOrg]
 }
 
 // limitID is what a limit counts for this request. Path values are client-chosen, so odd or
 // long ones are replaced by a digest: they become part of Redis key names.
-func (g *Gateway) limitID(b by, s *scope, r *http.Request) string {
+func (s *scope) limitID(b by, r *http.Request) string {
 	switch b {
 	case byProject:
 		return safeID(r.PathValue("projectId"))
 	case byKey:
 		return s.digest
 	case byOrg:
-		domain := r.PathValue("domain")
-		if org, ok := g.orgOf[domain]; ok {
-			return org
-		}
-		return safeID(domain)
+		return s.org
 	case byIP:
-		return g.ipID(s.clientIP)
+		return s.snap.ipID(s.clientIP)
 	}
 	return ""
 }
 
 // ipID groups IPv6 clients by prefix (one host usually holds a whole /64).
-func (g *Gateway) ipID(a netip.Addr) string {
+func (sn *snapshot) ipID(a netip.Addr) string {
 	switch {
 	case !a.IsValid():
 		return "unknown"
 	case a.Is4():
 		return a.String()
 	}
-	p, err := a.WithZone("").Prefix(g.ipv6Bits)
+	p, err := a.WithZone("").Prefix(sn.ipv6Bits)
 	if err != nil {
 		return a.String()
 	}

@@ -175,7 +175,7 @@ func TestLimitAllOrNothing(t *testing.T) {
 
 func TestOrgsShareQuotaAcrossDomains(t *testing.T) {
 	g := newGateway(t, newUpstream(t, nil), setLimit("assistant_per_org", 2, "hour"),
-		func(c *cfgT) { c.Orgs = map[string][]string{"acme": {"acme-docs", "acme-api"}} })
+		func(c *cfgT) { c.Orgs = map[string]config.Org{"acme": {Domains: []string{"acme-docs", "acme-api"}}} })
 	for i, d := range []string{"acme-docs", "acme-api", "acme-docs"} {
 		res, _ := g.do(t, "POST", "/discovery/v1/assistant/"+d+"/message", jsonHdr(assistantKey), assistantBody)
 		if want := []int{201, 201, 429}[i]; res.StatusCode != want {

@@ -22,10 +22,14 @@ type route struct {
 	cors     bool               // assistant routes: keys are public, browsers call them
 	validate func([]byte) error // nil: the body is forwarded unchecked (size cap only)
 	metrics  *metrics.Route
-	limits   []routeLimit // applied in one decision after the body is validated
-	policy   string       // RateLimit-Policy header value
+	// sets holds the limits applied in one decision after the body is validated, by plan
+	// name; "" is the default set.
+	sets map[string]*limitSet
 	// hasDomain: the path names an assistant {domain}, so requests count per org.
 	hasDomain bool
+	// deprecation holds Deprecation, Sunset and Link headers for every response; nil when
+	// the route is not deprecated.
+	deprecation http.Header
 }
 
 // builtin is the spec's two operations; their method, path, key family and validators are
@@ -69,9 +73,17 @@ func compileRoutes(entries []config.Route) ([]*route, error) {
 			if e.Stream != nil && *e.Stream != b.stream {
 				fail(key+".stream", "the built-in route %s is always stream: %t", b.name, b.stream)
 			}
+			var err error
+			if b.deprecation, err = deprecationHeaders(e.Deprecation); err != nil {
+				fail(key+".deprecation", "%v", err)
+			}
 			continue
 		}
 		r := route{name: e.Name, method: e.Method, path: e.Path, stream: e.Stream != nil && *e.Stream}
+		var err error
+		if r.deprecation, err = deprecationHeaders(e.Deprecation); err != nil {
+			fail(key+".deprecation", "%v", err)
+		}
 		if e.Method == "" {
 			fail(key+".method", "is required")
 		}
@@ -105,7 +117,7 @@ type table struct {
 
 // buildTable registers every route, the CORS preflights of assistant paths and the catch-all.
 // ServeMux panics on invalid or conflicting patterns; that is turned into a config error.
-func (g *Gateway) buildTable(routes []*route) (t *table, err error) {
+func (g *Gateway) buildTable(sn *snapshot, routes []*route) (t *table, err error) {
 	t = &table{mux: http.NewServeMux(), probe: http.NewServeMux()}
 	current := ""
 	defer func() {
@@ -125,7 +137,7 @@ func (g *Gateway) buildTable(routes []*route) (t *table, err error) {
 	for _, rt := range routes {
 		current = rt.name
 		pattern := rt.method + " " + rt.path
-		t.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) { g.serve(rt, w, r) })
+		t.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) { g.serve(sn, rt, w, r) })
 		t.probe.Handle(pattern, nop)
 		if rt.cors {
 			if _, ok := preflights[rt.path]; !ok {
@@ -138,11 +150,10 @@ func (g *Gateway) buildTable(routes []*route) (t *table, err error) {
 	for _, p := range paths {
 		current = "OPTIONS " + p
 		methods := strings.Join(preflights[p], ", ")
-		t.mux.HandleFunc("OPTIONS "+p, func(w http.ResponseWriter, r *http.Request) { g.servePreflight(pre, methods, w, r) })
+		t.mux.HandleFunc("OPTIONS "+p, func(w http.ResponseWriter, r *http.Request) { g.servePreflight(sn, pre, methods, w, r) })
 		t.probe.Handle("OPTIONS "+p, nop)
 	}
-	unmatched := &route{name: unmatchedRoute, metrics: g.metrics.Route(unmatchedRoute)}
-	t.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { g.serveUnmatched(unmatched, t, w, r) })
+	t.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { g.serveUnmatched(sn, t, w, r) })
 	return t, nil
 }
 

@@ -15,6 +15,7 @@ import (
 // fills it, the reverse proxy's hooks read it from the context, and the access log and metrics
 // are written from it at the end.
 type scope struct {
+	snap      *snapshot // the config this request started with
 	route     *route
 	w         *responseWriter
 	start     time.Time
@@ -24,15 +25,22 @@ type scope struct {
 	trustedPeer bool
 	digest      string // SHA-256 of the key once auth accepted it; never the key
 
+	// The tenant, once known: org counts assistant_per_org (the key's org in registry mode,
+	// else the org of the path's domain), plan picks the limit set.
+	org  string
+	plan string
+
 	code           string // the gateway's own error code when it answered itself
 	field          string // invalid_request: the offending field
 	bodyBytes      int
 	deniedBy       string // the limit that denied the request
+	shadowDenied   string // a shadow limit that would have denied it
+	limited        bool   // the gateway decided limits and owns the rate-limit headers
 	limitErr       bool   // the limiter failed (the request was denied or let through per on_error)
 	upstreamStatus int
 	upstreamKind   string       // set when the upstream exchange failed
 	tap            *finishTap   // streamed answers: watches for the finish part
-	org            *metrics.Org // routes with {domain}: the org's series
+	orgMetrics     *metrics.Org // routes with {domain}: the org's series
 	forwarded      time.Time
 	upstreamTime   time.Duration // to response headers
 }

@@ -13,6 +13,7 @@ import (
 // (project, org, ip or key) for subject: a project id, an org (or unmapped domain), an IP
 // address, or an API key (used only to compute its digest, never kept).
 func (g *Gateway) Usage(ctx context.Context, what, subject string) ([]limits.Usage, error) {
+	sn := g.snap.Load()
 	b, ok := parseBy(what)
 	if !ok {
 		return nil, fmt.Errorf("proxy: usage: unknown subject kind %q", what)
@@ -23,7 +24,7 @@ func (g *Gateway) Usage(ctx context.Context, what, subject string) ([]limits.Usa
 		id = safeID(subject)
 	case byOrg:
 		id = subject
-		if _, configured := g.orgMetrics[subject]; !configured || subject == otherOrg {
+		if _, configured := sn.orgMetrics[subject]; !configured || subject == otherOrg {
 			id = safeID(subject)
 		}
 	case byIP:
@@ -31,12 +32,12 @@ func (g *Gateway) Usage(ctx context.Context, what, subject string) ([]limits.Usa
 		if err != nil {
 			return nil, fmt.Errorf("proxy: usage: %q is not an IP address", subject)
 		}
-		id = g.ipID(a.Unmap())
+		id = sn.ipID(a.Unmap())
 	case byKey:
 		id = auth.Digest(subject)
 	}
 	out := []limits.Usage{}
-	for _, l := range g.limits {
+	for _, l := range sn.limits {
 		if l.by != b {
 			continue
 		}

@@ -1,0 +1,72 @@
+package proxy
+
+import (
+	"net/http"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// finish writes the access-log line and the metrics of a request; it also runs when a stream
+// is aborted (the reverse proxy panics with http.ErrAbortHandler), since it is deferred.
+func (g *Gateway) finish(s *scope, r *http.Request) {
+	m := s.route.metrics
+	m.Inflight.Dec()
+	elapsed := time.Since(s.start)
+	status := s.w.status
+	if status == 0 {
+		status = 499 // nothing was sent: the client went away first
+	}
+	m.Request(status)
+	m.Duration.Observe(elapsed.Seconds())
+	finish := ""
+	if s.tap != nil {
+		finish = s.tap.result()
+		m.StreamFinished(finish)
+		if !s.w.firstByte.IsZero() {
+			m.FirstByte.Observe(s.w.firstByte.Sub(s.start).Seconds())
+		}
+		m.StreamDuration.Observe(elapsed.Seconds())
+	}
+	ce := g.log.Check(zap.InfoLevel, "request")
+	if ce == nil {
+		return
+	}
+	fields := make([]zap.Field, 0, 16)
+	fields = append(fields,
+		zap.String("route", s.route.name),
+		zap.String("method", r.Method),
+		zap.String("path", r.URL.Path),
+		zap.Int("status", status),
+		zap.Duration("duration", elapsed),
+		zap.String("request_id", s.requestID),
+		zap.String("client_ip", addrString(s.clientIP)),
+		zap.Int("bytes_in", s.bodyBytes),
+		zap.Int64("bytes_out", s.w.bytes),
+	)
+	if s.code != "" {
+		fields = append(fields, zap.String("code", s.code))
+	}
+	if s.field != "" {
+		fields = append(fields, zap.String("field", s.field))
+	}
+	if s.deniedBy != "" {
+		fields = append(fields, zap.String("denied_by", s.deniedBy))
+	}
+	if s.shadowDenied != "" {
+		fields = append(fields, zap.String("shadow_denied", s.shadowDenied))
+	}
+	if s.limitErr {
+		fields = append(fields, zap.Bool("limiter_error", true))
+	}
+	if s.upstreamStatus != 0 {
+		fields = append(fields, zap.Int("upstream_status", s.upstreamStatus), zap.Duration("upstream_time", s.upstreamTime))
+	}
+	if s.upstreamKind != "" {
+		fields = append(fields, zap.String("upstream_error", s.upstreamKind))
+	}
+	if finish != "" {
+		fields = append(fields, zap.String("finish_reason", finish))
+	}
+	ce.Write(fields...)
+}

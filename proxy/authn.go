@@ -1,0 +1,106 @@
+package proxy
+
+import (
+	"context"
+	"net/http"
+
+	"go.uber.org/zap"
+
+	"github.com/docsgate/gateway/auth"
+)
+
+// KeyLookup finds registered keys by digest (auth.mode: registry). It answers from a local
+// cache in steady state.
+type KeyLookup interface {
+	Lookup(ctx context.Context, digest string) (auth.Entry, bool, error)
+}
+
+// authenticate checks the key for the route: its family by prefix and, in registry mode,
+// that it is registered, not revoked and granted the path's project or domain. It also
+// settles the tenant (org and plan) the limits count for. It answers the request itself and
+// returns false when the key is refused.
+func (g *Gateway) authenticate(s *scope, r *http.Request) bool {
+	rt := s.route
+	id, reason := auth.Check(r.Header.Get("Authorization"), rt.key)
+	if reason != 0 {
+		g.rejectAuth(s, reason.String(), reason)
+		return false
+	}
+	s.digest = id.Digest
+	if g.registry == nil {
+		if rt.hasDomain {
+			domain := r.PathValue("domain")
+			s.org = s.snap.orgOf[domain]
+			if s.org == "" {
+				s.org = safeID(domain) // an unmapped domain is an org of its own
+			}
+		}
+		s.plan = s.snap.orgPlan[s.org]
+		return true
+	}
+
+	e, ok, err := g.registry.Lookup(r.Context(), id.Digest)
+	switch {
+	case err != nil:
+		g.log.Warn("key registry unavailable", zap.String("request_id", s.requestID), zap.Error(err))
+		s.w.Header().Set("Retry-After", "1")
+		s.fail(http.StatusServiceUnavailable, errorBody{
+			Error: "Key checks are temporarily unavailable. Please retry in a moment.",
+			Code:  codeAuthUnavailable,
+		})
+		return false
+	case !ok:
+		g.rejectAuth(s, "unknown_key", auth.UnknownFamily)
+		return false
+	case !e.Active():
+		g.rejectAuth(s, "revoked", auth.UnknownFamily)
+		return false
+	}
+	if resource := grantedResource(rt, r); resource != "" && !e.Allows(resource) {
+		s.route.metrics.AuthRejected("forbidden")
+		what := "project"
+		if rt.key == auth.Assistant {
+			what = "documentation site"
+		}
+		s.fail(http.StatusForbidden, errorBody{Error: "This API key is not allowed for this " + what + ".", Code: codeForbidden})
+		return false
+	}
+	s.org = e.Org
+	s.plan = e.Plan
+	if s.plan == "" {
+		s.plan = s.snap.orgPlan[s.org]
+	}
+	return true
+}
+
+// grantedResource is what a registered key must be granted for this request: the project of
+// admin routes, the domain of assistant routes ("" when the path names neither).
+func grantedResource(rt *route, r *http.Request) string {
+	if rt.key == auth.Admin {
+		return r.PathValue("projectId")
+	}
+	return r.PathValue("domain")
+}
+
+// rejectAuth answers a request refused for its credentials: 401 with a Bearer challenge, or
+// 403 for a key of the other family. label is the metric's reason.
+func (g *Gateway) rejectAuth(s *scope, label string, reason auth.Reason) {
+	s.route.metrics.AuthRejected(label)
+	switch reason {
+	case auth.WrongKind:
+		msg := "This endpoint needs an admin API key (svc_...); assistant keys (svc_dsc_...) cannot be used here."
+		if s.route.key == auth.Assistant {
+			msg = "This endpoint needs an assistant API key (svc_dsc_...); admin keys must never be used from browsers."
+		}
+		s.fail(http.StatusForbidden, errorBody{Error: msg, Code: codeWrongKeyType})
+	case auth.Missing:
+		s.w.Header().Set("WWW-Authenticate", "Bearer")
+		s.fail(http.StatusUnauthorized, errorBody{
+			Error: "Missing API key: send it as \"Authorization: Bearer <key>\".",
+			Code:  codeMissingCredentials,
+		})
+	default:
+		s.w.Header().Set("WWW-Authenticate", "Bearer")
+		s.fail(http.StatusUnauthorized, errorBody{Error: "Invalid API key.", Code: codeInvalidCredentials})
+	}
+}
