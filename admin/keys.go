@@ -1,0 +1,178 @@
+package admin
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/docsgate/gateway/auth"
+)
+
+// KeyManager manages registered keys (auth.Registry satisfies it).
+type KeyManager interface {
+	Add(ctx context.Context, e auth.Entry) error
+	Revoke(ctx context.Context, digest string) error
+	List(ctx context.Context) ([]auth.Entry, error)
+}
+
+// keyLookup is used when the manager has it (auth.Registry does) to answer DELETE with the
+// entry without listing every key.
+type keyLookup interface {
+	Lookup(ctx context.Context, digest string) (auth.Entry, bool, error)
+}
+
+// maxKeyBody caps POST /keys bodies.
+const maxKeyBody = 16 << 10
+
+// RegisterKeys adds POST /keys, DELETE /keys/{digest}, GET /keys to mux, each wrapped with
+// guard (the admin_token check).
+//
+// POST /keys takes {"key": "<raw key>", "kind", "org", "projects"|"domains", "plan", "label"}
+// (the key is hashed at once and never stored or logged; its family must match kind) or the
+// same with "digest" instead of "key", and answers 201 with the entry. DELETE answers 200 with
+// the revoked entry, 404 not_found for an unknown digest. GET answers {"keys": [...]}.
+func RegisterKeys(mux *http.ServeMux, km KeyManager, guard func(http.Handler) http.Handler) {
+	k := keys{km: km}
+	mux.Handle("POST /keys", guard(http.HandlerFunc(k.add)))
+	mux.Handle("DELETE /keys/{digest}", guard(http.HandlerFunc(k.revoke)))
+	mux.Handle("GET /keys", guard(http.HandlerFunc(k.list)))
+}
+
+type keys struct {
+	km KeyManager
+}
+
+type addKeyRequest struct {
+	Key      string   `json:"key"`
+	Digest   string   `json:"digest"`
+	Kind     string   `json:"kind"`
+	Org      string   `json:"org"`
+	Projects []string `json:"projects"`
+	Domains  []string `json:"domains"`
+	Plan     string   `json:"plan"`
+	Label    string   `json:"label"`
+}
+
+func (k keys) add(w http.ResponseWriter, r *http.Request) {
+	var req addKeyRequest
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxKeyBody))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		var tooBig *http.MaxBytesError
+		msg := "Send a JSON object: {\"key\" or \"digest\", \"kind\", \"org\", \"projects\" or \"domains\", \"plan\", \"label\"}."
+		if errors.As(err, &tooBig) {
+			msg = "The body is larger than 16 KiB."
+		}
+		writeError(w, http.StatusBadRequest, "invalid_request", msg)
+		return
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		writeError(w, http.StatusBadRequest, "invalid_request", "Send one JSON object, nothing after it.")
+		return
+	}
+	kind, ok := auth.ParseKind(req.Kind)
+	if !ok {
+		writeError(w, http.StatusBadRequest, "invalid_request", `"kind" must be "admin" or "assistant".`)
+		return
+	}
+	switch {
+	case req.Key != "" && req.Digest != "":
+		writeError(w, http.StatusBadRequest, "invalid_request", `Send "key" or "digest", not both.`)
+		return
+	case req.Key != "":
+		// The key is hashed here and dropped; messages never repeat it.
+		id, reason := auth.Check("Bearer "+req.Key, kind)
+		req.Key = ""
+		if reason != 0 {
+			msg := "\"key\" is not a valid " + kind.String() + " key."
+			if reason == auth.WrongKind {
+				msg = "\"key\" is not of kind " + kind.String() + ": it belongs to the other key family."
+			}
+			writeError(w, http.StatusBadRequest, "invalid_request", msg)
+			return
+		}
+		req.Digest = id.Digest
+	case req.Digest == "":
+		writeError(w, http.StatusBadRequest, "invalid_request", `Send "key" (the raw key) or "digest" (its SHA-256, 64 lower-case hex characters).`)
+		return
+	}
+	e := auth.Entry{
+		Digest:   req.Digest,
+		Kind:     kind.String(),
+		Org:      req.Org,
+		Projects: req.Projects,
+		Domains:  req.Domains,
+		Plan:     req.Plan,
+		Label:    req.Label,
+		Created:  time.Now().UTC().Round(0),
+	}
+	if err := e.Validate(); err != nil {
+		writeError(w, http.StatusBadRequest, "invalid_request", "Invalid entry: "+err.Error()+".")
+		return
+	}
+	if err := k.km.Add(r.Context(), e); err != nil {
+		registryUnavailable(w)
+		return
+	}
+	writeJSON(w, http.StatusCreated, e)
+}
+
+func (k keys) revoke(w http.ResponseWriter, r *http.Request) {
+	digest := r.PathValue("digest")
+	if !auth.ValidDigest(digest) {
+		writeError(w, http.StatusBadRequest, "invalid_request", "Not a key digest: want 64 lower-case hex characters (SHA-256 of the key).")
+		return
+	}
+	err := k.km.Revoke(r.Context(), digest)
+	if errors.Is(err, auth.ErrUnknownKey) {
+		writeError(w, http.StatusNotFound, "not_found", "No key with this digest is registered.")
+		return
+	}
+	if err != nil {
+		registryUnavailable(w)
+		return
+	}
+	e, found, err := k.find(r.Context(), digest)
+	if err != nil || !found {
+		// Revoked, but it cannot be read back right now.
+		writeJSON(w, http.StatusOK, map[string]string{"digest": digest, "status": "revoked"})
+		return
+	}
+	writeJSON(w, http.StatusOK, e)
+}
+
+func (k keys) find(ctx context.Context, digest string) (auth.Entry, bool, error) {
+	if l, ok := k.km.(keyLookup); ok {
+		return l.Lookup(ctx, digest)
+	}
+	list, err := k.km.List(ctx)
+	if err != nil {
+		return auth.Entry{}, false, err
+	}
+	for _, e := range list {
+		if e.Digest == digest {
+			return e, true, nil
+		}
+	}
+	return auth.Entry{}, false, nil
+}
+
+func (k keys) list(w http.ResponseWriter, r *http.Request) {
+	list, err := k.km.List(r.Context())
+	if err != nil {
+		registryUnavailable(w)
+		return
+	}
+	if list == nil {
+		list = []auth.Entry{}
+	}
+	writeJSON(w, http.StatusOK, map[string][]auth.Entry{"keys": list})
+}
+
+func registryUnavailable(w http.ResponseWriter) {
+	w.Header().Set("Retry-After", "1")
+	writeError(w, http.StatusServiceUnavailable, "registry_unavailable", "The key registry is unavailable. Please retry in a moment.")
+}

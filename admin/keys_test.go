@@ -1,0 +1,211 @@
+package admin
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/docsgate/gateway/auth"
+)
+
+const testToken = "admintoken"
+
+func keysServer(t *testing.T, km KeyManager) *httptest.Server {
+	t.Helper()
+	h := &handler{o: Options{Token: testToken}}
+	mux := http.NewServeMux()
+	RegisterKeys(mux, km, h.guard)
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+type result struct {
+	code int
+	body map[string]any
+	raw  string
+}
+
+func call(t *testing.T, srv *httptest.Server, method, path, token string, body string) result {
+	t.Helper()
+	req, _ := http.NewRequest(method, srv.URL+path, strings.NewReader(body))
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	raw, _ := io.ReadAll(res.Body)
+	var m map[string]any
+	if err := json.Unmarshal(raw, &m); err != nil {
+		t.Fatalf("%s %s: not JSON: %q", method, path, raw)
+	}
+	if ct := res.Header.Get("Content-Type"); !strings.HasPrefix(ct, "application/json") {
+		t.Fatalf("content type %q", ct)
+	}
+	return result{res.StatusCode, m, string(raw)}
+}
+
+func TestKeysEndpoints(t *testing.T) {
+	reg, err := auth.NewMemoryRegistry(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := keysServer(t, reg)
+	const key = "svc_dsc_s3cr3tvalue"
+
+	// The token guards every endpoint.
+	for _, c := range []struct{ method, path string }{{"GET", "/keys"}, {"POST", "/keys"}, {"DELETE", "/keys/" + auth.Digest(key)}} {
+		if r := call(t, srv, c.method, c.path, "", `{}`); r.code != 401 {
+			t.Fatalf("%s %s without token: %d", c.method, c.path, r.code)
+		}
+		if r := call(t, srv, c.method, c.path, "wrong", `{}`); r.code != 401 {
+			t.Fatalf("%s %s with a wrong token: %d", c.method, c.path, r.code)
+		}
+	}
+
+	r := call(t, srv, "GET", "/keys", testToken, "")
+	if r.code != 200 || r.raw != "{\"keys\":[]}\n" {
+		t.Fatalf("empty list: %d %s", r.code, r.raw)
+	}
+
+	r = call(t, srv, "POST", "/keys", testToken, `{"key":"`+key+`","kind":"assistant","org":"acme","domains":["acme-docs"],"plan":"enterprise","label":"docs site"}`)
+	if r.code != 201 || r.body["digest"] != auth.Digest(key) || r.body["kind"] != "assistant" || r.body["org"] != "acme" ||
+		r.body["plan"] != "enterprise" || r.body["label"] != "docs site" || r.body["created"] == nil || r.body["revoked"] != nil {
+		t.Fatalf("add by key: %d %s", r.code, r.raw)
+	}
+	if strings.Contains(r.raw, "s3cr3t") {
+		t.Fatal("the response repeats the key")
+	}
+	e, ok, _ := reg.Lookup(context.Background(), auth.Digest(key))
+	if !ok || !e.Allows("acme-docs") || !e.Active() {
+		t.Fatalf("registry: %+v %v", e, ok)
+	}
+
+	admin := auth.Digest("svc_elsewhere")
+	r = call(t, srv, "POST", "/keys", testToken, `{"digest":"`+admin+`","kind":"admin","org":"acme","projects":["p1","p2"]}`)
+	if r.code != 201 || r.body["digest"] != admin {
+		t.Fatalf("add by digest: %d %s", r.code, r.raw)
+	}
+
+	r = call(t, srv, "GET", "/keys", testToken, "")
+	list, _ := r.body["keys"].([]any)
+	if r.code != 200 || len(list) != 2 || strings.Contains(r.raw, "s3cr3t") {
+		t.Fatalf("list: %d %s", r.code, r.raw)
+	}
+
+	r = call(t, srv, "DELETE", "/keys/"+auth.Digest(key), testToken, "")
+	if r.code != 200 || r.body["digest"] != auth.Digest(key) || r.body["revoked"] == nil {
+		t.Fatalf("revoke: %d %s", r.code, r.raw)
+	}
+	if e, _, _ := reg.Lookup(context.Background(), auth.Digest(key)); e.Active() {
+		t.Fatal("not revoked in the registry")
+	}
+	r = call(t, srv, "DELETE", "/keys/"+auth.Digest("svc_nobody"), testToken, "")
+	if r.code != 404 || r.body["code"] != "not_found" || r.body["error"] == "" {
+		t.Fatalf("revoke unknown: %d %s", r.code, r.raw)
+	}
+	r = call(t, srv, "DELETE", "/keys/"+key, testToken, "")
+	if r.code != 400 || r.body["code"] != "invalid_request" || strings.Contains(r.raw, "s3cr3t") {
+		t.Fatalf("revoke by raw key: %d %s", r.code, r.raw)
+	}
+}
+
+func TestKeysAddRejects(t *testing.T) {
+	reg, _ := auth.NewMemoryRegistry(nil)
+	srv := keysServer(t, reg)
+	d := auth.Digest("svc_dsc_x")
+	cases := []struct{ name, body string }{
+		{"not json", `{`},
+		{"unknown field", `{"key":"svc_dsc_s3cr3t","kind":"assistant","org":"acme","domains":["d"],"colour":"red"}`},
+		{"trailing data", `{"digest":"` + d + `","kind":"assistant","org":"acme","domains":["d"]} {}`},
+		{"no key or digest", `{"kind":"assistant","org":"acme","domains":["d"]}`},
+		{"both", `{"key":"svc_dsc_s3cr3t","digest":"` + d + `","kind":"assistant","org":"acme","domains":["d"]}`},
+		{"bad kind", `{"key":"svc_dsc_s3cr3t","kind":"root","org":"acme","domains":["d"]}`},
+		{"wrong family", `{"key":"svc_dsc_s3cr3t","kind":"admin","org":"acme","projects":["p"]}`},
+		{"admin key as assistant", `{"key":"svc_s3cr3t","kind":"assistant","org":"acme","domains":["d"]}`},
+		{"unknown family", `{"key":"pk_s3cr3t","kind":"assistant","org":"acme","domains":["d"]}`},
+		{"malformed key", `{"key":"svc_dsc_s3cr3t with space","kind":"assistant","org":"acme","domains":["d"]}`},
+		{"bad digest", `{"digest":"ABC","kind":"assistant","org":"acme","domains":["d"]}`},
+		{"raw key as digest", `{"digest":"svc_dsc_s3cr3t","kind":"assistant","org":"acme","domains":["d"]}`},
+		{"raw key as label", `{"digest":"` + d + `","kind":"assistant","org":"acme","domains":["d"],"label":"svc_dsc_s3cr3t"}`},
+		{"no org", `{"digest":"` + d + `","kind":"assistant","domains":["d"]}`},
+		{"no domains", `{"digest":"` + d + `","kind":"assistant","org":"acme"}`},
+		{"projects on assistant", `{"digest":"` + d + `","kind":"assistant","org":"acme","domains":["d"],"projects":["p"]}`},
+		{"too big", `{"digest":"` + d + `","kind":"assistant","org":"acme","domains":["d"],"label":"` + strings.Repeat("x", 17<<10) + `"}`},
+	}
+	for _, c := range cases {
+		r := call(t, srv, "POST", "/keys", testToken, c.body)
+		if r.code != 400 || r.body["code"] != "invalid_request" || r.body["error"] == "" {
+			t.Errorf("%s: %d %s", c.name, r.code, r.raw)
+		}
+		if strings.Contains(r.raw, "s3cr3t") {
+			t.Errorf("%s: the response repeats the key: %s", c.name, r.raw)
+		}
+	}
+	if list, _ := reg.List(context.Background()); len(list) != 0 {
+		t.Fatalf("rejected requests registered keys: %+v", list)
+	}
+}
+
+// failing is a registry whose store is down.
+type failing struct{}
+
+func (failing) Add(context.Context, auth.Entry) error      { return errors.New("down") }
+func (failing) Revoke(context.Context, string) error       { return errors.New("down") }
+func (failing) List(context.Context) ([]auth.Entry, error) { return nil, errors.New("down") }
+
+func TestKeysRegistryUnavailable(t *testing.T) {
+	srv := keysServer(t, failing{})
+	d := auth.Digest("svc_dsc_x")
+	for _, c := range []struct{ method, path, body string }{
+		{"GET", "/keys", ""},
+		{"DELETE", "/keys/" + d, ""},
+		{"POST", "/keys", `{"digest":"` + d + `","kind":"assistant","org":"acme","domains":["d"]}`},
+	} {
+		r := call(t, srv, c.method, c.path, testToken, c.body)
+		if r.code != 503 || r.body["code"] != "registry_unavailable" {
+			t.Errorf("%s %s: %d %s", c.method, c.path, r.code, r.raw)
+		}
+	}
+}
+
+// listOnly has no Lookup: DELETE finds the revoked entry through List.
+type listOnly struct{ reg *auth.MemoryRegistry }
+
+func (l listOnly) Add(ctx context.Context, e auth.Entry) error    { return l.reg.Add(ctx, e) }
+func (l listOnly) Revoke(ctx context.Context, d string) error     { return l.reg.Revoke(ctx, d) }
+func (l listOnly) List(ctx context.Context) ([]auth.Entry, error) { return l.reg.List(ctx) }
+
+func TestKeysRevokeWithoutLookup(t *testing.T) {
+	reg, _ := auth.NewMemoryRegistry([]auth.Entry{{Digest: auth.Digest("svc_a"), Kind: "admin", Org: "o", Projects: []string{"p"}}})
+	srv := keysServer(t, listOnly{reg})
+	r := call(t, srv, "DELETE", "/keys/"+auth.Digest("svc_a"), testToken, "")
+	if r.code != 200 || r.body["revoked"] == nil || r.body["org"] != "o" {
+		t.Fatalf("%d %s", r.code, r.raw)
+	}
+}
+
+// Without a token configured the guard lets everything through (as for the other admin
+// endpoints).
+func TestKeysNoToken(t *testing.T) {
+	reg, _ := auth.NewMemoryRegistry(nil)
+	mux := http.NewServeMux()
+	RegisterKeys(mux, reg, (&handler{}).guard)
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	res, err := http.Post(srv.URL+"/keys", "application/json", bytes.NewReader([]byte(`{"key":"svc_k","kind":"admin","org":"o","projects":["*"]}`)))
+	if err != nil || res.StatusCode != 201 {
+		t.Fatalf("%v %v", err, res)
+	}
+	res.Body.Close()
+}
