@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Runs every fuzz target for FUZZTIME each (default 15s), one after the other; CI calls it
+# besides the normal tests:
+#
+#   FUZZTIME=15s scripts/fuzz.sh
+#
+# Stops at the first target that fails; `go test` then prints the failing input, which it
+# also writes under the package's testdata/fuzz/<Target>/ so it becomes a seed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+fuzztime=${FUZZTIME:-15s}
+targets=(
+  "./auth FuzzBearer"
+  "./config FuzzParse"
+  "./validate FuzzAgentJob"
+  "./validate FuzzAssistantMessage"
+  "./proxy FuzzClientIP"
+)
+for t in "${targets[@]}"; do
+  read -r pkg name <<<"$t"
+  echo "fuzz: $name in $pkg for $fuzztime" >&2
+  ${GO:-go} test -run '^$' -fuzz "^${name}\$" -fuzztime "$fuzztime" "$pkg"
+done
+echo "fuzz: all ${#targets[@]} targets passed" >&2
