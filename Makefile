@@ -4,7 +4,7 @@ VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo de
 LDFLAGS   := -s -w -X main.version=$(VERSION)
 FUZZTIME  ?= 15s
 
-.PHONY: help demo build test fuzz lint clean
+.PHONY: help demo build test fuzz lint clean bench
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-8s %s\n", $$1, $$2}'
@@ -27,6 +27,9 @@ fuzz: ## run every fuzz target for FUZZTIME each
 lint: ## gofmt and go vet
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); exit 1)
 	$(GO) vet ./...
+
+bench: ## benchmark suite: direct, bare, gateway (memory, redis, cluster); ROUNDS, DURATION, ... (scripts/bench.sh)
+	scripts/bench.sh
 
 clean: ## remove build output
 	rm -rf bin

@@ -1,0 +1,478 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+type variant struct {
+	name  string
+	kind  string // direct, bare, gateway
+	store string // gateway only: memory, redis, cluster
+}
+
+var variants = []variant{
+	{"direct", "direct", ""},
+	{"bare", "bare", ""},
+	{"gateway-memory", "gateway", "memory"},
+	{"gateway-redis", "gateway", "redis"},
+	{"gateway-cluster", "gateway", "cluster"},
+}
+
+func variantNames() []string {
+	var n []string
+	for _, v := range variants {
+		n = append(n, v.name)
+	}
+	return n
+}
+
+func selectVariants(list string) []variant {
+	var out []variant
+	for _, name := range strings.Split(list, ",") {
+		for _, v := range variants {
+			if v.name == strings.TrimSpace(name) {
+				out = append(out, v)
+			}
+		}
+	}
+	return out
+}
+
+// upstream is one shared upstream-sim (on the "other" CPU); direct runs a fresh copy of it.
+type upstream struct {
+	args []string
+	url  string
+	proc *proc
+}
+
+type env struct {
+	o                  options
+	dir                string
+	gateway, sim, bare string
+	cpuServer, cpuRest string
+	redis              *redisNode
+	cluster            []*redisNode
+	fast, stamp, idle  *upstream
+	scripts            map[string]string
+}
+
+const adminToken = "bench-admin-token-0123456789abcdef"
+
+func newEnv(o options) (*env, error) {
+	e := &env{o: o, scripts: map[string]string{}}
+	var err error
+	if e.dir, err = os.MkdirTemp("", "gateway-bench-"); err != nil {
+		return nil, err
+	}
+	for _, p := range []*string{&e.gateway, &e.sim, &e.bare} {
+		_ = p
+	}
+	e.gateway = filepath.Join(o.bin, "gateway")
+	e.sim = filepath.Join(o.bin, "upstream-sim")
+	e.bare = filepath.Join(o.bin, "bare")
+	for _, b := range []string{e.gateway, e.sim, e.bare} {
+		if _, err := os.Stat(b); err != nil {
+			return nil, fmt.Errorf("missing binary %s (scripts/bench.sh builds them)", b)
+		}
+	}
+	for _, tool := range []string{"wrk", "redis-server", "redis-cli"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			return nil, fmt.Errorf("%s not found (scripts/bench.sh installs it)", tool)
+		}
+	}
+	if o.pin {
+		if _, err := exec.LookPath("taskset"); err == nil {
+			e.cpuServer, e.cpuRest = "0", "1"
+		} else {
+			logf("taskset not found: not pinning CPUs")
+		}
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			e.close()
+		}
+	}()
+	logf("starting redis-server and a 3-master cluster")
+	if e.redis, err = startRedis(e.dir, e.cpuRest, false); err != nil {
+		return nil, err
+	}
+	if e.cluster, err = startCluster(e.dir, e.cpuRest); err != nil {
+		return nil, err
+	}
+	e.fast = &upstream{args: []string{"-fast"}}
+	e.stamp = &upstream{args: []string{"-stamp", "-part-delay", "10ms", "-answer-parts", "10"}}
+	e.idle = &upstream{args: []string{"-part-delay", "10m", "-answer-parts", "1"}}
+	for i, u := range []*upstream{e.fast, e.stamp, e.idle} {
+		port := freePort()
+		u.url = fmt.Sprintf("http://127.0.0.1:%d", port)
+		args := append([]string{"-listen", fmt.Sprintf("127.0.0.1:%d", port)}, u.args...)
+		if u.proc, err = startProc("upstream-sim", e.cpuRest, e.procsEnv(), filepath.Join(e.dir, fmt.Sprintf("upstream-%d.log", i)), e.sim, args...); err != nil {
+			return nil, err
+		}
+		if err := waitHTTP(u.proc, u.url+"/healthz", 10*time.Second); err != nil {
+			return nil, err
+		}
+	}
+	for _, w := range allWorkloads {
+		if e.scripts[w.name], err = wrkScript(e.dir, w); err != nil {
+			return nil, err
+		}
+	}
+	ok = true
+	return e, nil
+}
+
+func (e *env) procsEnv() []string {
+	return []string{"GOMAXPROCS=" + strconv.Itoa(e.o.serverProcs)}
+}
+
+func (e *env) close() {
+	for _, u := range []*upstream{e.fast, e.stamp, e.idle} {
+		if u != nil {
+			u.proc.stop()
+		}
+	}
+	e.redis.stop()
+	for _, n := range e.cluster {
+		n.stop()
+	}
+	if e.dir != "" {
+		os.RemoveAll(e.dir)
+	}
+}
+
+// server is one started server under test.
+type server struct {
+	v       variant
+	proc    *proc
+	url     string
+	admin   string
+	logPath string
+	nodes   []*redisNode // the Redis it calls, for commandstats
+}
+
+func (e *env) start(v variant, up *upstream) (*server, error) {
+	port := freePort()
+	s := &server{v: v, url: fmt.Sprintf("http://127.0.0.1:%d", port)}
+	s.logPath = filepath.Join(e.dir, fmt.Sprintf("%s-%d.log", v.name, port))
+	var err error
+	switch v.kind {
+	case "direct":
+		args := append([]string{"-listen", fmt.Sprintf("127.0.0.1:%d", port)}, up.args...)
+		s.proc, err = startProc(v.name, e.cpuServer, e.procsEnv(), s.logPath, e.sim, args...)
+		if err == nil {
+			err = waitHTTP(s.proc, s.url+"/healthz", 10*time.Second)
+		}
+	case "bare":
+		s.nodes = []*redisNode{e.redis}
+		s.proc, err = startProc(v.name, e.cpuServer, e.procsEnv(), s.logPath, e.bare,
+			"-listen", fmt.Sprintf("127.0.0.1:%d", port), "-upstream", up.url, "-redis", e.redis.addr)
+		if err == nil {
+			err = waitHTTP(s.proc, s.url+"/healthz", 10*time.Second)
+		}
+	case "gateway":
+		adminPort := freePort()
+		s.admin = fmt.Sprintf("http://127.0.0.1:%d", adminPort)
+		var addrs []string
+		switch v.store {
+		case "redis":
+			s.nodes = []*redisNode{e.redis}
+		case "cluster":
+			s.nodes = e.cluster
+		}
+		for _, n := range s.nodes {
+			addrs = append(addrs, n.addr)
+		}
+		cfgPath := filepath.Join(e.dir, fmt.Sprintf("%s-%d.yaml", v.name, port))
+		if err := os.WriteFile(cfgPath, []byte(gatewayConfig(port, adminPort, up.url, addrs)), 0o644); err != nil {
+			return nil, err
+		}
+		s.proc, err = startProc(v.name, e.cpuServer, e.procsEnv(), s.logPath, e.gateway, "-config", cfgPath)
+		if err == nil {
+			err = waitHTTP(s.proc, s.admin+"/readyz", 10*time.Second)
+		}
+	}
+	if err != nil {
+		if s.proc != nil {
+			s.proc.stop()
+		}
+		b, _ := os.ReadFile(s.logPath)
+		return nil, fmt.Errorf("%v\n%s", err, tail(b, 2000))
+	}
+	return s, nil
+}
+
+func (s *server) stop() {
+	s.proc.stop()
+	os.Remove(s.logPath)
+}
+
+// logLines counts the access-log lines written so far (the gateway logs one per request).
+func (s *server) logLines() int {
+	b, _ := os.ReadFile(s.logPath)
+	return strings.Count(string(b), `"msg":"request"`)
+}
+
+func tail(b []byte, n int) string {
+	if len(b) > n {
+		b = b[len(b)-n:]
+	}
+	return string(b)
+}
+
+// gatewayConfig: everything on (auth, validation, all route limits, metrics, access logs at
+// info to stderr, which the bench sends to a file), limits too high to deny, plus a route
+// whose limit is 1 per hour for the 429 path.
+func gatewayConfig(port, adminPort int, upstream string, redisAddrs []string) string {
+	addrs := "[]"
+	if len(redisAddrs) > 0 {
+		addrs = `["` + strings.Join(redisAddrs, `", "`) + `"]`
+	}
+	return fmt.Sprintf(`listen: "127.0.0.1:%d"
+admin_listen: "127.0.0.1:%d"
+admin_token: %q
+upstream:
+  url: %q
+server:
+  shutdown_grace: 2s
+log:
+  level: info
+  format: json
+routes:
+  - name: tiny_job
+    method: POST
+    path: /v2/agent/{projectId}/tiny
+    key: admin
+    limits: [tiny_per_project]
+redis:
+  addrs: %s
+limits:
+  agent_job_per_project: { limit: 1000000000 }
+  assistant_per_key:     { limit: 1000000000 }
+  assistant_per_org:     { limit: 1000000000 }
+  assistant_per_ip:      { limit: 1000000000 }
+  tiny_per_project:      { limit: 1, window: hour, by: project }
+`, port, adminPort, adminToken, upstream, addrs)
+}
+
+// httpSample is one (round, workload, variant) measurement.
+type httpSample struct {
+	round             int
+	workload, variant string
+	kind              string
+
+	closed      wrkResult
+	closedErrs  int64
+	closedCPU1k float64 // CPU seconds of the server under test per 1,000 requests
+	open        openResult
+	openCPU1k   float64
+	openScripts []float64 // per node, per request
+	openOther   float64   // other Redis commands per request
+	logLines    int
+	logExpected int64
+	probes      []probeSample
+}
+
+type probeSample struct {
+	label   string
+	codes   map[int]int
+	scripts []float64 // per node, per request
+}
+
+func (e *env) measureHTTP(round int, v variant, w workload) (httpSample, error) {
+	s := httpSample{round: round, workload: w.name, variant: v.name, kind: v.kind}
+	srv, err := e.start(v, e.fast)
+	if err != nil {
+		return s, err
+	}
+	defer srv.stop()
+	script := e.scripts[w.name]
+	// Warm-up: connections, pools, scripts loaded, the 429 limit used up.
+	if _, err := runWrk(srv.url, w, script, e.o.conns, e.o.warmup); err != nil {
+		return s, err
+	}
+	linesBefore := srv.logLines()
+
+	cpu0 := srv.proc.cpuSeconds()
+	s.closed, err = runWrk(srv.url, w, script, e.o.conns, e.o.duration)
+	if err != nil {
+		return s, err
+	}
+	cpu1 := srv.proc.cpuSeconds()
+	s.closedErrs = s.closed.sockEr
+	if len(w.reqs) == 1 { // the mix answers non-2xx by design; checked exactly in the open loop
+		s.closedErrs += s.closed.non2xx
+	}
+	if s.closed.reqs > 0 {
+		s.closedCPU1k = (cpu1 - cpu0) / float64(s.closed.reqs) * 1000
+	}
+
+	rc0 := snapshot(srv.nodes)
+	cpu0 = srv.proc.cpuSeconds()
+	s.open = runOpen(srv.url, v.kind, w, e.o.rate, e.o.duration)
+	cpu1 = srv.proc.cpuSeconds()
+	d := snapshot(srv.nodes).sub(rc0)
+	if s.open.n > 0 {
+		s.openCPU1k = (cpu1 - cpu0) / float64(s.open.n) * 1000
+		for _, x := range d.scripts {
+			s.openScripts = append(s.openScripts, float64(x)/float64(s.open.n))
+		}
+		s.openOther = float64(sum(d.other)) / float64(s.open.n)
+	}
+	if len(s.open.unexpected) > 0 {
+		logf("  unexpected answers: %v", s.open.unexpected)
+	}
+
+	if len(srv.nodes) > 0 {
+		if v.kind == "gateway" {
+			// An overloaded open loop may have opened the limiter's breaker: let it close.
+			waitReady(srv.admin+"/readyz", 5*time.Second)
+		}
+		for _, r := range w.reqs {
+			before := snapshot(srv.nodes)
+			codes, err := probe(srv.url, r, e.o.probeN)
+			if err != nil {
+				return s, fmt.Errorf("probe %s: %v", r.label, err)
+			}
+			dd := snapshot(srv.nodes).sub(before)
+			ps := probeSample{label: r.label, codes: codes}
+			for _, x := range dd.scripts {
+				ps.scripts = append(ps.scripts, float64(x)/float64(e.o.probeN))
+			}
+			s.probes = append(s.probes, ps)
+		}
+	}
+	if v.kind == "gateway" {
+		time.Sleep(100 * time.Millisecond)
+		s.logLines = srv.logLines() - linesBefore
+		s.logExpected = s.closed.reqs + int64(s.open.n) + int64(len(s.probes)*e.o.probeN)
+	}
+	logf("round %d %-18s %-16s closed %8.0f req/s (err %d, %.3f CPU s/1k)  open@%d p50 %.2f p99 %.2f p99.9 %.2f ms err %d  scripts/req %v",
+		round+1, w.name, v.name, s.closed.rps, s.closedErrs, s.closedCPU1k, e.o.rate, s.open.p50, s.open.p99, s.open.p999, s.open.errs, fmtPerNode(s.openScripts))
+	return s, nil
+}
+
+type streamSample struct {
+	round   int
+	variant string
+	delay   delayResult
+	idle    idleResult
+}
+
+func (e *env) measureStreams(round int, v variant) (streamSample, error) {
+	s := streamSample{round: round, variant: v.name}
+	srv, err := e.start(v, e.stamp)
+	if err != nil {
+		return s, err
+	}
+	s.delay = runDelay(srv.url, e.o.delayConc, e.o.duration)
+	srv.stop()
+	if e.o.streams > 0 {
+		srv, err := e.start(v, e.idle)
+		if err != nil {
+			return s, err
+		}
+		s.idle = runIdle(srv.proc, srv.url, e.o.streams, 60*time.Second)
+		srv.stop()
+	}
+	logf("round %d streams %-16s part delay p50 %.0f µs p99 %.0f µs (%d parts, %d errors)  idle: %d streams, RSS %d -> %d KiB = %.1f KiB/stream (opened in %s) %s",
+		round+1, v.name, s.delay.p50, s.delay.p99, s.delay.parts, s.delay.errs, s.idle.opened, s.idle.before, s.idle.after, s.idle.perStreamKiB,
+		s.idle.openTime.Round(time.Millisecond), s.idle.firstErr)
+	return s, nil
+}
+
+// profile runs gateway-redis under the closed-loop agent_job load and saves a CPU profile
+// and an allocation profile from the admin listener's /debug/pprof/, with their top lists.
+func (e *env) profile(d time.Duration, dir string, rep *report) error {
+	v := selectVariants("gateway-redis")[0]
+	srv, err := e.start(v, e.fast)
+	if err != nil {
+		return err
+	}
+	defer srv.stop()
+	w := allWorkloads[0]
+	logf("profiling gateway-redis under agent_job load for %s", d)
+	done := make(chan error, 1)
+	go func() {
+		_, err := runWrk(srv.url, w, e.scripts[w.name], e.o.conns, d+2*time.Second)
+		done <- err
+	}()
+	time.Sleep(time.Second)
+	cpuPath := filepath.Join(dir, "profile-cpu.pb.gz")
+	if err := fetchProfile(srv.admin+fmt.Sprintf("/debug/pprof/profile?seconds=%d", int(d.Seconds())), cpuPath, d+30*time.Second); err != nil {
+		return err
+	}
+	allocPath := filepath.Join(dir, "profile-allocs.pb.gz")
+	if err := fetchProfile(srv.admin+"/debug/pprof/allocs", allocPath, 30*time.Second); err != nil {
+		return err
+	}
+	if err := <-done; err != nil {
+		return err
+	}
+	rep.profileCPU = pprofTop(e.gateway, cpuPath, "-top", "-nodecount=25")
+	rep.profileCPUCum = pprofTop(e.gateway, cpuPath, "-top", "-cum", "-nodecount=40")
+	rep.profileAllocs = pprofTop(e.gateway, allocPath, "-top", "-sample_index=alloc_objects", "-nodecount=25")
+	for name, text := range map[string]string{"profile-cpu.txt": rep.profileCPU + "\n\n" + rep.profileCPUCum, "profile-allocs.txt": rep.profileAllocs} {
+		_ = os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644)
+	}
+	return nil
+}
+
+func fetchProfile(url, path string, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	req.Header.Set("Authorization", "Bearer "+adminToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		b, _ := io.ReadAll(resp.Body)
+		return fmt.Errorf("%s: %s %s", url, resp.Status, b)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	_, err = io.Copy(f, resp.Body)
+	return err
+}
+
+func pprofTop(bin, path string, args ...string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "go", append(append([]string{"tool", "pprof"}, args...), bin, path)...).CombinedOutput()
+	if err != nil {
+		return fmt.Sprintf("go tool pprof: %v\n%s", err, out)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// waitReady polls a readiness URL until it answers 200 or timeout passes.
+func waitReady(url string, timeout time.Duration) {
+	c := &http.Client{Timeout: 500 * time.Millisecond}
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		resp, err := c.Get(url)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}

@@ -1,0 +1,161 @@
+// Command benchrun is the gateway's benchmark suite (make bench): it starts the upstream
+// simulator, Redis (standalone and a 3-master Cluster) and, one at a time, each server under
+// test (direct, bare, gateway-memory, gateway-redis, gateway-cluster), drives them with wrk
+// (closed loop) and vegeta (open loop, as a library), reads CPU and RSS from /proc and Redis
+// commands from INFO commandstats, and writes a Markdown report.
+//
+// Rounds are interleaved: every round runs every workload on every variant in turn (the
+// order rotating by round), so a noisy machine hits all variants alike; the report shows the
+// median over rounds and the spread (min-max).
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+type options struct {
+	bin         string
+	out         string
+	goBench     string
+	rounds      int
+	duration    time.Duration
+	warmup      time.Duration
+	conns       int
+	rate        int
+	streams     int
+	delayConc   int
+	probeN      int
+	pin         bool
+	profile     time.Duration
+	variants    string
+	workloads   string
+	serverProcs int
+	source      string
+}
+
+func main() {
+	var o options
+	flag.StringVar(&o.bin, "bin", "bin", "directory holding gateway, upstream-sim and bare")
+	flag.StringVar(&o.out, "out", "bench/results/latest.md", "Markdown report to write")
+	flag.StringVar(&o.goBench, "gobench", "", "go test -bench output to include (optional)")
+	flag.IntVar(&o.rounds, "rounds", 3, "interleaved rounds")
+	flag.DurationVar(&o.duration, "duration", 4*time.Second, "length of each closed-loop and open-loop run")
+	flag.DurationVar(&o.warmup, "warmup", time.Second, "closed-loop warm-up before each measurement (not counted)")
+	flag.IntVar(&o.conns, "conns", 50, "closed-loop connections (wrk -t1)")
+	flag.IntVar(&o.rate, "rate", 2000, "open-loop rate, requests per second")
+	flag.IntVar(&o.streams, "streams", 5000, "open idle streams for RSS per stream (0: skip)")
+	flag.IntVar(&o.delayConc, "delay-conc", 20, "concurrent streams for the per-part delay")
+	flag.IntVar(&o.probeN, "probe", 400, "requests per Redis-count probe")
+	flag.BoolVar(&o.pin, "pin", true, "pin the server under test to CPU 0 and everything else to CPU 1 (taskset)")
+	flag.DurationVar(&o.profile, "profile", 10*time.Second, "CPU profile of gateway-redis under agent_job load after the rounds (0: skip)")
+	flag.StringVar(&o.variants, "variants", strings.Join(variantNames(), ","), "variants to run")
+	flag.StringVar(&o.workloads, "workloads", "agent_job,assistant_message,401/429 mix,streams", "workloads to run")
+	flag.IntVar(&o.serverProcs, "gomaxprocs", 1, "GOMAXPROCS of the server under test and of the upstream simulator")
+	flag.StringVar(&o.source, "source", "", "what was measured (revision), for the report")
+	flag.Parse()
+
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+	go func() {
+		<-sig
+		fmt.Fprintln(os.Stderr, "bench: interrupted; stopping children")
+		stopAll()
+		os.Exit(130)
+	}()
+	code := run(o)
+	stopAll()
+	os.Exit(code)
+}
+
+func run(o options) int {
+	start := time.Now()
+	e, err := newEnv(o)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "bench: %v\n", err)
+		return 1
+	}
+	defer e.close()
+	rep := &report{opts: o, started: start}
+	vs := selectVariants(o.variants)
+	wls := map[string]bool{}
+	for _, w := range strings.Split(o.workloads, ",") {
+		wls[strings.TrimSpace(w)] = true
+	}
+	for r := 0; r < o.rounds; r++ {
+		order := rotate(vs, r)
+		for _, w := range allWorkloads {
+			if !wls[w.name] {
+				continue
+			}
+			for _, v := range order {
+				s, err := e.measureHTTP(r, v, w)
+				if err != nil {
+					fmt.Fprintf(os.Stderr, "bench: round %d %s %s: %v\n", r+1, w.name, v.name, err)
+					return 1
+				}
+				rep.http = append(rep.http, s)
+			}
+		}
+		if wls["streams"] {
+			for _, v := range order {
+				s, err := e.measureStreams(r, v)
+				if err != nil {
+					fmt.Fprintf(os.Stderr, "bench: round %d streams %s: %v\n", r+1, v.name, err)
+					return 1
+				}
+				rep.streams = append(rep.streams, s)
+			}
+		}
+	}
+	if o.profile > 0 && hasVariant(vs, "gateway-redis") {
+		if err := e.profile(o.profile, filepath.Dir(o.out), rep); err != nil {
+			fmt.Fprintf(os.Stderr, "bench: profile: %v\n", err)
+		}
+	}
+	if o.goBench != "" {
+		if b, err := os.ReadFile(o.goBench); err == nil {
+			rep.goBench = string(b)
+		}
+	}
+	rep.elapsed = time.Since(start)
+	md := rep.markdown()
+	if err := os.MkdirAll(filepath.Dir(o.out), 0o755); err != nil {
+		fmt.Fprintf(os.Stderr, "bench: %v\n", err)
+		return 1
+	}
+	if err := os.WriteFile(o.out, []byte(md), 0o644); err != nil {
+		fmt.Fprintf(os.Stderr, "bench: %v\n", err)
+		return 1
+	}
+	fmt.Println(md)
+	fmt.Fprintf(os.Stderr, "bench: wrote %s in %s\n", o.out, rep.elapsed.Round(time.Second))
+	return 0
+}
+
+func rotate(vs []variant, r int) []variant {
+	out := make([]variant, 0, len(vs))
+	for i := range vs {
+		out = append(out, vs[(i+r)%len(vs)])
+	}
+	return out
+}
+
+func hasVariant(vs []variant, name string) bool {
+	for _, v := range vs {
+		if v.name == name {
+			return true
+		}
+	}
+	return false
+}
+
+func logf(format string, a ...any) {
+	fmt.Fprintf(os.Stderr, time.Now().Format("15:04:05 ")+format+"\n", a...)
+}

@@ -1,0 +1,456 @@
+package main
+
+import (
+	"fmt"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+type report struct {
+	opts          options
+	started       time.Time
+	elapsed       time.Duration
+	http          []httpSample
+	streams       []streamSample
+	goBench       string
+	profileCPU    string
+	profileCPUCum string
+	profileAllocs string
+}
+
+// stat is the median and range over rounds.
+type stat struct{ med, min, max float64 }
+
+func statOf(v []float64) stat {
+	if len(v) == 0 {
+		return stat{}
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	m := s[len(s)/2]
+	if len(s)%2 == 0 {
+		m = (s[len(s)/2-1] + s[len(s)/2]) / 2
+	}
+	return stat{m, s[0], s[len(s)-1]}
+}
+
+func (s stat) fmt(prec int) string {
+	if s.min == s.max {
+		return strconv.FormatFloat(s.med, 'f', prec, 64)
+	}
+	return fmt.Sprintf("%s (%s–%s)", strconv.FormatFloat(s.med, 'f', prec, 64),
+		strconv.FormatFloat(s.min, 'f', prec, 64), strconv.FormatFloat(s.max, 'f', prec, 64))
+}
+
+func (r *report) samples(workload, variant string) []httpSample {
+	var out []httpSample
+	for _, s := range r.http {
+		if s.workload == workload && s.variant == variant {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func collect(ss []httpSample, f func(httpSample) float64) stat {
+	var v []float64
+	for _, s := range ss {
+		v = append(v, f(s))
+	}
+	return statOf(v)
+}
+
+func fmtPerNode(v []float64) string {
+	if len(v) == 0 {
+		return "–"
+	}
+	parts := make([]string, len(v))
+	for i, x := range v {
+		parts[i] = strconv.FormatFloat(x, 'f', 2, 64)
+	}
+	return strings.Join(parts, " + ")
+}
+
+func ratio(a, b float64) string {
+	if b == 0 || a == 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.2f", a/b)
+}
+
+// perRound pairs the samples of two variants by round and applies f.
+func (r *report) perRound(workload, a, b string, f func(x, y httpSample) float64) stat {
+	sa, sb := r.samples(workload, a), r.samples(workload, b)
+	var v []float64
+	for _, x := range sa {
+		for _, y := range sb {
+			if x.round == y.round {
+				v = append(v, f(x, y))
+			}
+		}
+	}
+	return statOf(v)
+}
+
+func (r *report) markdown() string {
+	var b strings.Builder
+	o := r.opts
+	w := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
+	w("# Gateway benchmark\n\n")
+	w("Run %s, %d interleaved rounds, %s per run (after %s warm-up), whole run %s. ",
+		r.started.UTC().Format("2006-01-02 15:04 UTC"), o.rounds, o.duration, o.warmup, r.elapsed.Round(time.Second))
+	if o.source != "" {
+		w("Gateway built from %s. ", o.source)
+	}
+	w("Servers under test: GOMAXPROCS=%d", o.serverProcs)
+	if o.pin {
+		w(", pinned to CPU 0; load generators, upstream-sim (GOMAXPROCS=%d) and Redis pinned to CPU 1", o.serverProcs)
+	}
+	w(". Closed loop: wrk, 1 thread, %d connections. Open loop: vegeta at %d req/s (constant pacer, latencies of every request). ", o.conns, o.rate)
+	w("Each cell: median over rounds, (min–max) when they differ. Upstream: `upstream-sim -fast`.\n\n")
+
+	for _, wl := range allWorkloads {
+		if len(r.samples(wl.name, r.firstVariant())) == 0 {
+			continue
+		}
+		w("## %s\n\n", wl.name)
+		switch wl.name {
+		case "401/429 mix":
+			w("Half bad keys (gateway: 401 before reading the body), half a route limited to 1 per hour (gateway: 429 after one script call). " +
+				"direct and bare have neither check: they answer from the upstream (201 for the bad key, 404 for the unknown path), so their rows are a reference only.\n\n")
+		case "assistant_message":
+			w("20-message conversation (%d bytes), answer streamed in 2 text parts plus f:/e:/d: parts.\n\n", len(assistantBody))
+		case "agent_job":
+			w("Small JSON body (%d bytes), 201 with the job object.\n\n", len(agentJobBody))
+		}
+		w("| variant | closed req/s | × direct | × bare | open p50 ms | open p99 ms | open p99.9 ms | errors (closed/open) | CPU s / 1k req (open) | CPU s / 1k req (closed) | Redis scripts / req | other Redis cmds / req ¹ |\n")
+		w("|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+		dRPS := collect(r.samples(wl.name, "direct"), func(s httpSample) float64 { return s.closed.rps }).med
+		bRPS := collect(r.samples(wl.name, "bare"), func(s httpSample) float64 { return s.closed.rps }).med
+		for _, v := range variants {
+			ss := r.samples(wl.name, v.name)
+			if len(ss) == 0 {
+				continue
+			}
+			rps := collect(ss, func(s httpSample) float64 { return s.closed.rps })
+			var cErr, oErr int64
+			for _, s := range ss {
+				cErr += s.closedErrs
+				oErr += int64(s.open.errs)
+			}
+			scripts := "–"
+			if len(ss[0].openScripts) > 0 {
+				tot := collect(ss, func(s httpSample) float64 {
+					t := 0.0
+					for _, x := range s.openScripts {
+						t += x
+					}
+					return t
+				})
+				scripts = tot.fmt(3)
+			}
+			other := "–"
+			if len(ss[0].openScripts) > 0 {
+				other = collect(ss, func(s httpSample) float64 { return s.openOther }).fmt(3)
+			}
+			w("| %s | %s | %s | %s | %s | %s | %s | %d / %d | %s | %s | %s | %s |\n", v.name, rps.fmt(0), ratio(rps.med, dRPS), ratio(rps.med, bRPS),
+				collect(ss, func(s httpSample) float64 { return s.open.p50 }).fmt(2),
+				collect(ss, func(s httpSample) float64 { return s.open.p99 }).fmt(2),
+				collect(ss, func(s httpSample) float64 { return s.open.p999 }).fmt(2),
+				cErr, oErr,
+				collect(ss, func(s httpSample) float64 { return s.openCPU1k }).fmt(3),
+				collect(ss, func(s httpSample) float64 { return s.closedCPU1k }).fmt(3),
+				scripts, other)
+		}
+		w("\n")
+	}
+	w("¹ `INFO commandstats` counts the commands a script runs (`TIME`, `HGET`, `INCR`, ...) as well; outside scripts the gateway sends none per request.\n\n")
+
+	// Redis calls per request, exact (probes of %d requests of one kind each).
+	var probeRows []string
+	for _, v := range variants {
+		for _, wl := range allWorkloads {
+			ss := r.samples(wl.name, v.name)
+			if len(ss) == 0 || len(ss[len(ss)-1].probes) == 0 {
+				continue
+			}
+			for i, p := range ss[len(ss)-1].probes {
+				// median per node over rounds
+				var per []float64
+				for n := range p.scripts {
+					per = append(per, collect(ss, func(s httpSample) float64 { return s.probes[i].scripts[n] }).med)
+				}
+				total := 0.0
+				touched := 0
+				for _, x := range per {
+					total += x
+					if x > 0 {
+						touched++
+					}
+				}
+				probeRows = append(probeRows, fmt.Sprintf("| %s | %s | %s | %.2f | %d | %s |", v.name, p.label, fmtPerNode(per), total, touched, codesString(p.codes)))
+			}
+		}
+	}
+	if len(probeRows) > 0 {
+		w("## Redis script calls per request\n\n%d requests of one kind at a time; EVAL+EVALSHA calls from `INFO commandstats` before and after, per node (cluster: three masters).\n\n", o.probeN)
+		w("| variant | request | scripts / req per node | total | nodes touched | answers (last round) |\n|---|---|---|---|---|---|\n")
+		w("%s\n\n", strings.Join(probeRows, "\n"))
+	}
+
+	if len(r.streams) > 0 {
+		w("## Streams\n\n")
+		w("Part delay: %d concurrent streams for %s against `upstream-sim -stamp -part-delay 10ms -answer-parts 10`; each `0:` part carries its send time, the client records arrival − stamp. "+
+			"Added = the variant's percentile minus direct's in the same round. "+
+			"Idle streams: %d streams held open against `upstream-sim -part-delay 10m` (headers and the first part arrive, then nothing); "+
+			"RSS per stream = (VmRSS with all open − VmRSS before) / streams, of the server under test (for direct, the simulator itself).\n\n",
+			o.delayConc, o.duration, o.streams)
+		w("| variant | part delay p50 µs | p99 µs | added p50 µs | added p99 µs | parts (errors) | idle streams open | RSS / idle stream KiB |\n|---|---|---|---|---|---|---|---|\n")
+		for _, v := range variants {
+			var ss []streamSample
+			for _, s := range r.streams {
+				if s.variant == v.name {
+					ss = append(ss, s)
+				}
+			}
+			if len(ss) == 0 {
+				continue
+			}
+			f := func(g func(streamSample) float64) stat {
+				var x []float64
+				for _, s := range ss {
+					x = append(x, g(s))
+				}
+				return statOf(x)
+			}
+			addP50, addP99 := r.addedDelay(v.name)
+			parts, errs := 0, 0
+			minOpen := ss[0].idle.opened
+			for _, s := range ss {
+				parts += s.delay.parts
+				errs += s.delay.errs
+				minOpen = min(minOpen, s.idle.opened)
+			}
+			w("| %s | %s | %s | %s | %s | %d (%d) | %d | %s |\n", v.name,
+				f(func(s streamSample) float64 { return s.delay.p50 }).fmt(0),
+				f(func(s streamSample) float64 { return s.delay.p99 }).fmt(0),
+				addP50.fmt(0), addP99.fmt(0), parts, errs, minOpen,
+				f(func(s streamSample) float64 { return s.idle.perStreamKiB }).fmt(1))
+		}
+		w("\n")
+	}
+
+	benches := parseGoBench(r.goBench)
+	if len(benches) > 0 {
+		w("## Go benchmarks\n\n`go test -bench` of the handler chain (`proxy`, transport excluded: a canned 201 or stream instead of the network) and of the validators (`validate`); median of the runs.\n\n")
+		w("| benchmark | ns/op | MB/s | B/op | allocs/op |\n|---|---|---|---|---|\n")
+		for _, bb := range benches {
+			w("| %s | %.0f | %s | %.0f | %.0f |\n", bb.name, bb.ns, orDash(bb.mbs), bb.bytes, bb.allocs)
+		}
+		w("\n")
+	}
+
+	w("## Targets\n\n| target | measured | |\n|---|---|---|\n")
+	for _, t := range r.targets(benches) {
+		w("| %s | %s | %s |\n", t[0], t[1], t[2])
+	}
+	w("\n")
+	if r.profileCPU != "" {
+		w("Profiles of gateway-redis under the agent_job closed loop: `bench/results/profile-cpu.txt`, `bench/results/profile-allocs.txt`.\n")
+	}
+	return b.String()
+}
+
+func (r *report) firstVariant() string {
+	for _, v := range variants {
+		for _, s := range r.http {
+			if s.variant == v.name {
+				return v.name
+			}
+		}
+	}
+	return ""
+}
+
+func (r *report) addedDelay(variant string) (stat, stat) {
+	var p50, p99 []float64
+	for _, s := range r.streams {
+		if s.variant != variant {
+			continue
+		}
+		for _, d := range r.streams {
+			if d.variant == "direct" && d.round == s.round {
+				p50 = append(p50, s.delay.p50-d.delay.p50)
+				p99 = append(p99, s.delay.p99-d.delay.p99)
+			}
+		}
+	}
+	return statOf(p50), statOf(p99)
+}
+
+func orDash(v float64) string {
+	if v == 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.0f", v)
+}
+
+type goBench struct {
+	name                   string
+	ns, mbs, bytes, allocs float64
+}
+
+var benchLine = regexp.MustCompile(`^(Benchmark\S+?)(?:-\d+)?\s+\d+\s+(.*)$`)
+
+func parseGoBench(text string) []goBench {
+	type acc struct{ ns, mbs, bytes, allocs []float64 }
+	byName := map[string]*acc{}
+	var order []string
+	for _, line := range strings.Split(text, "\n") {
+		m := benchLine.FindStringSubmatch(strings.TrimSpace(line))
+		if m == nil {
+			continue
+		}
+		a := byName[m[1]]
+		if a == nil {
+			a = &acc{}
+			byName[m[1]] = a
+			order = append(order, m[1])
+		}
+		f := strings.Fields(m[2])
+		for i := 0; i+1 < len(f); i += 2 {
+			v, err := strconv.ParseFloat(f[i], 64)
+			if err != nil {
+				continue
+			}
+			switch f[i+1] {
+			case "ns/op":
+				a.ns = append(a.ns, v)
+			case "MB/s":
+				a.mbs = append(a.mbs, v)
+			case "B/op":
+				a.bytes = append(a.bytes, v)
+			case "allocs/op":
+				a.allocs = append(a.allocs, v)
+			}
+		}
+	}
+	var out []goBench
+	for _, n := range order {
+		a := byName[n]
+		out = append(out, goBench{n, statOf(a.ns).med, statOf(a.mbs).med, statOf(a.bytes).med, statOf(a.allocs).med})
+	}
+	return out
+}
+
+func verdict(ok bool) string {
+	if ok {
+		return "met"
+	}
+	return "**missed**"
+}
+
+// targets checks the issue's targets against this run.
+func (r *report) targets(benches []goBench) [][3]string {
+	var t [][3]string
+	const wl = "agent_job"
+	gr, br := r.samples(wl, "gateway-redis"), r.samples(wl, "bare")
+	if len(gr) > 0 && len(br) > 0 {
+		g := collect(gr, func(s httpSample) float64 { return s.closed.rps }).med
+		b := collect(br, func(s httpSample) float64 { return s.closed.rps }).med
+		pr := r.perRound(wl, "gateway-redis", "bare", func(x, y httpSample) float64 { return x.closed.rps / y.closed.rps })
+		t = append(t, [3]string{"gateway-redis throughput ≥ 0.9 × bare (agent_job); stretch ≥ 1.0",
+			fmt.Sprintf("%.0f / %.0f req/s = %.2f × (per round %s)", g, b, g/b, pr.fmt(2)), verdict(g/b >= 0.9)})
+		gp50 := collect(gr, func(s httpSample) float64 { return s.open.p50 }).med
+		bp50 := collect(br, func(s httpSample) float64 { return s.open.p50 }).med
+		gp99 := collect(gr, func(s httpSample) float64 { return s.open.p99 }).med
+		bp99 := collect(br, func(s httpSample) float64 { return s.open.p99 }).med
+		var errs int
+		for _, s := range gr {
+			errs += s.open.errs
+		}
+		t = append(t, [3]string{fmt.Sprintf("open loop %d req/s: p50 ≤ bare + 0.3 ms", r.opts.rate),
+			fmt.Sprintf("%.2f vs %.2f ms (+%.2f)", gp50, bp50, gp50-bp50), verdict(gp50 <= bp50+0.3)})
+		t = append(t, [3]string{fmt.Sprintf("open loop %d req/s: p99 ≤ bare + 1 ms", r.opts.rate),
+			fmt.Sprintf("%.2f vs %.2f ms (+%.2f)", gp99, bp99, gp99-bp99), verdict(gp99 <= bp99+1)})
+		t = append(t, [3]string{"open loop: no errors (gateway-redis, agent_job)", fmt.Sprintf("%d errors", errs), verdict(errs == 0)})
+	}
+	// Redis calls.
+	for _, v := range []string{"gateway-redis", "gateway-cluster"} {
+		for _, w := range allWorkloads {
+			ss := r.samples(w.name, v)
+			if len(ss) == 0 {
+				continue
+			}
+			for i, p := range ss[len(ss)-1].probes {
+				maxNode, total := 0.0, 0.0
+				for n := range p.scripts {
+					x := collect(ss, func(s httpSample) float64 { return s.probes[i].scripts[n] }).max
+					maxNode = max(maxNode, x)
+					total += collect(ss, func(s httpSample) float64 { return s.probes[i].scripts[n] }).med
+				}
+				want := 1.0
+				if strings.HasPrefix(p.label, "401") {
+					want = 0
+				}
+				var ok bool
+				var name string
+				if v == "gateway-cluster" {
+					name = fmt.Sprintf("cluster: ≤ 1 script call per node touched (%s)", p.label)
+					ok = maxNode <= 1.001 && (want > 0 || total == 0)
+				} else {
+					name = fmt.Sprintf("exactly %.0f script call(s) per request (%s)", want, p.label)
+					ok = total > want-0.001 && total < want+0.001
+				}
+				t = append(t, [3]string{name, fmt.Sprintf("%.3f per request (max per node %.3f)", total, maxNode), verdict(ok)})
+			}
+		}
+	}
+	if len(r.streams) > 0 {
+		for _, v := range []string{"gateway-memory", "gateway-redis", "gateway-cluster", "bare"} {
+			_, p99 := r.addedDelay(v)
+			has := false
+			for _, s := range r.streams {
+				has = has || s.variant == v
+			}
+			if !has || !r.hasStreams("direct") {
+				continue
+			}
+			t = append(t, [3]string{"streamed part added delay p99 ≤ 1 ms (" + v + ")", fmt.Sprintf("%.0f µs", p99.med), verdict(p99.med <= 1000)})
+		}
+		for _, v := range []string{"gateway-memory", "gateway-redis", "gateway-cluster", "bare"} {
+			var x []float64
+			for _, s := range r.streams {
+				if s.variant == v && s.idle.opened > 0 {
+					x = append(x, s.idle.perStreamKiB)
+				}
+			}
+			if len(x) == 0 {
+				continue
+			}
+			st := statOf(x)
+			t = append(t, [3]string{"RSS per open idle stream ≤ 64 KiB (" + v + ")", fmt.Sprintf("%.1f KiB", st.med), verdict(st.med <= 64)})
+		}
+	}
+	for _, bb := range benches {
+		if strings.HasPrefix(bb.name, "BenchmarkGatewayAgentJob") {
+			t = append(t, [3]string{"≤ 10 allocs per agent_job request (" + bb.name + ")", fmt.Sprintf("%.0f allocs/op, %.0f B/op", bb.allocs, bb.bytes), verdict(bb.allocs <= 10)})
+		}
+		if strings.HasPrefix(bb.name, "BenchmarkAssistantMessage100KiB") {
+			t = append(t, [3]string{"validate a 100 KiB conversation ≥ 200 MB/s", fmt.Sprintf("%.0f MB/s, %.0f allocs/op", bb.mbs, bb.allocs), verdict(bb.mbs >= 200)})
+		}
+	}
+	return t
+}
+
+func (r *report) hasStreams(v string) bool {
+	for _, s := range r.streams {
+		if s.variant == v {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,230 @@
+package proxy_test
+
+// Benchmarks of the gateway's handler chain (route match, auth, body read and validation,
+// limits on the in-process store, forwarding through httputil.ReverseProxy, metrics and the
+// access-log line) with the upstream transport excluded: a RoundTripper answers with a canned
+// response without network, and neither the transport nor the ResponseWriter allocates, so
+// allocs/op is the gateway's own. `make bench` runs them with GOMAXPROCS=1.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/docsgate/gateway/config"
+	"github.com/docsgate/gateway/limits"
+	"github.com/docsgate/gateway/metrics"
+	"github.com/docsgate/gateway/proxy"
+)
+
+// cannedBody is a reusable response body: Reset rewinds it, Close does nothing.
+type cannedBody struct{ bytes.Reader }
+
+func (*cannedBody) Close() error { return nil }
+
+// cannedTransport answers every request with one pre-built response, reset on each call.
+type cannedTransport struct {
+	status int
+	text   string
+	header http.Header // template
+	data   []byte
+	resp   http.Response
+	body   cannedBody
+}
+
+func newCannedTransport(status int, contentType string, data []byte, length int64) *cannedTransport {
+	return &cannedTransport{status: status, text: strconv.Itoa(status) + " " + http.StatusText(status), header: http.Header{"Content-Type": {contentType}}, data: data,
+		resp: http.Response{ContentLength: length, Header: http.Header{}}}
+}
+
+func (t *cannedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.Body != nil {
+		_, _ = io.Copy(io.Discard, req.Body)
+		req.Body.Close()
+	}
+	h := t.resp.Header
+	clear(h)
+	for k, v := range t.header {
+		h[k] = v
+	}
+	length := t.resp.ContentLength
+	t.resp = http.Response{Status: t.text, StatusCode: t.status, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header: h, ContentLength: length, Request: req, Body: &t.body}
+	t.body.Reset(t.data)
+	return &t.resp, nil
+}
+
+// discardWriter is a ResponseWriter that keeps nothing but reuses its header map; it
+// supports Flush and read deadlines like the server's own.
+type discardWriter struct {
+	h      http.Header
+	status int
+	n      int
+}
+
+func (w *discardWriter) Header() http.Header         { return w.h }
+func (w *discardWriter) WriteHeader(code int)        { w.status = code }
+func (w *discardWriter) Write(p []byte) (int, error) { w.n += len(p); return len(p), nil }
+func (w *discardWriter) Flush()                      {}
+func (w *discardWriter) SetReadDeadline(time.Time) error {
+	return nil
+}
+
+func (w *discardWriter) reset() {
+	clear(w.h)
+	w.status, w.n = 0, 0
+}
+
+// replayBody is a request body rewound before every iteration.
+type replayBody struct{ bytes.Reader }
+
+func (*replayBody) Close() error { return nil }
+
+func benchGateway(b *testing.B, tr http.RoundTripper) *proxy.Gateway {
+	b.Helper()
+	cfg := config.Defaults()
+	cfg.Upstream.URL = "http://upstream.invalid:9000"
+	never := int64(1) << 40
+	cfg.Limits = map[string]config.Limit{
+		"agent_job_per_project": {Limit: &never},
+		"assistant_per_key":     {Limit: &never},
+		"assistant_per_org":     {Limit: &never},
+		"assistant_per_ip":      {Limit: &never},
+	}
+	if err := cfg.Validate(); err != nil {
+		b.Fatal(err)
+	}
+	// The access log is on, at info, as JSON, into io.Discard: encoding costs what it costs
+	// in production, without the write.
+	enc := zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig())
+	log := zap.New(zapcore.NewCore(enc, zapcore.AddSync(io.Discard), zapcore.InfoLevel))
+	gw, err := proxy.New(proxy.Options{
+		Config:    &cfg,
+		Logger:    log,
+		Metrics:   metrics.New(prometheus.NewRegistry()),
+		Transport: tr,
+		Limiter:   limits.NewMemory(),
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return gw
+}
+
+func runChain(b *testing.B, gw http.Handler, method, path, key string, body []byte, wantStatus int) {
+	b.Helper()
+	header := http.Header{
+		"Authorization": {"Bearer " + key},
+		"Content-Type":  {"application/json"},
+		"User-Agent":    {"bench"},
+	}
+	rb := &replayBody{}
+	req, err := http.NewRequestWithContext(context.Background(), method, "http://gateway.local"+path, rb)
+	if err != nil {
+		b.Fatal(err)
+	}
+	req.RemoteAddr = "203.0.113.7:51234"
+	req.RequestURI = path
+	w := &discardWriter{h: http.Header{}}
+	prepare := func() {
+		// The handler may replace or rewrite these; put the originals back each time.
+		rb.Reset(body)
+		req.Body = rb
+		req.ContentLength = int64(len(body))
+		clear(req.Header)
+		for k, v := range header {
+			req.Header[k] = v
+		}
+		w.reset()
+	}
+	prepare()
+	gw.ServeHTTP(w, req) // warm-up: pools, limit entries
+	if w.status != wantStatus {
+		b.Fatalf("status %d, want %d", w.status, wantStatus)
+	}
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		prepare()
+		gw.ServeHTTP(w, req)
+	}
+	b.StopTimer()
+	if w.status != wantStatus {
+		b.Fatalf("status %d, want %d", w.status, wantStatus)
+	}
+}
+
+const (
+	benchAdminKey     = "svc_benchadmin0123456789abcdef"
+	benchAssistantKey = "svc_dsc_benchpublic0123456789abcdef"
+)
+
+// BenchmarkGatewayAgentJob is POST /v2/agent/{projectId}/job with a small JSON body,
+// answered 201 by the canned transport.
+func BenchmarkGatewayAgentJob(b *testing.B) {
+	tr := newCannedTransport(http.StatusCreated, "application/json",
+		[]byte(`{"id":"job_0123456789","status":"active","createdAt":"2026-01-01T00:00:00Z"}`), -2)
+	tr.resp.ContentLength = int64(len(tr.data))
+	gw := benchGateway(b, tr)
+	body := []byte(`{"prompt":"Write a migration guide from SDK v1 to v2, with code samples for Go and Python.","model":"default","metadata":{"source":"bench"}}`)
+	runChain(b, gw, http.MethodPost, "/v2/agent/proj-bench/job", benchAdminKey, body, http.StatusCreated)
+}
+
+// BenchmarkGatewayAssistantMessage is the streamed assistant route with a 20-message
+// conversation and three limits, answered with a short stream (f:, two 0: parts, e:, d:).
+func BenchmarkGatewayAssistantMessage(b *testing.B) {
+	stream := []byte("f:{\"messageId\":\"msg-0123456789abcdef\"}\n0:\"Here is what the documentation says. \"\n" +
+		"0:\"Send it as a Bearer token in the Authorization header. \"\n" +
+		"e:{\"finishReason\":\"stop\",\"usage\":{\"promptTokens\":10,\"completionTokens\":17},\"isContinued\":false}\n" +
+		"d:{\"finishReason\":\"stop\",\"usage\":{\"promptTokens\":10,\"completionTokens\":17},\"threadId\":\"thread_0123\"}\n")
+	tr := newCannedTransport(http.StatusOK, "text/plain; charset=utf-8", stream, -1)
+	gw := benchGateway(b, tr)
+	runChain(b, gw, http.MethodPost, "/discovery/v1/assistant/bench-docs/message", benchAssistantKey, conversation20(b), http.StatusOK)
+}
+
+// BenchmarkGatewayRefusedBadKey is the 401 fast path (a key of neither family).
+func BenchmarkGatewayRefusedBadKey(b *testing.B) {
+	gw := benchGateway(b, newCannedTransport(http.StatusCreated, "application/json", []byte(`{}`), 2))
+	runChain(b, gw, http.MethodPost, "/v2/agent/proj-bench/job", "nope_0123456789abcdef", []byte(`{"prompt":"x"}`), http.StatusUnauthorized)
+}
+
+func conversation20(b *testing.B) []byte {
+	type part struct {
+		Type string `json:"type"`
+		Text string `json:"text"`
+	}
+	type msg struct {
+		ID      string `json:"id"`
+		Role    string `json:"role"`
+		Content string `json:"content"`
+		Parts   []part `json:"parts"`
+	}
+	var msgs []msg
+	for i := 0; i < 20; i++ {
+		role, text := "user", fmt.Sprintf("Question %d: how do I rotate an API key without downtime, and does the old key keep working for a while?", i)
+		if i%2 == 1 {
+			role = "assistant"
+			text = fmt.Sprintf("Answer %d: create a second key on the dashboard, deploy it, then revoke the first one; both keys work until you revoke. See the API keys page for details.", i)
+		}
+		msgs = append(msgs, msg{ID: fmt.Sprintf("msg-%02d", i), Role: role, Content: text, Parts: []part{{Type: "text", Text: text}}})
+	}
+	out, err := json.Marshal(map[string]any{
+		"fp": "anonymous", "threadId": nil, "retrievalPageSize": 5, "filter": nil,
+		"currentPath": "/docs/api-keys", "context": []any{}, "messages": msgs,
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return out
+}

@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# The benchmark suite behind `make bench`: installs what it needs (wrk, redis-server and
+# redis-cli through apt-get when missing and root; vegeta and go-redis through the nested Go
+# module bench/), builds the binaries, runs the Go benchmarks of the handler chain and the
+# validators, then bench/cmd/benchrun (interleaved rounds of direct, bare, gateway-memory,
+# gateway-redis, gateway-cluster) and prints the Markdown table it writes.
+#
+# Knobs (environment):
+#   ROUNDS=3 DURATION=4s WARMUP=1s CONNS=50 RATE=2000 STREAMS=5000 PROFILE=10s PIN=1
+#   VARIANTS=direct,bare,gateway-memory,gateway-redis,gateway-cluster
+#   WORKLOADS="agent_job,assistant_message,401/429 mix,streams"
+#   GOBENCH=1 (0 skips the go test benchmarks)   BENCHTIME=1s   GOBENCH_COUNT=5
+#   REV=<git revision> builds the gateway from that revision (git archive) instead of the
+#     working tree.   OUT=bench/results/latest.md
+# Smoke run: ROUNDS=1 DURATION=1s WARMUP=300ms STREAMS=500 PROFILE=0 GOBENCH_COUNT=1 make bench
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+
+ROUNDS=${ROUNDS:-3}
+DURATION=${DURATION:-4s}
+WARMUP=${WARMUP:-1s}
+CONNS=${CONNS:-50}
+RATE=${RATE:-2000}
+STREAMS=${STREAMS:-5000}
+PROFILE=${PROFILE:-10s}
+PIN=${PIN:-1}
+VARIANTS=${VARIANTS:-direct,bare,gateway-memory,gateway-redis,gateway-cluster}
+WORKLOADS=${WORKLOADS:-agent_job,assistant_message,401/429 mix,streams}
+GOBENCH=${GOBENCH:-1}
+BENCHTIME=${BENCHTIME:-1s}
+GOBENCH_COUNT=${GOBENCH_COUNT:-5}
+OUT=${OUT:-bench/results/latest.md}
+GO=${GO:-go}
+
+# --- tools
+missing=()
+command -v wrk >/dev/null || missing+=(wrk)
+command -v redis-server >/dev/null || missing+=(redis-server)
+command -v redis-cli >/dev/null || missing+=(redis-tools)
+command -v taskset >/dev/null || missing+=(util-linux)
+if ((${#missing[@]})); then
+	if [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null; then
+		echo "== apt-get install ${missing[*]}"
+		apt-get update -qq
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+	else
+		echo "bench: missing ${missing[*]}; run: sudo apt-get install -y ${missing[*]}" >&2
+		exit 1
+	fi
+fi
+
+# Idle streams: the gateway holds two sockets per stream, the client one.
+hard=$(ulimit -Hn)
+if [[ $hard == unlimited || $hard -gt 65536 ]]; then hard=65536; fi
+ulimit -n "$hard" || true
+if (($(ulimit -n) < 2 * STREAMS + 1000)); then
+	echo "bench: ulimit -n is $(ulimit -n), too low for STREAMS=$STREAMS; lowering STREAMS" >&2
+	STREAMS=$((($(ulimit -n) - 1000) / 2))
+fi
+
+# --- build
+work=$(mktemp -d /tmp/gateway-bench-build.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+src=$root
+source_desc="the working tree at $(git rev-parse --short HEAD)"
+[[ -z $(git status --porcelain --untracked-files=no 2>/dev/null) ]] || source_desc+=" (with uncommitted changes)"
+if [[ -n ${REV:-} ]]; then
+	source_desc="$REV ($(git rev-parse --short "$REV"))"
+	echo "== gateway from $REV"
+	mkdir -p "$work/src"
+	git archive "$REV" | tar -x -C "$work/src"
+	src=$work/src
+fi
+echo "== build gateway, upstream-sim (from $src), bare, benchrun"
+(cd "$src" && CGO_ENABLED=0 $GO build -trimpath -o "$work/bin/gateway" ./cmd/gateway &&
+	CGO_ENABLED=0 $GO build -trimpath -o "$work/bin/upstream-sim" ./cmd/upstream-sim)
+(cd bench && CGO_ENABLED=0 $GO build -trimpath -o "$work/bin/bare" ./cmd/bare &&
+	CGO_ENABLED=0 $GO build -trimpath -o "$work/bin/benchrun" ./cmd/benchrun)
+
+gobench_out=""
+if [[ $GOBENCH == 1 ]]; then
+	echo "== go test -bench (handler chain, validators), count $GOBENCH_COUNT"
+	gobench_out=$work/gobench.txt
+	(cd "$src" && GOMAXPROCS=1 $GO test -run '^$' -bench '^BenchmarkGateway' -benchmem -benchtime "$BENCHTIME" -count "$GOBENCH_COUNT" ./proxy &&
+		GOMAXPROCS=1 $GO test -run '^$' -bench '^(BenchmarkAssistantMessage100KiB|BenchmarkAgentJob)$' -benchmem -benchtime "$BENCHTIME" -count "$GOBENCH_COUNT" ./validate) |
+		tee "$gobench_out" | grep -E '^(Benchmark|ok|FAIL)' || true
+fi
+
+pin=true
+[[ $PIN == 1 ]] || pin=false
+case $OUT in /*) ;; *) OUT=$root/$OUT ;; esac
+run=("$work/bin/benchrun" -bin "$work/bin" -out "$OUT" -source "$source_desc" -rounds "$ROUNDS" -duration "$DURATION" -warmup "$WARMUP"
+	-conns "$CONNS" -rate "$RATE" -streams "$STREAMS" -profile "$PROFILE" -pin="$pin"
+	-variants "$VARIANTS" -workloads "$WORKLOADS" -gobench "$gobench_out")
+if [[ $pin == true ]]; then
+	# The load generators (wrk, vegeta, stream clients) share CPU 1 with upstream-sim and
+	# Redis; benchrun pins each server under test to CPU 0.
+	run=(taskset -c 1 "${run[@]}")
+fi
+echo "== benchrun (rounds=$ROUNDS duration=$DURATION conns=$CONNS rate=$RATE streams=$STREAMS pin=$pin)"
+start=$(date +%s)
+"${run[@]}"
+echo "bench: $(($(date +%s) - start))s in benchrun; report in $OUT"
