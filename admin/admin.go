@@ -31,6 +31,8 @@ type Options struct {
 	Metrics http.Handler
 	// Usage backs the /usage endpoints.
 	Usage UsageReader
+	// Reload re-reads the config file (POST /reload); nil disables the endpoint.
+	Reload func() error
 	// Token, when set, is required as "Authorization: Bearer <token>" on every endpoint but
 	// /healthz and /readyz.
 	Token string
@@ -59,6 +61,15 @@ func Handler(o Options) http.Handler {
 	mux.Handle("GET /usage/orgs/{org}", h.guard(h.usage("org", "org")))
 	mux.Handle("GET /usage/ips/{ip}", h.guard(h.usage("ip", "ip")))
 	mux.Handle("POST /usage/key", h.guard(http.HandlerFunc(h.usageKey)))
+	if o.Reload != nil {
+		mux.Handle("POST /reload", h.guard(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			if err := o.Reload(); err != nil {
+				writeError(w, http.StatusUnprocessableEntity, "reload_rejected", "The config was not reloaded (the running config stays): "+err.Error())
+				return
+			}
+			writeJSON(w, http.StatusOK, map[string]string{"status": "reloaded"})
+		})))
+	}
 	// Profiles of the running gateway, for performance work; behind the token like the rest.
 	mux.Handle("GET /debug/pprof/", h.guard(http.HandlerFunc(pprof.Index)))
 	mux.Handle("GET /debug/pprof/cmdline", h.guard(http.HandlerFunc(pprof.Cmdline)))

@@ -217,10 +217,16 @@ func (v *validator) limits(c *Config) {
 		if r.Limits == nil {
 			continue
 		}
+		seen := map[string]bool{}
 		for j, name := range *r.Limits {
+			key := indexKey(indexKey("routes", i)+".limits", j)
 			if !names[name] {
-				v.fail(indexKey(indexKey("routes", i)+".limits", j), "%q is not a defined limit", name)
+				v.fail(key, "%q is not a defined limit", name)
 			}
+			if seen[name] {
+				v.fail(key, "%q is listed twice: it would be counted twice", name)
+			}
+			seen[name] = true
 		}
 	}
 }

@@ -200,3 +200,21 @@ func (f *fields) next() (int64, error) {
 	}
 	return n, nil
 }
+
+// Preload loads the scripts into every master (SCRIPT LOAD), so that the first decisions after
+// a start or a Redis restart are one EVALSHA each, not EVALSHA, NOSCRIPT and EVAL. The
+// NOSCRIPT fallback stays in place for a master that restarts later.
+func (r *Redis) Preload(ctx context.Context) error {
+	load := func(ctx context.Context, c redis.Scripter) error {
+		for _, s := range []*redis.Script{takeScript, usageScript, giveBackScript} {
+			if err := s.Load(ctx, c).Err(); err != nil {
+				return fmt.Errorf("limits: script load: %w", err)
+			}
+		}
+		return nil
+	}
+	if r.cluster != nil {
+		return r.cluster.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return load(ctx, c) })
+	}
+	return load(ctx, r.client)
+}

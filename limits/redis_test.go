@@ -232,3 +232,24 @@ func TestClusterRoundTrips(t *testing.T) {
 		t.Fatalf("%d script calls over %d same-slot Takes, want %d", total, takes, takes)
 	}
 }
+
+// After Preload, the very first decisions on a fresh server are one EVALSHA each.
+func TestPreloadAvoidsNoscript(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client(t)
+	store := NewRedis(client, "gw")
+	if err := store.Preload(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	rule := &Rule{Name: "r", Limit: 10, Window: mustWindow(t, "hour")}
+	before := redistest.ScriptCalls(t, client)
+	var d Decision
+	for range 5 {
+		if err := store.Take(context.Background(), []Hit{{Rule: rule, ID: "a"}}, &d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := redistest.ScriptCalls(t, client) - before; got != 5 {
+		t.Fatalf("%d script calls for 5 decisions after Preload, want 5", got)
+	}
+}

@@ -21,7 +21,12 @@ type KeyLookup interface {
 // returns false when the key is refused.
 func (g *Gateway) authenticate(s *scope, r *http.Request) bool {
 	rt := s.route
-	id, reason := auth.Check(r.Header.Get("Authorization"), rt.key)
+	header := r.Header.Get("Authorization")
+	if len(r.Header["Authorization"]) > 1 {
+		// Which one would the upstream believe? Refuse rather than guess.
+		header = "malformed"
+	}
+	id, reason := auth.Check(header, rt.key)
 	if reason != 0 {
 		g.rejectAuth(s, reason.String(), reason)
 		return false

@@ -43,6 +43,7 @@ func (g *Gateway) readBody(s *scope, r *http.Request) bool {
 			g.tooLarge(s)
 			return false
 		case errors.Is(err, os.ErrDeadlineExceeded):
+			s.closeAfter()
 			s.fail(http.StatusRequestTimeout, errorBody{
 				Error: "The request body did not arrive in time.",
 				Code:  codeRequestTimeout,
@@ -52,6 +53,7 @@ func (g *Gateway) readBody(s *scope, r *http.Request) bool {
 			if r.Context().Err() != nil {
 				return false // the client went away; there is nobody to answer
 			}
+			s.closeAfter()
 			s.fail(http.StatusBadRequest, errorBody{Error: "The request body could not be read.", Code: codeInvalidRequest})
 			return false
 		}
@@ -73,6 +75,7 @@ func (g *Gateway) readBody(s *scope, r *http.Request) bool {
 }
 
 func (g *Gateway) tooLarge(s *scope) {
+	s.closeAfter()
 	s.fail(http.StatusRequestEntityTooLarge, errorBody{
 		Error: fmt.Sprintf("The request body is larger than the limit of %d bytes.", s.snap.maxBody),
 		Code:  codePayloadTooLarge,

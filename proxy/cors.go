@@ -78,11 +78,19 @@ func (c *cors) preflight(w http.ResponseWriter, r *http.Request, methods string)
 // asks for: the key travels in Authorization, which CORS never allows by wildcard.
 func allowHeaders(requested string) string {
 	const base = "Authorization, Content-Type, X-Request-ID"
-	requested = strings.TrimSpace(requested)
 	if requested == "" || len(requested) > 1024 || !isVisibleASCIIOrSpace(requested) {
 		return base
 	}
-	return base + ", " + requested
+	out := base
+	for _, h := range strings.Split(requested, ",") {
+		h = strings.TrimSpace(h)
+		switch {
+		case h == "", strings.EqualFold(h, "Authorization"), strings.EqualFold(h, "Content-Type"), strings.EqualFold(h, "X-Request-ID"):
+		default:
+			out += ", " + h
+		}
+	}
+	return out
 }
 
 func isVisibleASCIIOrSpace(s string) bool {

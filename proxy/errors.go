@@ -55,3 +55,13 @@ func (s *scope) fail(status int, body errorBody) {
 	s.code = body.Code
 	writeError(s.w, status, body)
 }
+
+// closeAfter asks for the connection to be closed after this answer. Without it, net/http
+// would try to read and discard the rest of an unread request body before answering, with
+// no deadline left: a client that stops sending would never get its 408 and would hold the
+// connection. HTTP/2 needs no such thing (streams are reset), and forbids the header.
+func (s *scope) closeAfter() {
+	if s.http1 {
+		s.w.Header().Set("Connection", "close")
+	}
+}

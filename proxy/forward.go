@@ -112,6 +112,8 @@ func (g *Gateway) modifyResponse(res *http.Response) error {
 			}
 		}
 	}
+	// The gateway's request id is the one the client sees; a second one would confuse.
+	res.Header.Del(requestIDHeader)
 	if s.limited {
 		// The gateway's rate-limit headers are already set; the upstream's would contradict them.
 		for _, k := range rateLimitHeaders {

@@ -110,6 +110,15 @@ func (g *Gateway) serve(sn *snapshot, rt *route, w http.ResponseWriter, r *http.
 	if rt.cors {
 		sn.cors.decorate(s.w.Header(), r)
 	}
+	if r.Method != rt.method {
+		// ServeMux lets HEAD into GET routes; only the configured method reaches the upstream.
+		s.w.Header().Set("Allow", rt.method)
+		s.fail(http.StatusMethodNotAllowed, errorBody{
+			Error: fmt.Sprintf("Method %s is not allowed here; allowed: %s.", safeMethod(r.Method), rt.method),
+			Code:  codeMethodNotAllowed,
+		})
+		return
+	}
 	if !g.authenticate(s, r) {
 		return
 	}
@@ -158,6 +167,7 @@ func (g *Gateway) begin(sn *snapshot, rt *route, w http.ResponseWriter, r *http.
 		w:         &responseWriter{ResponseWriter: w},
 		start:     time.Now(),
 		requestID: requestID(r),
+		http1:     r.ProtoMajor == 1,
 	}
 	s.clientIP, s.trustedPeer = sn.clientIPs.resolve(r)
 	h := s.w.Header()

@@ -40,7 +40,8 @@ func TestRoutingRejectsUnknownAndWrongMethod(t *testing.T) {
 		{"POST", "/v1/agent/p1/job", 404, "not_found", ""},
 		{"GET", "/v2/agent/p1/job", 405, "method_not_allowed", "POST"},
 		{"DELETE", "/discovery/v1/assistant/acme/message", 405, "method_not_allowed", "OPTIONS, POST"},
-		{"POST", "/v2/agent/p1/job/j1", 405, "method_not_allowed", "GET, HEAD"},
+		{"POST", "/v2/agent/p1/job/j1", 405, "method_not_allowed", "GET"},
+		{"HEAD", "/v2/agent/p1/job/j1", 405, "method_not_allowed", "GET"}, // ServeMux lets HEAD into GET routes; the gateway does not
 		{"POST", "/v2/agent/../agent/p1/job", 404, "not_found", ""},
 		{"POST", "/v2/agent//job", 404, "not_found", ""},
 		{"OPTIONS", "/v2/agent/p1/job", 405, "method_not_allowed", "POST"}, // admin routes never answer CORS
@@ -61,8 +62,10 @@ func TestRoutingRejectsUnknownAndWrongMethod(t *testing.T) {
 			if res.StatusCode != c.status {
 				t.Fatalf("status = %d, want %d (%s)", res.StatusCode, c.status, body)
 			}
-			if e := decodeError(t, res, body); e.Code != c.code {
-				t.Fatalf("code = %q, want %q", e.Code, c.code)
+			if c.method != "HEAD" { // a HEAD answer has no body
+				if e := decodeError(t, res, body); e.Code != c.code {
+					t.Fatalf("code = %q, want %q", e.Code, c.code)
+				}
 			}
 			if got := res.Header.Get("Allow"); got != c.allow {
 				t.Fatalf("Allow = %q, want %q", got, c.allow)

@@ -30,6 +30,8 @@ type route struct {
 	// deprecation holds Deprecation, Sunset and Link headers for every response; nil when
 	// the route is not deprecated.
 	deprecation http.Header
+	// cfgKey names the config entry that added the route ("routes[3]"), for errors.
+	cfgKey string
 }
 
 // builtin is the spec's two operations; their method, path, key family and validators are
@@ -79,7 +81,7 @@ func compileRoutes(entries []config.Route) ([]*route, error) {
 			}
 			continue
 		}
-		r := route{name: e.Name, method: e.Method, path: e.Path, stream: e.Stream != nil && *e.Stream}
+		r := route{name: e.Name, method: e.Method, path: e.Path, stream: e.Stream != nil && *e.Stream, cfgKey: key}
 		var err error
 		if r.deprecation, err = deprecationHeaders(e.Deprecation); err != nil {
 			fail(key+".deprecation", "%v", err)
@@ -128,14 +130,17 @@ func (g *Gateway) buildTable(sn *snapshot, routes []*route) (t *table, err error
 			if i := strings.LastIndexByte(msg, '\n'); i >= 0 {
 				msg = msg[i+1:]
 			}
-			t, err = nil, &config.Error{Problems: []config.Problem{{Key: "routes", Msg: current + ": " + msg}}}
+			t, err = nil, &config.Error{Problems: []config.Problem{{Key: current, Msg: msg}}}
 		}
 	}()
 	nop := http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})
 	preflights := map[string][]string{} // path -> methods of assistant routes
 	var paths []string
 	for _, rt := range routes {
-		current = rt.name
+		current = "routes (" + rt.name + ")"
+		if rt.cfgKey != "" {
+			current = rt.cfgKey + ".path"
+		}
 		pattern := rt.method + " " + rt.path
 		t.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) { g.serve(sn, rt, w, r) })
 		t.probe.Handle(pattern, nop)
@@ -148,7 +153,7 @@ func (g *Gateway) buildTable(sn *snapshot, routes []*route) (t *table, err error
 	}
 	pre := &route{name: preflightRoute, metrics: g.metrics.Route(preflightRoute)}
 	for _, p := range paths {
-		current = "OPTIONS " + p
+		current = "routes (OPTIONS " + p + ")"
 		methods := strings.Join(preflights[p], ", ")
 		t.mux.HandleFunc("OPTIONS "+p, func(w http.ResponseWriter, r *http.Request) { g.servePreflight(sn, pre, methods, w, r) })
 		t.probe.Handle("OPTIONS "+p, nop)
@@ -170,7 +175,10 @@ func (t *table) allowed(r *http.Request) string {
 	if hw.code != http.StatusMethodNotAllowed {
 		return ""
 	}
-	return hw.h.Get("Allow")
+	// ServeMux adds HEAD for GET patterns; the gateway forwards only the configured method.
+	methods := strings.Split(hw.h.Get("Allow"), ", ")
+	methods = slices.DeleteFunc(methods, func(m string) bool { return m == http.MethodHead })
+	return strings.Join(methods, ", ")
 }
 
 type headerOnly struct {

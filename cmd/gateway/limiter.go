@@ -3,7 +3,8 @@ package main
 import (
 	"context"
 	"crypto/tls"
-	"io"
+	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
@@ -14,17 +15,11 @@ import (
 	"github.com/docsgate/gateway/proxy"
 )
 
-// limiter is the store behind the limits: Redis (standalone, Sentinel or Cluster, through
-// go-redis's UniversalClient) behind a timeout and circuit breaker, or the in-process store.
-type limiter struct {
-	proxy.Limiter
-	guard  *limits.Guard // nil for the in-process store
-	closer io.Closer
-}
-
-func newLimiter(c config.Redis, m *metrics.Metrics, log *zap.Logger) *limiter {
+// newRedisClient builds the one Redis client of the process (standalone, Sentinel or Cluster
+// through go-redis's UniversalClient), or nil when redis.addrs is empty.
+func newRedisClient(c config.Redis, log *zap.Logger) redis.UniversalClient {
 	if len(c.Addrs) == 0 {
-		return &limiter{Limiter: limits.NewMemory(), closer: io.NopCloser(nil)}
+		return nil
 	}
 	opts := &redis.UniversalOptions{
 		Addrs:      c.Addrs,
@@ -35,6 +30,7 @@ func newLimiter(c config.Redis, m *metrics.Metrics, log *zap.Logger) *limiter {
 		// A limiter call must never be retried: the script may have run before the error,
 		// and a retry would count the request twice.
 		MaxRetries:            -1,
+		DialerRetries:         1,
 		ContextTimeoutEnabled: true,
 		DialTimeout:           c.Timeout * 10,
 		ReadTimeout:           c.Timeout,
@@ -46,8 +42,28 @@ func newLimiter(c config.Redis, m *metrics.Metrics, log *zap.Logger) *limiter {
 	}
 	// go-redis keeps its logger in a package variable; the process has one logger anyway.
 	redis.SetLogger(redisLogger{log.Named("redis").Sugar()})
-	client := redis.NewUniversalClient(opts)
-	guard := limits.NewGuard(limits.NewRedis(client, c.KeyPrefix), limits.GuardOptions{
+	return redis.NewUniversalClient(opts)
+}
+
+// limiter is the store behind the limits: Redis behind a timeout and circuit breaker, or the
+// in-process store.
+type limiter struct {
+	proxy.Limiter
+	client redis.UniversalClient // nil for the in-process store
+	guard  *limits.Guard         // nil for the in-process store
+	store  *limits.Redis
+
+	mu        sync.Mutex // guards the cached readiness probe
+	probedAt  time.Time
+	reachable bool
+}
+
+func newLimiter(client redis.UniversalClient, c config.Redis, m *metrics.Metrics, log *zap.Logger) *limiter {
+	if client == nil {
+		return &limiter{Limiter: limits.NewMemory()}
+	}
+	l := &limiter{client: client, store: limits.NewRedis(client, c.KeyPrefix)}
+	l.guard = limits.NewGuard(l.store, limits.GuardOptions{
 		Timeout:          c.Timeout,
 		FailureThreshold: c.Breaker.Failures,
 		Cooldown:         c.Breaker.Cooldown,
@@ -55,17 +71,45 @@ func newLimiter(c config.Redis, m *metrics.Metrics, log *zap.Logger) *limiter {
 			m.BreakerOpen(open)
 			if open {
 				log.Warn("limiter breaker open: Redis is failing; not calling it for a while", zap.Strings("redis", c.Addrs))
-			} else {
-				log.Info("limiter breaker closed: Redis answers again")
+				return
 			}
+			log.Info("limiter breaker closed: Redis answers again")
+			// Redis may have restarted without our scripts.
+			go l.preload(c.Timeout*10, log)
 		},
 	})
-	return &limiter{Limiter: guard, guard: guard, closer: client}
+	l.Limiter = l.guard
+	l.preload(c.Timeout*10, log)
+	return l
 }
 
-// healthy is false while the breaker is open.
-func (l *limiter) healthy() bool {
-	return l.guard == nil || !l.guard.Open()
+// preload loads the limiter scripts, so the first decisions are one round trip each. A
+// failure is only logged: decisions fall back to loading the script themselves.
+func (l *limiter) preload(timeout time.Duration, log *zap.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	if err := l.store.Preload(ctx); err != nil {
+		log.Warn("could not preload the limiter scripts", zap.Error(err))
+	}
+}
+
+// redisReachable reports whether Redis answers a PING. Readiness must follow Redis both
+// ways, also while no traffic arrives to close or open the breaker. While the breaker is
+// closed, one probe per interval is enough; while it is open, every call probes.
+func (l *limiter) redisReachable(timeout, interval time.Duration) bool {
+	if l.client == nil {
+		return true
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.guard.Open() && time.Since(l.probedAt) < interval {
+		return l.reachable
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	l.reachable = l.client.Ping(ctx).Err() == nil
+	l.probedAt = time.Now()
+	return l.reachable
 }
 
 // redisLogger sends go-redis's own messages (failed dials, pool trouble) to the structured

@@ -92,7 +92,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "gateway: %s is valid\n", f.config)
 		return exitOK
 	}
-	if err := serve(ctx, cfg, f.dev); err != nil {
+	if err := serve(ctx, f.config, cfg, f.dev); err != nil {
 		fmt.Fprintf(stderr, "gateway: %v\n", err)
 		var ce configError
 		if errors.As(err, &ce) {

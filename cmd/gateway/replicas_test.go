@@ -77,6 +77,7 @@ func TestReplicasShareRedis(t *testing.T) {
 	upURL, upCount := recordingUpstream(t)
 	cfg := fmt.Sprintf(`redis:
   addrs: [%q]
+  timeout: 2s # exactness, not latency: 100 concurrent requests under -race are slow
 limits:
   agent_job_per_project: {limit: 30}
   assistant_per_org: {limit: 40}
@@ -130,7 +131,7 @@ func TestRedisKilledAndRestarted(t *testing.T) {
 		t.Run(mode, func(t *testing.T) {
 			srv := redistest.Start(t)
 			upURL, _ := recordingUpstream(t)
-			p := startGateway(t, upURL, fmt.Sprintf("redis:\n  addrs: [%q]\n  on_error: %s\n  timeout: 100ms\n", srv.Addr, mode))
+			p := startGateway(t, upURL, fmt.Sprintf("redis:\n  addrs: [%q]\n  on_error: %s\n  timeout: 1s\n", srv.Addr, mode))
 			gws := []*proc{p}
 			if c := burst(t, gws, 5, "/v2/agent/p/job", "svc_k", `{"prompt":"x"}`, nil); c[201] != 5 {
 				t.Fatalf("before: %v", c)

@@ -8,7 +8,9 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/signal"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -30,14 +32,15 @@ func loadConfig(path string) (*config.Config, error) {
 	return config.Load(path, os.LookupEnv)
 }
 
-func newLogger(c config.Log, dev bool) (*zap.Logger, error) {
+// newLogger builds the zap logger; its level can change on reload.
+func newLogger(c config.Log, dev bool) (*zap.Logger, zap.AtomicLevel, error) {
 	zc := zap.NewProductionConfig()
 	if dev || c.Format == "console" {
 		zc = zap.NewDevelopmentConfig()
 	}
 	level, err := zapcore.ParseLevel(c.Level)
 	if err != nil {
-		return nil, configError{fmt.Errorf("log.level: %w", err)}
+		return nil, zap.AtomicLevel{}, configError{fmt.Errorf("log.level: %w", err)}
 	}
 	if dev {
 		level = zapcore.DebugLevel
@@ -50,42 +53,68 @@ func newLogger(c config.Log, dev bool) (*zap.Logger, error) {
 	zc.DisableStacktrace = !dev
 	log, err := zc.Build()
 	if err != nil {
-		return nil, fmt.Errorf("building logger: %w", err)
+		return nil, zap.AtomicLevel{}, fmt.Errorf("building logger: %w", err)
 	}
-	return log, nil
+	return log, zc.Level, nil
 }
 
-// serve runs the gateway until ctx is cancelled (a signal), then drains it.
-func serve(ctx context.Context, cfg *config.Config, dev bool) error {
-	log, err := newLogger(cfg.Log, dev)
+// serve runs the gateway until ctx is cancelled (a signal), then drains it. path is the
+// config file, re-read on SIGHUP and POST /reload.
+func serve(ctx context.Context, path string, cfg *config.Config, dev bool) error {
+	log, level, err := newLogger(cfg.Log, dev)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = log.Sync() }()
 
+	var tlsCert *tls.Certificate
+	if cfg.TLS != nil {
+		cert, err := tls.LoadX509KeyPair(cfg.TLS.CertFile, cfg.TLS.KeyFile)
+		if err != nil {
+			return configError{fmt.Errorf("invalid config: tls: %w", err)}
+		}
+		tlsCert = &cert
+	}
+
 	reg := prometheus.NewRegistry()
 	m := metrics.New(reg)
 	var draining atomic.Bool
-	lim := newLimiter(cfg.Redis, m, log)
-	defer lim.closer.Close()
-	gw, err := proxy.New(proxy.Options{Config: cfg, Logger: log, Metrics: m, Limiter: lim})
+	client := newRedisClient(cfg.Redis, log)
+	if client != nil {
+		defer client.Close()
+	}
+	lim := newLimiter(client, cfg.Redis, m, log)
+	keys, err := newRegistry(ctx, client, cfg, log)
+	if err != nil {
+		return err
+	}
+	if keys != nil {
+		defer keys.Close()
+	}
+	opts := proxy.Options{Config: cfg, Logger: log, Metrics: m, Limiter: lim}
+	if keys != nil {
+		opts.Registry = keys
+	}
+	gw, err := proxy.New(opts)
 	if err != nil {
 		return configError{err}
 	}
-	if len(cfg.Redis.Addrs) == 0 {
+	if client == nil {
 		log.Warn("redis.addrs is empty: limits are counted in this process only, so each replica admits its own quota; configure Redis when running more than one replica")
 	}
 	// With on_error: deny, a failing Redis means every limited request is refused: take the
-	// replica out of rotation while the breaker is open.
+	// replica out of rotation while Redis does not answer, and back in when it does, also
+	// while no traffic arrives to exercise the breaker.
 	ready := func() (bool, string) {
 		if draining.Load() {
 			return false, "draining"
 		}
-		if cfg.Redis.OnError == "deny" && !lim.healthy() {
+		if cfg.Redis.OnError == "deny" && !lim.redisReachable(cfg.Redis.Timeout*5, 500*time.Millisecond) {
 			return false, "limiter_unavailable"
 		}
 		return true, "ready"
 	}
+	rl := &reloader{path: path, running: cfg, gw: gw, level: level, keys: keys, log: log}
 
 	pubLn, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
@@ -97,12 +126,13 @@ func serve(ctx context.Context, cfg *config.Config, dev bool) error {
 		return fmt.Errorf("admin_listen %s: %w", cfg.AdminListen, err)
 	}
 
-	pub := publicServer(cfg, gw, log)
+	pub := publicServer(cfg, gw, tlsCert, log)
 	admin := &http.Server{
 		Handler: admin.Handler(admin.Options{
 			Ready:        ready,
 			Metrics:      metrics.Handler(reg),
 			Usage:        gw,
+			Reload:       rl.reload,
 			Token:        cfg.AdminToken,
 			UsageTimeout: cfg.Redis.Timeout * 10,
 			Logger:       log.Named("admin"),
@@ -114,8 +144,8 @@ func serve(ctx context.Context, cfg *config.Config, dev bool) error {
 
 	errc := make(chan error, 2)
 	go func() {
-		if cfg.TLS != nil {
-			errc <- pub.ServeTLS(pubLn, cfg.TLS.CertFile, cfg.TLS.KeyFile)
+		if tlsCert != nil {
+			errc <- pub.ServeTLS(pubLn, "", "")
 			return
 		}
 		errc <- pub.Serve(pubLn)
@@ -126,15 +156,25 @@ func serve(ctx context.Context, cfg *config.Config, dev bool) error {
 		zap.String("listen", pubLn.Addr().String()),
 		zap.String("admin_listen", adminLn.Addr().String()),
 		zap.String("upstream", cfg.Upstream.URL),
-		zap.Bool("tls", cfg.TLS != nil))
+		zap.Bool("tls", tlsCert != nil),
+		zap.String("auth_mode", cfg.Auth.Mode))
 
-	select {
-	case err := <-errc:
-		// A listener failed on its own (e.g. unreadable TLS files): stop everything.
-		_ = pub.Close()
-		_ = admin.Close()
-		return fmt.Errorf("serving: %w", err)
-	case <-ctx.Done():
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	for {
+		select {
+		case err := <-errc:
+			// A listener failed on its own: stop everything.
+			_ = pub.Close()
+			_ = admin.Close()
+			return fmt.Errorf("serving: %w", err)
+		case <-hup:
+			_ = rl.reload() // the outcome is logged
+			continue
+		case <-ctx.Done():
+		}
+		break
 	}
 	return drain(cfg.Server, pub, admin, &draining, log)
 }
@@ -160,7 +200,7 @@ func drain(sc config.Server, pub, admin *http.Server, draining *atomic.Bool, log
 	return nil
 }
 
-func publicServer(cfg *config.Config, h http.Handler, log *zap.Logger) *http.Server {
+func publicServer(cfg *config.Config, h http.Handler, cert *tls.Certificate, log *zap.Logger) *http.Server {
 	srv := &http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: cfg.Server.ReadHeaderTimeout,
@@ -172,9 +212,9 @@ func publicServer(cfg *config.Config, h http.Handler, log *zap.Logger) *http.Ser
 	}
 	var p http.Protocols
 	p.SetHTTP1(true)
-	if cfg.TLS != nil {
+	if cert != nil {
 		p.SetHTTP2(true)
-		srv.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+		srv.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{*cert}}
 	} else {
 		// h2c with prior knowledge, as load balancers speak it to their backends.
 		p.SetUnencryptedHTTP2(true)

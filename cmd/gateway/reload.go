@@ -1,0 +1,123 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"sync"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/docsgate/gateway/auth"
+	"github.com/docsgate/gateway/config"
+	"github.com/docsgate/gateway/proxy"
+)
+
+// reloader re-reads the config file on SIGHUP and POST /reload: routes, limits, plans, orgs,
+// CORS, client IP rules, the keys file and the log level take effect for new requests; a bad
+// file is rejected with the reason logged and the running config kept. Requests and streams
+// in flight are untouched: they finish with the config they started with.
+type reloader struct {
+	mu      sync.Mutex // one reload at a time
+	path    string
+	running *config.Config
+	gw      *proxy.Gateway
+	level   zap.AtomicLevel
+	keys    auth.Registry // nil in prefix mode
+	log     *zap.Logger
+}
+
+func (rl *reloader) reload() error {
+	rl.mu.Lock()
+	defer rl.mu.Unlock()
+	err := rl.apply()
+	if err != nil {
+		rl.log.Error("reload rejected; keeping the running config", zap.String("config", rl.path), zap.Error(err))
+		return err
+	}
+	rl.log.Info("config reloaded", zap.String("config", rl.path))
+	return nil
+}
+
+func (rl *reloader) apply() error {
+	cfg, err := loadConfig(rl.path)
+	if err != nil {
+		return err
+	}
+	if fixed := fixedChanges(rl.running, cfg); len(fixed) > 0 {
+		rl.log.Warn("these settings change only with a restart; the running values stay", zap.Strings("keys", fixed))
+	}
+	var entries []auth.Entry
+	mem, isMem := rl.keys.(*auth.MemoryRegistry)
+	if isMem && cfg.Auth.KeysFile != "" {
+		if entries, err = auth.LoadKeysFile(cfg.Auth.KeysFile); err != nil {
+			return fmt.Errorf("auth.keys_file: %w", err)
+		}
+	}
+	if err := rl.gw.Reload(cfg); err != nil {
+		return err
+	}
+	if isMem {
+		if err := mem.Replace(entries); err != nil {
+			return fmt.Errorf("auth.keys_file: %w", err)
+		}
+	}
+	level, err := zapcore.ParseLevel(cfg.Log.Level)
+	if err == nil {
+		rl.level.SetLevel(level)
+	}
+	rl.running = cfg
+	return nil
+}
+
+// fixedChanges names the settings a reload cannot change.
+func fixedChanges(old, cfg *config.Config) []string {
+	var keys []string
+	check := func(key string, a, b any) {
+		if !reflect.DeepEqual(a, b) {
+			keys = append(keys, key)
+		}
+	}
+	check("listen", old.Listen, cfg.Listen)
+	check("admin_listen", old.AdminListen, cfg.AdminListen)
+	check("admin_token", old.AdminToken, cfg.AdminToken)
+	check("tls", old.TLS, cfg.TLS)
+	check("upstream", old.Upstream, cfg.Upstream)
+	check("server", old.Server, cfg.Server)
+	check("redis", old.Redis, cfg.Redis)
+	check("auth.mode", old.Auth.Mode, cfg.Auth.Mode)
+	check("log.format", old.Log.Format, cfg.Log.Format)
+	check("log.sampling", old.Log.Sampling, cfg.Log.Sampling)
+	return keys
+}
+
+// newRegistry builds the key registry of auth.mode: registry: in Redis when Redis is
+// configured (shared by every replica), else in memory from auth.keys_file.
+func newRegistry(ctx context.Context, client redis.UniversalClient, cfg *config.Config, log *zap.Logger) (auth.Registry, error) {
+	if cfg.Auth.Mode != "registry" {
+		return nil, nil
+	}
+	if client != nil {
+		r, err := auth.NewRedisRegistry(ctx, client, auth.RedisRegistryOptions{
+			Prefix: cfg.Redis.KeyPrefix, CacheTTL: cfg.Auth.CacheTTL, Logger: log.Named("keys"),
+		})
+		if err != nil {
+			return nil, fmt.Errorf("key registry: %w", err)
+		}
+		return r, nil
+	}
+	var entries []auth.Entry
+	if cfg.Auth.KeysFile != "" {
+		var err error
+		if entries, err = auth.LoadKeysFile(cfg.Auth.KeysFile); err != nil {
+			return nil, configError{fmt.Errorf("invalid config: auth.keys_file: %w", err)}
+		}
+	}
+	r, err := auth.NewMemoryRegistry(entries)
+	if err != nil {
+		return nil, configError{fmt.Errorf("invalid config: auth.keys_file: %w", err)}
+	}
+	return r, nil
+}
