@@ -1,13 +1,356 @@
 package main
 
 import (
+	"bufio"
 	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
+	"io/fs"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/docsgate/gateway/auth"
+	"github.com/docsgate/gateway/config"
 )
 
+// keysTimeout bounds one `gateway keys` command against its store.
+const keysTimeout = 15 * time.Second
+
+const keysUsage = `Usage:
+  gateway keys add    -config FILE --kind admin|assistant --org ORG (--project P ... | --domain D ...) [--plan NAME] [--label TEXT]  < key
+  gateway keys revoke -config FILE DIGEST
+  gateway keys list   -config FILE [-json]
+
+add reads the key from standard input (one line), never from the command line, stores only its
+SHA-256 digest and prints that digest. Keys are stored in the config's Redis (redis.addrs) or,
+without Redis, in auth.keys_file (the running gateway re-reads it on reload).
+`
+
 // runKeys is the `gateway keys` subcommand: add, revoke and list registered keys.
-func runKeys(_ context.Context, _ []string, _ io.Reader, _, stderr io.Writer) int {
-	fmt.Fprintln(stderr, "gateway keys: not implemented yet")
-	return exitUsage
+func runKeys(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, keysUsage)
+		return exitUsage
+	}
+	sub, args := args[0], args[1:]
+	switch sub {
+	case "-h", "-help", "--help", "help":
+		fmt.Fprint(stdout, keysUsage)
+		return exitOK
+	case "add", "revoke", "list":
+	default:
+		fmt.Fprintf(stderr, "gateway keys: unknown command %q\n%s", sub, keysUsage)
+		return exitUsage
+	}
+
+	fs := flag.NewFlagSet("gateway keys "+sub, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, keysUsage) }
+	configPath := fs.String("config", "", "path to the gateway's YAML config file")
+	var (
+		kind, org, plan, label string
+		projects, domains      listFlag
+		asJSON                 bool
+	)
+	switch sub {
+	case "add":
+		fs.StringVar(&kind, "kind", "", "key family: admin or assistant")
+		fs.StringVar(&org, "org", "", "organization the key belongs to")
+		fs.Var(&projects, "project", "project an admin key may be used on (repeatable; * for any)")
+		fs.Var(&domains, "domain", "domain an assistant key may be used on (repeatable; * for any)")
+		fs.StringVar(&plan, "plan", "", "plan of the key (optional)")
+		fs.StringVar(&label, "label", "", "a note for operators (optional)")
+	case "list":
+		fs.BoolVar(&asJSON, "json", false, "one JSON object per line instead of a table")
+	}
+	positional, err := parseInterspersed(fs, args)
+	if errors.Is(err, flag.ErrHelp) {
+		return exitOK
+	}
+	if err != nil {
+		return exitUsage // the flag package has said why
+	}
+	usage := func(format string, a ...any) int {
+		fmt.Fprintf(stderr, "gateway keys %s: %s\n", sub, fmt.Sprintf(format, a...))
+		return exitUsage
+	}
+	if *configPath == "" {
+		return usage("-config FILE is required")
+	}
+	want := 0
+	if sub == "revoke" {
+		want = 1
+	}
+	if len(positional) != want {
+		if sub == "revoke" {
+			return usage("want exactly one DIGEST (from gateway keys list)")
+		}
+		// Never echo it: it may be a key given on the command line by mistake.
+		return usage("unexpected argument; the key is read from standard input, never from the command line")
+	}
+
+	// Everything that can be checked before the key is read is checked first.
+	var entry auth.Entry
+	if sub == "add" {
+		k, ok := auth.ParseKind(kind)
+		if !ok {
+			return usage("--kind must be admin or assistant")
+		}
+		entry = auth.Entry{Kind: k.String(), Org: org, Projects: projects, Domains: domains, Plan: plan, Label: label,
+			Digest: strings.Repeat("0", 64)} // placeholder until the key is read
+		if err := entry.Validate(); err != nil {
+			return usage("%v", err)
+		}
+	}
+	if sub == "revoke" && !auth.ValidDigest(positional[0]) {
+		return usage("not a digest: want 64 lower-case hex characters (gateway keys list shows them)")
+	}
+
+	cfg, err := config.Load(*configPath, os.LookupEnv)
+	if err != nil {
+		fmt.Fprintf(stderr, "gateway keys: %v\n", err)
+		return exitUsage
+	}
+	ctx, cancel := context.WithTimeout(ctx, keysTimeout)
+	defer cancel()
+
+	fail := func(err error) int {
+		fmt.Fprintf(stderr, "gateway keys %s: %v\n", sub, err)
+		return exitFailure
+	}
+	switch sub {
+	case "add":
+		key, err := readKey(stdin, stderr)
+		if err != nil {
+			return fail(err)
+		}
+		id, reason := auth.Check("Bearer "+key, mustKind(entry.Kind))
+		if reason != 0 {
+			return fail(keyRefusal(reason, entry.Kind))
+		}
+		entry.Digest = id.Digest
+		entry.Created = time.Now().UTC().Round(0)
+		err = withStore(ctx, cfg, func(s keyStore) error { return s.Add(ctx, entry) })
+		if err != nil {
+			return fail(err)
+		}
+		fmt.Fprintln(stdout, entry.Digest)
+	case "revoke":
+		err := withStore(ctx, cfg, func(s keyStore) error { return s.Revoke(ctx, positional[0]) })
+		if errors.Is(err, auth.ErrUnknownKey) {
+			return fail(errors.New("no key with this digest is registered"))
+		}
+		if err != nil {
+			return fail(err)
+		}
+		fmt.Fprintf(stdout, "revoked %s\n", positional[0])
+	case "list":
+		var list []auth.Entry
+		err := withStore(ctx, cfg, func(s keyStore) error {
+			var err error
+			list, err = s.List(ctx)
+			return err
+		})
+		if err != nil {
+			return fail(err)
+		}
+		if err := printKeys(stdout, list, asJSON); err != nil {
+			return fail(err)
+		}
+	}
+	return exitOK
+}
+
+func mustKind(s string) auth.Kind {
+	k, _ := auth.ParseKind(s)
+	return k
+}
+
+// keyRefusal explains why a key from stdin was refused, without repeating it.
+func keyRefusal(r auth.Reason, kind string) error {
+	switch r {
+	case auth.Malformed:
+		return fmt.Errorf("the key on standard input is malformed (empty, over %d bytes, or characters outside the bearer token set)", auth.MaxKeyLen)
+	case auth.UnknownFamily:
+		return errors.New("the key on standard input is of neither key family (svc_... admin, svc_dsc_... assistant)")
+	case auth.WrongKind:
+		return fmt.Errorf("the key on standard input is not an %s key: it belongs to the other family", kind)
+	}
+	return errors.New("the key on standard input was refused")
+}
+
+// readKey reads one line from stdin (trimmed). On a terminal it prompts on stderr first.
+func readKey(stdin io.Reader, stderr io.Writer) (string, error) {
+	if f, ok := stdin.(*os.File); ok {
+		if fi, err := f.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
+			fmt.Fprint(stderr, "Key (one line, then Enter): ")
+		}
+	}
+	const limit = 4096
+	line, err := bufio.NewReaderSize(io.LimitReader(stdin, limit), limit).ReadString('\n')
+	if err != nil && !errors.Is(err, io.EOF) {
+		return "", fmt.Errorf("reading the key from standard input: %w", err)
+	}
+	if len(line) >= limit && !strings.HasSuffix(line, "\n") {
+		return "", errors.New("the line on standard input is too long to be a key")
+	}
+	key := strings.TrimSpace(line)
+	if key == "" {
+		return "", errors.New("no key on standard input: pipe it in, e.g. gateway keys add ... < keyfile")
+	}
+	return key, nil
+}
+
+// keyStore is where `gateway keys` keeps entries.
+type keyStore interface {
+	Add(ctx context.Context, e auth.Entry) error
+	Revoke(ctx context.Context, digest string) error
+	List(ctx context.Context) ([]auth.Entry, error)
+}
+
+// withStore runs f on the config's store: Redis when redis.addrs is set, else the keys file
+// (loaded, changed, and written back atomically when f succeeds).
+func withStore(ctx context.Context, cfg *config.Config, f func(keyStore) error) error {
+	if len(cfg.Redis.Addrs) > 0 {
+		client := newKeysRedisClient(cfg.Redis)
+		defer client.Close()
+		reg, err := auth.NewRedisRegistry(ctx, client, auth.RedisRegistryOptions{
+			Prefix:   cfg.Redis.KeyPrefix,
+			CacheTTL: cfg.Auth.CacheTTL,
+		})
+		if err != nil {
+			return err
+		}
+		defer reg.Close()
+		return f(reg)
+	}
+	path := cfg.Auth.KeysFile
+	if path == "" {
+		return errors.New("nowhere to keep keys: the config sets neither redis.addrs nor auth.keys_file")
+	}
+	entries, err := auth.LoadKeysFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		entries, err = nil, nil // the first add creates it
+	}
+	if err != nil {
+		return err
+	}
+	reg, err := auth.NewMemoryRegistry(entries)
+	if err != nil {
+		return fmt.Errorf("keys file %s: %w", path, err)
+	}
+	before, _ := reg.List(ctx)
+	if err := f(reg); err != nil {
+		return err
+	}
+	after, _ := reg.List(ctx)
+	if entriesEqual(before, after) {
+		return nil // list, or nothing changed: leave the file alone
+	}
+	return auth.SaveKeysFile(path, after)
+}
+
+func entriesEqual(a, b []auth.Entry) bool {
+	ja, _ := json.Marshal(a)
+	jb, _ := json.Marshal(b)
+	return string(ja) == string(jb)
+}
+
+// newKeysRedisClient builds a client for the config's Redis (standalone, Sentinel or Cluster)
+// like the limiter does, with timeouts for an operator command rather than the request path;
+// admin writes are idempotent, so go-redis may retry them.
+func newKeysRedisClient(c config.Redis) redis.UniversalClient {
+	timeout := max(c.Timeout, 2*time.Second)
+	opts := &redis.UniversalOptions{
+		Addrs:                 c.Addrs,
+		MasterName:            c.MasterName,
+		Username:              c.Username,
+		Password:              c.Password,
+		DB:                    c.DB,
+		ContextTimeoutEnabled: true,
+		DialTimeout:           timeout,
+		ReadTimeout:           timeout,
+		WriteTimeout:          timeout,
+		PoolTimeout:           timeout,
+	}
+	if c.TLS {
+		opts.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+	}
+	return redis.NewUniversalClient(opts)
+}
+
+func printKeys(w io.Writer, list []auth.Entry, asJSON bool) error {
+	if asJSON {
+		enc := json.NewEncoder(w)
+		for _, e := range list {
+			if err := enc.Encode(e); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+	fmt.Fprintln(tw, "DIGEST\tKIND\tORG\tGRANTS\tPLAN\tLABEL\tCREATED\tREVOKED")
+	for _, e := range list {
+		grants := "projects=" + strings.Join(e.Projects, ",")
+		if e.Kind == "assistant" {
+			grants = "domains=" + strings.Join(e.Domains, ",")
+		}
+		revoked := "-"
+		if e.Revoked != nil {
+			revoked = e.Revoked.UTC().Format(time.RFC3339)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Digest, e.Kind, dash(e.Org), grants, dash(e.Plan),
+			dash(strings.ReplaceAll(e.Label, "\t", " ")), e.Created.UTC().Format(time.RFC3339), revoked)
+	}
+	return tw.Flush()
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// parseInterspersed parses flags anywhere among the arguments (revoke -config F DIGEST and
+// revoke DIGEST -config F both work) and returns the positional ones.
+func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	var positional []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		if fs.NArg() == 0 {
+			return positional, nil
+		}
+		rest := fs.Args()
+		if consumed := len(args) - len(rest); consumed > 0 && args[consumed-1] == "--" {
+			return append(positional, rest...), nil // after --, everything is positional
+		}
+		positional = append(positional, rest[0])
+		args = rest[1:]
+	}
+}
+
+// listFlag is a repeatable string flag; commas separate several values too.
+type listFlag []string
+
+func (l *listFlag) String() string { return strings.Join(*l, ",") }
+
+func (l *listFlag) Set(v string) error {
+	for _, s := range strings.Split(v, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			*l = append(*l, s)
+		}
+	}
+	return nil
 }
