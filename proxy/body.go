@@ -30,6 +30,13 @@ func (g *Gateway) readBody(s *scope, r *http.Request) bool {
 		})
 		return false
 	}
+	if len(r.TransferEncoding) > 0 {
+		// net/http has already dropped any Content-Length that came with Transfer-Encoding
+		// (RFC 9112 6.1), so a smuggling attempt cannot be told from an honest chunked body
+		// here. Closing the connection after answering any chunked request keeps whatever
+		// followed the body from being read as a second request.
+		s.closeAfter()
+	}
 	var body []byte
 	if r.ContentLength != 0 || len(r.TransferEncoding) > 0 {
 		rc := http.NewResponseController(s.w)
