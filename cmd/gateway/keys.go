@@ -222,6 +222,10 @@ func withStore(ctx context.Context, cfg *config.Config, f func(keyStore) error) 
 	if len(cfg.Redis.Addrs) > 0 {
 		client := newKeysRedisClient(cfg.Redis)
 		defer client.Close()
+		// Fail fast, with one clear line, when Redis does not answer.
+		if err := client.Ping(ctx).Err(); err != nil {
+			return fmt.Errorf("redis %s does not answer: %w", strings.Join(cfg.Redis.Addrs, ","), err)
+		}
 		reg, err := auth.NewRedisRegistry(ctx, client, auth.RedisRegistryOptions{
 			Prefix:   cfg.Redis.KeyPrefix,
 			CacheTTL: cfg.Auth.CacheTTL,
@@ -284,8 +288,15 @@ func newKeysRedisClient(c config.Redis) redis.UniversalClient {
 	if c.TLS {
 		opts.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
 	}
+	// go-redis would print each failed dial on stderr; the command reports the error itself.
+	// (The logger is process-wide; this process runs only this command.)
+	redis.SetLogger(quietRedisLogger{})
 	return redis.NewUniversalClient(opts)
 }
+
+type quietRedisLogger struct{}
+
+func (quietRedisLogger) Printf(context.Context, string, ...any) {}
 
 func printKeys(w io.Writer, list []auth.Entry, asJSON bool) error {
 	if asJSON {
