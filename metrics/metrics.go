@@ -29,6 +29,7 @@ type Metrics struct {
 	limiterErrors        prometheus.Counter
 	breakerOpen          prometheus.Gauge
 	orgRequests          *prometheus.CounterVec
+	deprecated           *prometheus.CounterVec
 }
 
 // Latency buckets from 1 ms to 30 s: gateway overhead sits at the low end, streamed answers at
@@ -107,9 +108,13 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "gateway_org_requests_total",
 			Help: "Requests on assistant routes by organization (configured orgs; all others are other) and limit decision.",
 		}, []string{"org", "decision"}),
+		deprecated: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gateway_deprecated_requests_total",
+			Help: "Authenticated requests on deprecated routes, by route and organization (configured orgs; all others are other): who still has to migrate.",
+		}, []string{"route", "org"}),
 	}
 	reg.MustRegister(
-		m.orgRequests,
+		m.orgRequests, m.deprecated,
 		m.decisions, m.nearLimit, m.limiterDuration, m.limiterErrors, m.breakerOpen,
 		m.requests, m.requestDuration, m.inflight, m.authRejections, m.validationRejections,
 		m.upstreamErrors, m.upstreamDuration, m.streamFirstByte, m.streamDuration, m.streamFinished,
@@ -176,6 +181,12 @@ func (r *Route) ValidationRejected(field string) {
 // UpstreamError counts a failed upstream exchange.
 func (r *Route) UpstreamError(kind string) {
 	r.m.upstreamErrors.WithLabelValues(r.name, kind).Inc()
+}
+
+// Deprecated counts one authenticated use of this (deprecated) route by org, a configured
+// organization or "other".
+func (r *Route) Deprecated(org string) {
+	r.m.deprecated.WithLabelValues(r.name, org).Inc()
 }
 
 // StreamFinished counts a streamed answer by its finish reason.

@@ -122,6 +122,9 @@ func (g *Gateway) serve(sn *snapshot, rt *route, w http.ResponseWriter, r *http.
 	if !g.authenticate(s, r) {
 		return
 	}
+	if rt.deprecation != nil {
+		rt.metrics.Deprecated(sn.orgLabel(s.org))
+	}
 	if !g.readBody(s, r) {
 		return
 	}

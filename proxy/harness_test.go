@@ -81,6 +81,12 @@ type gatewayOpt func(*config.Config)
 
 func newGateway(t *testing.T, up *upstream, opts ...gatewayOpt) *gateway {
 	t.Helper()
+	return newGatewayWith(t, up, nil, opts...)
+}
+
+// newGatewayWith is newGateway in registry mode when reg is not nil.
+func newGatewayWith(t *testing.T, up *upstream, reg KeyLookup, opts ...gatewayOpt) *gateway {
+	t.Helper()
 	cfg := config.Defaults()
 	cfg.Upstream.URL = up.URL
 	cfg.Routes = []config.Route{
@@ -95,8 +101,8 @@ func newGateway(t *testing.T, up *upstream, opts ...gatewayOpt) *gateway {
 		t.Fatal(err)
 	}
 	core, logs := observer.New(zap.DebugLevel)
-	reg := prometheus.NewRegistry()
-	gw, err := New(Options{Config: &cfg, Logger: zap.New(core), Metrics: metrics.New(reg), Limiter: testLimiter(t, &cfg)})
+	promReg := prometheus.NewRegistry()
+	gw, err := New(Options{Config: &cfg, Logger: zap.New(core), Metrics: metrics.New(promReg), Limiter: testLimiter(t, &cfg), Registry: reg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +113,7 @@ func newGateway(t *testing.T, up *upstream, opts ...gatewayOpt) *gateway {
 	srv.Config.Protocols = &p
 	srv.Start()
 	t.Cleanup(srv.Close)
-	return &gateway{Server: srv, up: up, logs: logs, reg: reg}
+	return &gateway{Server: srv, up: up, logs: logs, reg: promReg}
 }
 
 func ptr[T any](v T) *T { return &v }
@@ -210,4 +216,32 @@ func readBody(t *testing.T, res *http.Response) []byte {
 		t.Fatal(err)
 	}
 	return data
+}
+
+// counter reads one counter series from the gateway's registry; labels are name, value pairs.
+func (g *gateway) counter(t *testing.T, name string, labels ...string) float64 {
+	t.Helper()
+	mfs, err := g.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	next:
+		for _, m := range mf.GetMetric() {
+			got := map[string]string{}
+			for _, l := range m.GetLabel() {
+				got[l.GetName()] = l.GetValue()
+			}
+			for i := 0; i+1 < len(labels); i += 2 {
+				if got[labels[i]] != labels[i+1] {
+					continue next
+				}
+			}
+			return m.GetCounter().GetValue()
+		}
+	}
+	return 0
 }

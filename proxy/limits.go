@@ -393,6 +393,15 @@ func humanSeconds(s int64) string {
 // otherOrg labels every organization the config does not name.
 const otherOrg = "other"
 
+// orgLabel is the org's metric label: configured orgs by name, everyone else "other", so the
+// label's values are bounded by the config.
+func (sn *snapshot) orgLabel(org string) string {
+	if _, ok := sn.orgMetrics[org]; ok {
+		return org
+	}
+	return otherOrg
+}
+
 // orgMetric picks the org's series: configured orgs have their own, everyone else shares one.
 func (sn *snapshot) orgMetric(org string) *metrics.Org {
 	if m, ok := sn.orgMetrics[org]; ok {
