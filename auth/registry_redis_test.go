@@ -298,6 +298,7 @@ func TestRedisRegistryOutage(t *testing.T) {
 	defer r.Close()
 	ctx := context.Background()
 	seedOne(t, r)
+	settle()
 	one := Digest("svc_one")
 	if _, ok, err := r.Lookup(ctx, one); !ok || err != nil {
 		t.Fatal(ok, err)
