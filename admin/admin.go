@@ -33,6 +33,9 @@ type Options struct {
 	Usage UsageReader
 	// Reload re-reads the config file (POST /reload); nil disables the endpoint.
 	Reload func() error
+	// Keys manages registered keys (POST /keys, DELETE /keys/{digest}, GET /keys); nil in
+	// auth.mode: prefix.
+	Keys KeyManager
 	// Token, when set, is required as "Authorization: Bearer <token>" on every endpoint but
 	// /healthz and /readyz.
 	Token string
@@ -61,6 +64,9 @@ func Handler(o Options) http.Handler {
 	mux.Handle("GET /usage/orgs/{org}", h.guard(h.usage("org", "org")))
 	mux.Handle("GET /usage/ips/{ip}", h.guard(h.usage("ip", "ip")))
 	mux.Handle("POST /usage/key", h.guard(http.HandlerFunc(h.usageKey)))
+	if o.Keys != nil {
+		RegisterKeys(mux, o.Keys, h.guard)
+	}
 	if o.Reload != nil {
 		mux.Handle("POST /reload", h.guard(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 			if err := o.Reload(); err != nil {

@@ -26,25 +26,30 @@ type reloader struct {
 	gw      *proxy.Gateway
 	level   zap.AtomicLevel
 	keys    auth.Registry // nil in prefix mode
+	dev     bool          // -dev pins the level at debug
 	log     *zap.Logger
 }
 
 func (rl *reloader) reload() error {
 	rl.mu.Lock()
 	defer rl.mu.Unlock()
-	err := rl.apply()
+	level, err := rl.apply()
 	if err != nil {
 		rl.log.Error("reload rejected; keeping the running config", zap.String("config", rl.path), zap.Error(err))
 		return err
 	}
-	rl.log.Info("config reloaded", zap.String("config", rl.path))
+	// Logged before the new level applies, so a reload that raises the level is still seen.
+	rl.log.Info("config reloaded", zap.String("config", rl.path), zap.Stringer("log_level", level))
+	rl.level.SetLevel(level)
 	return nil
 }
 
-func (rl *reloader) apply() error {
+// apply reloads everything but the log level, which it returns.
+func (rl *reloader) apply() (zapcore.Level, error) {
+	level := rl.level.Level()
 	cfg, err := loadConfig(rl.path)
 	if err != nil {
-		return err
+		return level, err
 	}
 	if fixed := fixedChanges(rl.running, cfg); len(fixed) > 0 {
 		rl.log.Warn("these settings change only with a restart; the running values stay", zap.Strings("keys", fixed))
@@ -53,23 +58,22 @@ func (rl *reloader) apply() error {
 	mem, isMem := rl.keys.(*auth.MemoryRegistry)
 	if isMem && cfg.Auth.KeysFile != "" {
 		if entries, err = auth.LoadKeysFile(cfg.Auth.KeysFile); err != nil {
-			return fmt.Errorf("auth.keys_file: %w", err)
+			return level, fmt.Errorf("auth.keys_file: %w", err)
 		}
 	}
 	if err := rl.gw.Reload(cfg); err != nil {
-		return err
+		return level, err
 	}
 	if isMem {
 		if err := mem.Replace(entries); err != nil {
-			return fmt.Errorf("auth.keys_file: %w", err)
+			return level, fmt.Errorf("auth.keys_file: %w", err)
 		}
 	}
-	level, err := zapcore.ParseLevel(cfg.Log.Level)
-	if err == nil {
-		rl.level.SetLevel(level)
+	if l, err := zapcore.ParseLevel(cfg.Log.Level); err == nil && !rl.dev {
+		level = l
 	}
 	rl.running = cfg
-	return nil
+	return level, nil
 }
 
 // fixedChanges names the settings a reload cannot change.

@@ -92,8 +92,9 @@ func serve(ctx context.Context, path string, cfg *config.Config, dev bool) error
 		defer keys.Close()
 	}
 	opts := proxy.Options{Config: cfg, Logger: log, Metrics: m, Limiter: lim}
+	var keyManager admin.KeyManager
 	if keys != nil {
-		opts.Registry = keys
+		opts.Registry, keyManager = keys, keys
 	}
 	gw, err := proxy.New(opts)
 	if err != nil {
@@ -114,7 +115,7 @@ func serve(ctx context.Context, path string, cfg *config.Config, dev bool) error
 		}
 		return true, "ready"
 	}
-	rl := &reloader{path: path, running: cfg, gw: gw, level: level, keys: keys, log: log}
+	rl := &reloader{path: path, running: cfg, gw: gw, level: level, keys: keys, dev: dev, log: log}
 
 	pubLn, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
@@ -133,6 +134,7 @@ func serve(ctx context.Context, path string, cfg *config.Config, dev bool) error
 			Metrics:      metrics.Handler(reg),
 			Usage:        gw,
 			Reload:       rl.reload,
+			Keys:         keyManager,
 			Token:        cfg.AdminToken,
 			UsageTimeout: cfg.Redis.Timeout * 10,
 			Logger:       log.Named("admin"),
