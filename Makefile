@@ -4,7 +4,7 @@ VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo de
 LDFLAGS   := -s -w -X main.version=$(VERSION)
 FUZZTIME  ?= 15s
 
-.PHONY: help demo build test fuzz lint clean bench
+.PHONY: help demo build test fuzz lint clean soak bench
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-8s %s\n", $$1, $$2}'
@@ -23,6 +23,9 @@ fuzz: ## run every fuzz target for FUZZTIME each
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./config
 	$(GO) test -run '^$$' -fuzz '^FuzzAgentJob$$' -fuzztime $(FUZZTIME) ./validate
 	$(GO) test -run '^$$' -fuzz '^FuzzAssistantMessage$$' -fuzztime $(FUZZTIME) ./validate
+
+soak: ## SOAK_MINUTES (default 5) of mixed traffic on 2 replicas with Redis and the upstream flapping
+	SOAK_MINUTES=$(or $(SOAK_MINUTES),5) $(GO) run ./soak
 
 lint: ## gofmt and go vet
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); exit 1)
