@@ -21,12 +21,14 @@ func TestExampleConfigLoads(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.Upstream.URL != "http://127.0.0.1:9000" || cfg.Listen != ":8080" || len(cfg.Routes) != 3 {
+	if cfg.Upstream.URL != "http://127.0.0.1:9000" || cfg.Listen != ":8080" || len(cfg.Routes) != 4 {
 		t.Fatalf("unexpected example config: %+v", cfg)
 	}
 	// The example documents the defaults: loading it must give the same values.
 	d := Defaults()
-	if cfg.Upstream.Timeout != d.Upstream.Timeout || cfg.Server != d.Server || cfg.MaxBodyBytes != d.MaxBodyBytes {
+	if cfg.Upstream.Timeout != d.Upstream.Timeout || cfg.Server != d.Server || cfg.MaxBodyBytes != d.MaxBodyBytes ||
+		cfg.Redis.Timeout != d.Redis.Timeout || cfg.Redis.OnError != d.Redis.OnError || cfg.Auth != d.Auth ||
+		cfg.ClientIP.IPv6Prefix != d.ClientIP.IPv6Prefix || cfg.Log != d.Log {
 		t.Fatalf("example and defaults disagree: %+v vs %+v", cfg.Server, d.Server)
 	}
 }
