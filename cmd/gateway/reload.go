@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"reflect"
 	"sync"
 
@@ -56,8 +58,8 @@ func (rl *reloader) apply() (zapcore.Level, error) {
 	}
 	var entries []auth.Entry
 	mem, isMem := rl.keys.(*auth.MemoryRegistry)
-	if isMem && cfg.Auth.KeysFile != "" {
-		if entries, err = auth.LoadKeysFile(cfg.Auth.KeysFile); err != nil {
+	if isMem {
+		if entries, err = loadKeysFile(cfg.Auth.KeysFile); err != nil {
 			return level, fmt.Errorf("auth.keys_file: %w", err)
 		}
 	}
@@ -74,6 +76,19 @@ func (rl *reloader) apply() (zapcore.Level, error) {
 	}
 	rl.running = cfg
 	return level, nil
+}
+
+// loadKeysFile reads auth.keys_file; no file (or none configured) is no keys yet, so keys
+// can be added through the admin API from an empty start.
+func loadKeysFile(path string) ([]auth.Entry, error) {
+	if path == "" {
+		return nil, nil
+	}
+	entries, err := auth.LoadKeysFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	return entries, err
 }
 
 // fixedChanges names the settings a reload cannot change.
@@ -112,12 +127,12 @@ func newRegistry(ctx context.Context, client redis.UniversalClient, cfg *config.
 		}
 		return r, nil
 	}
-	var entries []auth.Entry
-	if cfg.Auth.KeysFile != "" {
-		var err error
-		if entries, err = auth.LoadKeysFile(cfg.Auth.KeysFile); err != nil {
-			return nil, configError{fmt.Errorf("invalid config: auth.keys_file: %w", err)}
-		}
+	entries, err := loadKeysFile(cfg.Auth.KeysFile)
+	if err != nil {
+		return nil, configError{fmt.Errorf("invalid config: auth.keys_file: %w", err)}
+	}
+	if cfg.Auth.KeysFile != "" && len(entries) == 0 {
+		log.Warn("auth.keys_file holds no keys yet: every request is refused until keys are added", zap.String("keys_file", cfg.Auth.KeysFile))
 	}
 	r, err := auth.NewMemoryRegistry(entries)
 	if err != nil {

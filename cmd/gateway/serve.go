@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/docsgate/gateway/admin"
+	"github.com/docsgate/gateway/auth"
 	"github.com/docsgate/gateway/config"
 	"github.com/docsgate/gateway/metrics"
 	"github.com/docsgate/gateway/proxy"
@@ -95,6 +96,9 @@ func serve(ctx context.Context, path string, cfg *config.Config, dev bool) error
 	var keyManager admin.KeyManager
 	if keys != nil {
 		opts.Registry, keyManager = keys, keys
+		if mem, ok := keys.(*auth.MemoryRegistry); ok && cfg.Auth.KeysFile != "" {
+			keyManager = &fileKeys{path: cfg.Auth.KeysFile, mem: mem}
+		}
 	}
 	gw, err := proxy.New(opts)
 	if err != nil {

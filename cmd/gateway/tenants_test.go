@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"net/http"
 	"os"
@@ -177,4 +179,43 @@ func mustRequest(t *testing.T, method, url string) *http.Request {
 		t.Fatal(err)
 	}
 	return req
+}
+
+// Without Redis, keys added through the admin API are written to auth.keys_file, so they
+// work at once and survive a reload; a revoked one stops working.
+func TestAdminKeysWithKeysFile(t *testing.T) {
+	upURL, _ := recordingUpstream(t)
+	keysFile := t.TempDir() + "/keys.yaml"
+	p := startGateway(t, upURL, fmt.Sprintf("auth:\n  mode: registry\n  keys_file: %q\n", keysFile))
+	const key = "svc_viaadmin0123456789"
+	add, _ := http.NewRequest("POST", "http://"+p.admin+"/keys",
+		strings.NewReader(`{"key":"`+key+`","kind":"admin","org":"acme","projects":["p1"]}`))
+	res, err := http.DefaultClient.Do(add)
+	if err != nil || res.StatusCode != 201 {
+		t.Fatalf("POST /keys: %v %v", err, res)
+	}
+	res.Body.Close()
+	if r := send(t, p, "POST", "/v2/agent/p1/job", key, `{"prompt":"x"}`); r.StatusCode != 201 {
+		t.Fatalf("key added through the admin API: %d", r.StatusCode)
+	}
+	if data, err := os.ReadFile(keysFile); err != nil || strings.Contains(string(data), key) || !strings.Contains(string(data), "acme") {
+		t.Fatalf("keys file: %v %q", err, data)
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGHUP)
+	time.Sleep(300 * time.Millisecond)
+	if r := send(t, p, "POST", "/v2/agent/p1/job", key, `{"prompt":"x"}`); r.StatusCode != 201 {
+		t.Fatalf("after a reload: %d (the added key was lost)", r.StatusCode)
+	}
+	del, _ := http.NewRequest("DELETE", "http://"+p.admin+"/keys/"+sha256hex(key), nil)
+	if res, err := http.DefaultClient.Do(del); err != nil || res.StatusCode != 200 {
+		t.Fatalf("DELETE /keys: %v %v", err, res)
+	}
+	if r := send(t, p, "POST", "/v2/agent/p1/job", key, `{"prompt":"x"}`); r.StatusCode != 401 {
+		t.Fatalf("revoked key: %d", r.StatusCode)
+	}
+}
+
+func sha256hex(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:])
 }

@@ -277,12 +277,12 @@ func (c *Cluster) Client(t testing.TB) *redis.ClusterClient {
 	t.Cleanup(func() { _ = cc.Close() })
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		slots, err := cc.ClusterSlots(context.Background()).Result()
-		if err == nil && len(slots) >= len(c.Addrs) {
+		shards, err := cc.ClusterShards(context.Background()).Result()
+		if err == nil && len(shards) >= len(c.Addrs) {
 			return cc
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("redistest: cluster slots: %v %v", slots, err)
+			t.Fatalf("redistest: cluster shards: %v %v", shards, err)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
