@@ -1,7 +1,6 @@
 # Targets a newcomer can guess. `make help` lists them.
 GO        ?= go
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-LDFLAGS   := -s -w -X main.version=$(VERSION)
 FUZZTIME  ?= 15s
 
 .PHONY: help demo build test fuzz lint clean soak bench
@@ -18,11 +17,8 @@ build: ## build static binaries into bin/ (scripts/build.sh: the line CI and the
 test: ## the whole suite with -race (installs redis-server when missing and root)
 	scripts/test.sh
 
-fuzz: ## run every fuzz target for FUZZTIME each
-	$(GO) test -run '^$$' -fuzz '^FuzzBearer$$' -fuzztime $(FUZZTIME) ./auth
-	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./config
-	$(GO) test -run '^$$' -fuzz '^FuzzAgentJob$$' -fuzztime $(FUZZTIME) ./validate
-	$(GO) test -run '^$$' -fuzz '^FuzzAssistantMessage$$' -fuzztime $(FUZZTIME) ./validate
+fuzz: ## run every fuzz target for FUZZTIME each (default 15s)
+	FUZZTIME=$(FUZZTIME) scripts/fuzz.sh
 
 soak: ## SOAK_MINUTES (default 5) of mixed traffic on 2 replicas with Redis and the upstream flapping
 	SOAK_MINUTES=$(or $(SOAK_MINUTES),5) $(GO) run ./soak

@@ -59,7 +59,7 @@ func parseKeysFile(data []byte) ([]Entry, error) {
 		return []Entry{}, nil
 	}
 	if root.Kind != yaml.MappingNode {
-		return nil, fmt.Errorf("line %d: want a mapping with keys:", root.Line)
+		return nil, fmt.Errorf("line %d: want a mapping with a keys list", root.Line)
 	}
 	var list *yaml.Node
 	for i := 0; i+1 < len(root.Content); i += 2 {

@@ -357,12 +357,12 @@ func TestRedisRegistryCluster(t *testing.T) {
 		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs})
 		deadline := time.Now().Add(10 * time.Second)
 		for {
-			slots, err := c.ClusterSlots(context.Background()).Result()
-			if err == nil && len(slots) >= 3 {
+			shards, err := c.ClusterShards(context.Background()).Result()
+			if err == nil && len(shards) >= 3 {
 				return c
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("cluster slots: %v", err)
+				t.Fatalf("cluster shards: %v", err)
 			}
 			time.Sleep(50 * time.Millisecond)
 		}

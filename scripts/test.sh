@@ -4,8 +4,18 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 scripts/test-deps.sh
+echo "== go mod verify"
+go mod verify
 echo "== go vet"
 go vet ./...
+echo "== staticcheck"
+# Pinned; installs from the Go module proxy into GOPATH/bin the first time.
+staticcheck_version=v0.8.2
+staticcheck="$(go env GOPATH)/bin/staticcheck"
+if ! "$staticcheck" -version 2>/dev/null | grep -q "${staticcheck_version#v}"; then
+  go install "honnef.co/go/tools/cmd/staticcheck@$staticcheck_version"
+fi
+"$staticcheck" ./...
 echo "== go test -race"
 go test -race -count=1 -timeout 15m ./...
 # deploy/kubernetes/check is its own module (Kubernetes API types stay out of the gateway's
@@ -24,3 +34,9 @@ for bin in gateway upstream-sim; do
 done
 "$out/gateway" -version | grep -q '^gateway v0.0.0-ci ' || { echo "scripts/build.sh: gateway -version lacks the version" >&2; exit 1; }
 echo "build.sh: static binaries, gateway -version ok"
+# Every fuzz target briefly (FUZZTIME each, default 15s; FUZZTIME=0 skips them for a quick
+# local run).
+if [ "${FUZZTIME:-15s}" != "0" ]; then
+  echo "== fuzz"
+  FUZZTIME="${FUZZTIME:-15s}" scripts/fuzz.sh
+fi

@@ -176,7 +176,6 @@ func TestHostileInput(t *testing.T) {
 		parts  []string
 		gap    time.Duration
 		want   []int // acceptable statuses; 0 means a close without an answer is acceptable
-		within time.Duration
 	}
 	cases := []tc{
 		{name: "oversized headers", parts: []string{"GET /v2/agent/p/job/j HTTP/1.1\r\nHost: gw\r\nX-Big: " + strings.Repeat("a", 20000) + "\r\n\r\n"}, want: []int{431}},
