@@ -278,6 +278,7 @@ type httpSample struct {
 	openCPU1k   float64
 	openScripts []float64 // per node, per request
 	openOther   float64   // other Redis commands per request
+	load        float64   // 1-minute load average at the end of the block
 	logLines    int
 	logExpected int64
 	probes      []probeSample
@@ -352,11 +353,13 @@ func (e *env) measureHTTP(round int, v variant, w workload) (httpSample, error) 
 			s.probes = append(s.probes, ps)
 		}
 	}
+	s.load = loadAvg()
 	if v.kind == "gateway" {
 		time.Sleep(100 * time.Millisecond)
 		s.logLines = srv.logLines() - linesBefore
 		s.logExpected = s.closed.reqs + int64(s.open.n) + int64(len(s.probes)*e.o.probeN)
 	}
+	logf("load %.2f", s.load)
 	logf("round %d %-18s %-16s closed %8.0f req/s (err %d, %.3f CPU s/1k)  open@%d p50 %.2f p99 %.2f p99.9 %.2f ms err %d  scripts/req %v",
 		round+1, w.name, v.name, s.closed.rps, s.closedErrs, s.closedCPU1k, e.o.rate, s.open.p50, s.open.p99, s.open.p999, s.open.errs, fmtPerNode(s.openScripts))
 	return s, nil
@@ -384,6 +387,7 @@ func (e *env) measureStreams(round int, v variant) (streamSample, error) {
 		}
 		s.idle = runIdle(srv.proc, srv.url, e.o.streams, 60*time.Second)
 		srv.stop()
+		time.Sleep(time.Second) // let the simulator and the kernel drop the closed streams
 	}
 	logf("round %d streams %-16s part delay p50 %.0f µs p99 %.0f µs (%d parts, %d errors)  idle: %d streams, RSS %d -> %d KiB = %.1f KiB/stream (opened in %s) %s",
 		round+1, v.name, s.delay.p50, s.delay.p99, s.delay.parts, s.delay.errs, s.idle.opened, s.idle.before, s.idle.after, s.idle.perStreamKiB,
@@ -475,4 +479,16 @@ func waitReady(url string, timeout time.Duration) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// loadAvg is the 1-minute load average: on 2 cores, well above 2 means other work competed
+// with the bench (its own processes account for about 2 under closed-loop load).
+func loadAvg() float64 {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	v, _ := strconv.ParseFloat(f[0], 64)
+	return v
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"os"
 	"regexp"
 	"slices"
 	"strconv"
@@ -110,6 +111,14 @@ func (r *report) markdown() string {
 		w(", pinned to CPU 0; load generators, upstream-sim (GOMAXPROCS=%d) and Redis pinned to CPU 1", o.serverProcs)
 	}
 	w(". Closed loop: wrk, 1 thread, %d connections. Open loop: vegeta at %d req/s (constant pacer, latencies of every request). ", o.conns, o.rate)
+	var loads []float64
+	for _, s := range r.http {
+		loads = append(loads, s.load)
+	}
+	if len(loads) > 0 {
+		l := statOf(loads)
+		w("1-minute load average during the run: median %.1f (%.1f–%.1f) on %d CPUs; the bench itself accounts for about 2, more means other work shared the machine. ", l.med, l.min, l.max, onlineCPUs())
+	}
 	w("Each cell: median over rounds, (min–max) when they differ. Upstream: `upstream-sim -fast`.\n\n")
 
 	for _, wl := range allWorkloads {
@@ -453,4 +462,16 @@ func (r *report) hasStreams(v string) bool {
 		}
 	}
 	return false
+}
+
+// onlineCPUs counts the machine's CPUs (the bench itself runs pinned to one).
+func onlineCPUs() int {
+	b, _ := os.ReadFile("/proc/stat")
+	n := 0
+	for _, line := range strings.Split(string(b), "\n") {
+		if len(line) > 3 && strings.HasPrefix(line, "cpu") && line[3] >= '0' && line[3] <= '9' {
+			n++
+		}
+	}
+	return n
 }

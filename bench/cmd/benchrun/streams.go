@@ -150,7 +150,7 @@ func openStreams(base string, n int, timeout time.Duration) *openSet {
 	client := &http.Client{Transport: tr}
 	s := &openSet{cancel: cancel, tr: tr}
 	deadline := time.Now().Add(timeout)
-	sem := make(chan struct{}, 64)
+	sem := make(chan struct{}, 16)
 	var wg sync.WaitGroup
 	for i := 0; i < n && time.Now().Before(deadline); i++ {
 		sem <- struct{}{}
