@@ -102,8 +102,18 @@ func Check(header string, want Kind) (Identity, Reason) {
 
 // Digest is the lower-case hex SHA-256 of key.
 func Digest(key string) string {
-	sum := sha256.Sum256([]byte(key))
-	return hex.EncodeToString(sum[:])
+	var sum [sha256.Size]byte
+	if len(key) <= MaxKeyLen {
+		// Hash from a stack copy: converting the key to a []byte would allocate.
+		var buf [MaxKeyLen]byte
+		n := copy(buf[:], key)
+		sum = sha256.Sum256(buf[:n])
+	} else {
+		sum = sha256.Sum256([]byte(key))
+	}
+	var out [2 * sha256.Size]byte
+	hex.Encode(out[:], sum[:])
+	return string(out[:])
 }
 
 // bearer extracts the token of "Bearer <token>" (scheme case-insensitive, RFC 7235).

@@ -32,15 +32,14 @@ func (g *Gateway) finish(s *scope, r *http.Request) {
 	if ce == nil {
 		return
 	}
-	fields := make([]zap.Field, 0, 16)
-	fields = append(fields,
+	fields := append(s.logFields[:0],
 		zap.String("route", s.route.name),
 		zap.String("method", r.Method),
 		zap.String("path", r.URL.Path),
 		zap.Int("status", status),
 		zap.Duration("duration", elapsed),
 		zap.String("request_id", s.requestID),
-		zap.String("client_ip", addrString(s.clientIP)),
+		zap.String("client_ip", s.clientIPString()),
 		zap.Int("bytes_in", s.bodyBytes),
 		zap.Int64("bytes_out", s.w.bytes),
 	)

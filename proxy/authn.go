@@ -48,7 +48,7 @@ func (g *Gateway) authenticate(s *scope, r *http.Request) bool {
 	switch {
 	case err != nil:
 		g.log.Warn("key registry unavailable", zap.String("request_id", s.requestID), zap.Error(err))
-		s.w.Header().Set("Retry-After", "1")
+		s.w.Header()[hdrRetryAfter] = retryAfterOne
 		s.fail(http.StatusServiceUnavailable, errorBody{
 			Error: "Key checks are temporarily unavailable. Please retry in a moment.",
 			Code:  codeAuthUnavailable,

@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -39,12 +38,11 @@ func (g *Gateway) readBody(s *scope, r *http.Request) bool {
 	}
 	var body []byte
 	if r.ContentLength != 0 || len(r.TransferEncoding) > 0 {
-		rc := http.NewResponseController(s.w)
-		_ = rc.SetReadDeadline(time.Now().Add(g.readTimeout))
+		setReadDeadline(s.rw.ResponseWriter, time.Now().Add(g.readTimeout))
 		var err error
 		body, err = readAll(r.Body, r.ContentLength, s.snap.maxBody)
 		// Clear the deadline: a streamed answer may run far longer than the body took.
-		_ = rc.SetReadDeadline(time.Time{})
+		setReadDeadline(s.rw.ResponseWriter, time.Time{})
 		switch {
 		case errors.Is(err, errTooLarge):
 			g.tooLarge(s)
@@ -72,7 +70,8 @@ func (g *Gateway) readBody(s *scope, r *http.Request) bool {
 			return false
 		}
 	}
-	r.Body = io.NopCloser(bytes.NewReader(body))
+	s.body.Reset(body)
+	r.Body = &s.body
 	r.ContentLength = int64(len(body))
 	r.TransferEncoding = nil
 	if len(body) == 0 {
@@ -101,6 +100,16 @@ func (g *Gateway) rejectBody(s *scope, err error) {
 }
 
 var errTooLarge = errors.New("body too large")
+
+// setReadDeadline is http.ResponseController.SetReadDeadline without allocating a controller
+// per request; the server's writers (HTTP/1 and HTTP/2) implement it directly.
+func setReadDeadline(w http.ResponseWriter, t time.Time) {
+	if d, ok := w.(interface{ SetReadDeadline(time.Time) error }); ok {
+		_ = d.SetReadDeadline(t)
+		return
+	}
+	_ = http.NewResponseController(w).SetReadDeadline(t)
+}
 
 // readAll reads at most max bytes; one byte more means the body is too large. A declared
 // Content-Length sizes the buffer exactly, so the common case allocates once.

@@ -72,8 +72,10 @@ func (g *Gateway) bodyBroke(s *scope, r *http.Request) {
 	if p != http.ErrAbortHandler {
 		panic(p)
 	}
-	if r.Context().Err() != nil {
-		s.upstreamKind = "canceled" // the client went away mid-body
+	if r.Context().Err() != nil || s.upBody.err == nil {
+		// The client went away mid-body: its context is cancelled, or writing to it failed
+		// while the upstream's body read fine.
+		s.upstreamKind = "canceled"
 	} else {
 		s.upstreamKind = "reset"
 	}
@@ -93,13 +95,16 @@ func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
 		pr.Out.Header["X-Forwarded-For"] = pr.In.Header["X-Forwarded-For"]
 	}
 	pr.SetXForwarded()
-	pr.Out.Header.Set(requestIDHeader, s.requestID)
+	pr.Out.Header[requestIDHeader] = s.hdrValues[slotRequestID : slotRequestID+1 : slotRequestID+1]
 }
 
-var rateLimitHeaders = [...]string{"RateLimit", "RateLimit-Policy", "RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset"}
+var rateLimitHeaders = [...]string{hdrRateLimit, hdrPolicy, hdrLimit, hdrRemaining, hdrReset}
 
 func (g *Gateway) modifyResponse(res *http.Response) error {
 	s := scopeFrom(res.Request.Context())
+	// Watch the upstream body's reads, so a broken copy can be blamed on the right side.
+	s.upBody.ReadCloser = res.Body
+	res.Body = &s.upBody
 	s.upstreamStatus = res.StatusCode
 	s.upstreamTime = time.Since(s.forwarded)
 	s.route.metrics.UpstreamLatency.Observe(s.upstreamTime.Seconds())
@@ -113,17 +118,18 @@ func (g *Gateway) modifyResponse(res *http.Response) error {
 		}
 	}
 	// The gateway's request id is the one the client sees; a second one would confuse.
-	res.Header.Del(requestIDHeader)
+	delete(res.Header, requestIDHeader)
 	if s.limited {
 		// The gateway's rate-limit headers are already set; the upstream's would contradict them.
 		for _, k := range rateLimitHeaders {
-			res.Header.Del(k)
+			delete(res.Header, k) // canonical keys: no need for Header.Del's canonicalization
 		}
 	}
 	if s.route.stream {
 		res.Header.Set("X-Accel-Buffering", "no")
 		if res.StatusCode/100 == 2 {
-			s.tap = newFinishTap(res.Body)
+			s.tapStore = finishTap{ReadCloser: res.Body, atLineStart: true}
+			s.tap = &s.tapStore
 			res.Body = s.tap
 		}
 	}
@@ -169,12 +175,34 @@ func upstreamErrorKind(ctx context.Context, err error) string {
 	return "unavailable"
 }
 
-// bufferPool reuses the reverse proxy's 32 KiB copy buffers across requests.
+// bufferPool reuses the reverse proxy's 32 KiB copy buffers across requests. It pools array
+// pointers, so Put converts the slice back without allocating a box for it.
 type bufferPool struct{ p sync.Pool }
 
+const copyBufferSize = 32 << 10
+
 func newBufferPool() *bufferPool {
-	return &bufferPool{p: sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}}
+	return &bufferPool{p: sync.Pool{New: func() any { return new([copyBufferSize]byte) }}}
 }
 
-func (b *bufferPool) Get() []byte  { return *(b.p.Get().(*[]byte)) }
-func (b *bufferPool) Put(p []byte) { b.p.Put(&p) }
+func (b *bufferPool) Get() []byte { return b.p.Get().(*[copyBufferSize]byte)[:] }
+
+func (b *bufferPool) Put(p []byte) {
+	if cap(p) >= copyBufferSize {
+		b.p.Put((*[copyBufferSize]byte)(p[:copyBufferSize]))
+	}
+}
+
+// upstreamBody records the first failed read of the upstream's response body.
+type upstreamBody struct {
+	io.ReadCloser
+	err error
+}
+
+func (b *upstreamBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil && err != io.EOF && b.err == nil {
+		b.err = err
+	}
+	return n, err
+}

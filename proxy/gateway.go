@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httputil"
-	"net/netip"
 	"net/url"
 	"strings"
 	"sync"
@@ -167,26 +166,20 @@ func (g *Gateway) begin(sn *snapshot, rt *route, w http.ResponseWriter, r *http.
 	s := &scope{
 		snap:      sn,
 		route:     rt,
-		w:         &responseWriter{ResponseWriter: w},
 		start:     time.Now(),
 		requestID: requestID(r),
 		http1:     r.ProtoMajor == 1,
 	}
+	s.rw.ResponseWriter = w
+	s.w = &s.rw
 	s.clientIP, s.trustedPeer = sn.clientIPs.resolve(r)
 	h := s.w.Header()
-	h.Set(requestIDHeader, s.requestID)
+	s.header(h, slotRequestID, requestIDHeader, s.requestID)
 	for k, v := range rt.deprecation {
 		h[k] = v
 	}
 	rt.metrics.Inflight.Inc()
 	return s
-}
-
-func addrString(a netip.Addr) string {
-	if !a.IsValid() {
-		return ""
-	}
-	return a.String()
 }
 
 // safeMethod keeps client-chosen method names out of messages when they are odd.

@@ -57,9 +57,12 @@ type routeLimit struct {
 
 // limitSet is what one route applies for one plan, with its RateLimit-Policy value.
 type limitSet struct {
-	limits []routeLimit
-	policy string
+	limits      []routeLimit
+	policyValue []string // the RateLimit-Policy header value, shared read-only by requests
 }
+
+// retryAfterOne is the Retry-After of a 503, shared read-only by requests.
+var retryAfterOne = []string{"1"}
 
 // builtinRouteLimits are the platform's limits for its two operations.
 var builtinRouteLimits = map[string][]string{
@@ -148,7 +151,7 @@ func compileLimits(cfg *config.Config, routes []*route) ([]routeLimit, error) {
 				}
 				set.limits = append(set.limits, routeLimit{rule: c.rule, by: c.by, shadow: c.shadow, metrics: rt.metrics.Limit(name)})
 			}
-			set.policy = policyHeader(set.limits)
+			set.policyValue = []string{policyHeader(set.limits)}
 			rt.sets[plan] = set
 		}
 	}
@@ -247,7 +250,7 @@ func (g *Gateway) limit(s *scope, r *http.Request) bool {
 		if g.allowOnLimiterError {
 			return true
 		}
-		s.w.Header().Set("Retry-After", "1")
+		s.w.Header()[hdrRetryAfter] = retryAfterOne
 		s.fail(http.StatusServiceUnavailable, errorBody{
 			Error: "Rate limiting is temporarily unavailable. Please retry in a moment.",
 			Code:  codeLimiterUnavailable,
@@ -255,8 +258,8 @@ func (g *Gateway) limit(s *scope, r *http.Request) bool {
 		return false
 	}
 	h := s.w.Header()
-	h.Set("RateLimit-Policy", set.policy)
-	st.buf = g.rateLimitHeaders(h, st.buf[:0], dec)
+	h[hdrPolicy] = set.policyValue
+	st.buf = s.rateLimitHeaders(h, st.buf[:0], dec)
 	if dec.Allowed {
 		if s.orgMetrics != nil {
 			s.orgMetrics.Allowed.Inc()
@@ -284,7 +287,7 @@ func (g *Gateway) limit(s *scope, r *http.Request) bool {
 	denied := &dec.Results[enforcedDenial(set.limits, dec)]
 	retry := seconds(max(denied.RetryAfter, denied.Reset))
 	s.deniedBy = denied.Rule.Name
-	h.Set("Retry-After", strconv.FormatInt(retry, 10))
+	h.Set(hdrRetryAfter, strconv.FormatInt(retry, 10))
 	s.fail(http.StatusTooManyRequests, errorBody{
 		Error:      fmt.Sprintf("Rate limit exceeded (%s). Please retry in %s.", denied.Rule.Name, humanSeconds(retry)),
 		Code:       codeRateLimited,
@@ -337,8 +340,9 @@ func enforcedDenial(ls []routeLimit, d *limits.Decision) int {
 
 // rateLimitHeaders writes both header generations clients parse today: the IETF draft's
 // RateLimit (every limit: remaining and seconds to reset) and the older RateLimit-Limit,
-// -Remaining and -Reset for the limit with the least remaining.
-func (g *Gateway) rateLimitHeaders(h http.Header, buf []byte, d *limits.Decision) []byte {
+// -Remaining and -Reset for the limit with the least remaining. All values are cut from one
+// string, so the four headers cost one allocation.
+func (s *scope) rateLimitHeaders(h http.Header, buf []byte, d *limits.Decision) []byte {
 	least := -1
 	for i := range d.Results {
 		res := &d.Results[i]
@@ -355,13 +359,22 @@ func (g *Gateway) rateLimitHeaders(h http.Header, buf []byte, d *limits.Decision
 			least = i
 		}
 	}
-	h.Set("RateLimit", string(buf))
-	if least >= 0 {
-		res := &d.Results[least]
-		h.Set("RateLimit-Limit", strconv.FormatInt(res.Rule.Limit, 10))
-		h.Set("RateLimit-Remaining", strconv.FormatInt(res.Remaining, 10))
-		h.Set("RateLimit-Reset", strconv.FormatInt(resetSeconds(res), 10))
+	if least < 0 {
+		return buf
 	}
+	ends := [4]int{len(buf)}
+	res := &d.Results[least]
+	buf = strconv.AppendInt(buf, res.Rule.Limit, 10)
+	ends[1] = len(buf)
+	buf = strconv.AppendInt(buf, res.Remaining, 10)
+	ends[2] = len(buf)
+	buf = strconv.AppendInt(buf, resetSeconds(res), 10)
+	ends[3] = len(buf)
+	all := string(buf)
+	s.header(h, slotRateLimit, hdrRateLimit, all[:ends[0]])
+	s.header(h, slotLimit, hdrLimit, all[ends[0]:ends[1]])
+	s.header(h, slotRemaining, hdrRemaining, all[ends[1]:ends[2]])
+	s.header(h, slotReset, hdrReset, all[ends[2]:ends[3]])
 	return buf
 }
 
@@ -421,13 +434,21 @@ func (s *scope) limitID(b by, r *http.Request) string {
 	case byOrg:
 		return s.org
 	case byIP:
-		return s.snap.ipID(s.clientIP)
+		return s.snap.ipID(s)
 	}
 	return ""
 }
 
-// ipID groups IPv6 clients by prefix (one host usually holds a whole /64).
-func (sn *snapshot) ipID(a netip.Addr) string {
+// ipID is the per-IP limit's id for the request's client.
+func (sn *snapshot) ipID(s *scope) string {
+	if s.clientIP.Is4() {
+		return s.clientIPString() // shared with the access log
+	}
+	return sn.addrID(s.clientIP)
+}
+
+// addrID groups IPv6 clients by prefix (one host usually holds a whole /64).
+func (sn *snapshot) addrID(a netip.Addr) string {
 	switch {
 	case !a.IsValid():
 		return "unknown"

@@ -1,12 +1,15 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"net/http"
 	"net/netip"
 	"time"
+
+	"go.uber.org/zap"
 
 	"github.com/docsgate/gateway/metrics"
 )
@@ -17,10 +20,12 @@ import (
 type scope struct {
 	snap      *snapshot // the config this request started with
 	route     *route
-	w         *responseWriter
+	w         *responseWriter // points at rw
 	start     time.Time
 	requestID string
 	clientIP  netip.Addr
+	// clientIPStr caches clientIP.String() (see clientIPString).
+	clientIPStr string
 	// trustedPeer: the TCP peer is a trusted proxy, whose X-Forwarded-For chain is kept.
 	trustedPeer bool
 	http1       bool   // the client speaks HTTP/1.x
@@ -39,11 +44,20 @@ type scope struct {
 	limited        bool   // the gateway decided limits and owns the rate-limit headers
 	limitErr       bool   // the limiter failed (the request was denied or let through per on_error)
 	upstreamStatus int
-	upstreamKind   string       // set when the upstream exchange failed
-	tap            *finishTap   // streamed answers: watches for the finish part
-	orgMetrics     *metrics.Org // routes with {domain}: the org's series
-	forwarded      time.Time
-	upstreamTime   time.Duration // to response headers
+	upstreamKind   string     // set when the upstream exchange failed
+	tap            *finishTap // streamed answers: watches for the finish part
+
+	// Storage that lives as long as the request, so the hot path allocates less: the
+	// response writer wrapper, the header values, the replayed body and the log fields.
+	rw           responseWriter
+	upBody       upstreamBody
+	tapStore     finishTap
+	hdrValues    [6]string
+	body         replayBody
+	logFields    [20]zap.Field
+	orgMetrics   *metrics.Org // routes with {domain}: the org's series
+	forwarded    time.Time
+	upstreamTime time.Duration // to response headers
 }
 
 type scopeKey struct{}
@@ -53,8 +67,18 @@ func scopeFrom(ctx context.Context) *scope {
 	return s
 }
 
-// requestIDHeader is created when absent and returned to the client.
-const requestIDHeader = "X-Request-ID"
+// Header names in canonical form (as net/http writes them anyway), so that setting them on the
+// hot path does not allocate a canonicalized copy each time.
+const (
+	// requestIDHeader is created when absent and returned to the client.
+	requestIDHeader = "X-Request-Id"
+	hdrRateLimit    = "Ratelimit"
+	hdrPolicy       = "Ratelimit-Policy"
+	hdrLimit        = "Ratelimit-Limit"
+	hdrRemaining    = "Ratelimit-Remaining"
+	hdrReset        = "Ratelimit-Reset"
+	hdrRetryAfter   = "Retry-After"
+)
 
 // requestID keeps a client's id when it is a sane token, so traces join up across systems;
 // anything else is replaced rather than echoed into logs and headers.
@@ -116,3 +140,32 @@ func (w *responseWriter) Flush() {
 }
 
 func (w *responseWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// Slots of scope.hdrValues.
+const (
+	slotRequestID = iota
+	slotPolicy
+	slotRateLimit
+	slotLimit
+	slotRemaining
+	slotReset
+)
+
+// header sets a canonical header key to one value, backed by the scope's storage.
+func (s *scope) header(h http.Header, i int, key, value string) {
+	s.hdrValues[i] = value
+	h[key] = s.hdrValues[i : i+1 : i+1]
+}
+
+// replayBody hands the validated body to the reverse proxy byte for byte.
+type replayBody struct{ bytes.Reader }
+
+func (*replayBody) Close() error { return nil }
+
+// clientIPString formats the client address once per request.
+func (s *scope) clientIPString() string {
+	if s.clientIPStr == "" && s.clientIP.IsValid() {
+		s.clientIPStr = s.clientIP.String()
+	}
+	return s.clientIPStr
+}

@@ -32,7 +32,7 @@ func (g *Gateway) Usage(ctx context.Context, what, subject string) ([]limits.Usa
 		if err != nil {
 			return nil, fmt.Errorf("proxy: usage: %q is not an IP address", subject)
 		}
-		id = sn.ipID(a.Unmap())
+		id = sn.addrID(a.Unmap())
 	case byKey:
 		id = auth.Digest(subject)
 	}
