@@ -27,6 +27,9 @@ type Redis struct {
 	// KeyPrefix starts every key name: <prefix>:<limit>:<window>:{<id>}.
 	KeyPrefix string  `yaml:"key_prefix"`
 	Breaker   Breaker `yaml:"breaker"`
+	// PoolSize is the number of connections per Redis node; 0 picks max(32, 10 per CPU), so
+	// a burst of concurrent requests does not queue for a connection past redis.timeout.
+	PoolSize int `yaml:"pool_size"`
 }
 
 // Breaker stops calling a failing Redis for a while, so a dead Redis does not add its timeout
@@ -149,6 +152,9 @@ func (v *validator) limits(c *Config) {
 		v.fail("redis.on_error", "%q is not deny or allow", c.Redis.OnError)
 	}
 	v.positive("redis.timeout", c.Redis.Timeout)
+	if c.Redis.PoolSize < 0 {
+		v.fail("redis.pool_size", "must not be negative (0 picks a size from the CPU count)")
+	}
 	if c.Redis.DB < 0 {
 		v.fail("redis.db", "must not be negative")
 	}

@@ -32,7 +32,9 @@ func (g *Gateway) finish(s *scope, r *http.Request) {
 	if ce == nil {
 		return
 	}
-	fields := append(s.logFields[:0],
+	fp := g.logFields.Get().(*[]zap.Field)
+	defer g.logFields.Put(fp)
+	fields := append((*fp)[:0],
 		zap.String("route", s.route.name),
 		zap.String("method", r.Method),
 		zap.String("path", r.URL.Path),

@@ -72,6 +72,7 @@ func (g *Gateway) readBody(s *scope, r *http.Request) bool {
 	}
 	s.body.Reset(body)
 	r.Body = &s.body
+	r.GetBody = nil // a request whose body was not read yet is retried without it
 	r.ContentLength = int64(len(body))
 	r.TransferEncoding = nil
 	if len(body) == 0 {

@@ -47,6 +47,7 @@ type Gateway struct {
 	registry            KeyLookup
 	allowOnLimiterError bool
 	limitStates         sync.Pool // *limitState
+	logFields           sync.Pool // *[]zap.Field for access-log lines
 }
 
 var _ http.Handler = (*Gateway)(nil)
@@ -67,6 +68,7 @@ func New(o Options) (*Gateway, error) {
 		registry:            o.Registry,
 		allowOnLimiterError: cfg.Redis.OnError == "allow",
 		limitStates:         sync.Pool{New: func() any { return new(limitState) }},
+		logFields:           sync.Pool{New: func() any { f := make([]zap.Field, 0, 20); return &f }},
 	}
 	transport := o.Transport
 	if transport == nil {

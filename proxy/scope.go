@@ -9,8 +9,6 @@ import (
 	"net/netip"
 	"time"
 
-	"go.uber.org/zap"
-
 	"github.com/docsgate/gateway/metrics"
 )
 
@@ -54,7 +52,6 @@ type scope struct {
 	tapStore     finishTap
 	hdrValues    [6]string
 	body         replayBody
-	logFields    [20]zap.Field
 	orgMetrics   *metrics.Org // routes with {domain}: the org's series
 	forwarded    time.Time
 	upstreamTime time.Duration // to response headers
@@ -157,10 +154,15 @@ func (s *scope) header(h http.Header, i int, key, value string) {
 	h[key] = s.hdrValues[i : i+1 : i+1]
 }
 
-// replayBody hands the validated body to the reverse proxy byte for byte.
+// replayBody hands the validated body to the reverse proxy byte for byte. The transport
+// closes it once sent; dropping the bytes then keeps a long stream from holding its request
+// body for its whole life.
 type replayBody struct{ bytes.Reader }
 
-func (*replayBody) Close() error { return nil }
+func (b *replayBody) Close() error {
+	b.Reset(nil)
+	return nil
+}
 
 // clientIPString formats the client address once per request.
 func (s *scope) clientIPString() string {

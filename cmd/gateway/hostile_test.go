@@ -172,10 +172,10 @@ func TestHostileInput(t *testing.T) {
 	numbers := `{"prompt":"x","extra":[` + strings.TrimSuffix(strings.Repeat("1,", 450000), ",") + `]}`
 
 	type tc struct {
-		name   string
-		parts  []string
-		gap    time.Duration
-		want   []int // acceptable statuses; 0 means a close without an answer is acceptable
+		name  string
+		parts []string
+		gap   time.Duration
+		want  []int // acceptable statuses; 0 means a close without an answer is acceptable
 	}
 	cases := []tc{
 		{name: "oversized headers", parts: []string{"GET /v2/agent/p/job/j HTTP/1.1\r\nHost: gw\r\nX-Big: " + strings.Repeat("a", 20000) + "\r\n\r\n"}, want: []int{431}},

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/tls"
+	"runtime"
 	"sync"
 	"time"
 
@@ -36,6 +37,10 @@ func newRedisClient(c config.Redis, log *zap.Logger) redis.UniversalClient {
 		ReadTimeout:           c.Timeout,
 		WriteTimeout:          c.Timeout,
 		PoolTimeout:           c.Timeout,
+		PoolSize:              c.PoolSize,
+	}
+	if opts.PoolSize == 0 {
+		opts.PoolSize = max(32, 10*runtime.GOMAXPROCS(0))
 	}
 	if c.TLS {
 		opts.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
