@@ -49,6 +49,19 @@ func freeAddr(t *testing.T) string {
 	return ln.Addr().String()
 }
 
+// serveHTTP serves h on a free loopback port until the test ends and returns its URL.
+func serveHTTP(t *testing.T, h http.Handler) string {
+	t.Helper()
+	srv := &http.Server{Handler: h}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	return "http://" + ln.Addr().String()
+}
+
 func writeConfig(t *testing.T, body string) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "gateway.yaml")
@@ -88,8 +101,15 @@ func (b *syncBuffer) String() string {
 
 func startGateway(t *testing.T, upstreamURL, extra string, args ...string) *proc {
 	t.Helper()
+	return startGatewayRaw(t, fmt.Sprintf("upstream:\n  url: %q\n%s", upstreamURL, extra), args...)
+}
+
+// startGatewayRaw starts the binary with body as the whole config but listen and
+// admin_listen, which it adds on free ports, and waits until it is up.
+func startGatewayRaw(t *testing.T, body string, args ...string) *proc {
+	t.Helper()
 	p := &proc{public: freeAddr(t), admin: freeAddr(t), out: newSyncBuffer(), done: make(chan error, 1)}
-	cfg := fmt.Sprintf("listen: %q\nadmin_listen: %q\nupstream:\n  url: %q\n%s", p.public, p.admin, upstreamURL, extra)
+	cfg := fmt.Sprintf("listen: %q\nadmin_listen: %q\n%s", p.public, p.admin, body)
 	p.cmd = exec.Command(gatewayBin, append([]string{"-config", writeConfig(t, cfg)}, args...)...)
 	p.cmd.Stdout = p.out
 	p.cmd.Stderr = p.out

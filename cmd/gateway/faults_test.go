@@ -8,7 +8,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os/exec"
 	"sort"
 	"strings"
 	"sync"
@@ -63,42 +62,6 @@ func hardDo(client *http.Client, method, url, key, body string, h http.Header) h
 // hardClient never waits forever: a hang shows up as an error after timeout.
 func hardClient(timeout time.Duration) *http.Client {
 	return &http.Client{Timeout: timeout, Transport: &http.Transport{MaxIdleConnsPerHost: 64, DisableCompression: true}}
-}
-
-// startGatewayRaw is startGateway for configs that need their own upstream: block; body is
-// the whole config but listen and admin_listen, which it adds.
-func startGatewayRaw(t *testing.T, body string, args ...string) *proc {
-	t.Helper()
-	p := &proc{public: freeAddr(t), admin: freeAddr(t), out: newSyncBuffer(), done: make(chan error, 1)}
-	cfg := fmt.Sprintf("listen: %q\nadmin_listen: %q\n%s", p.public, p.admin, body)
-	p.cmd = exec.Command(gatewayBin, append([]string{"-config", writeConfig(t, cfg)}, args...)...)
-	p.cmd.Stdout = p.out
-	p.cmd.Stderr = p.out
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { p.done <- p.cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = p.cmd.Process.Kill()
-		<-p.done
-		if t.Failed() {
-			t.Logf("gateway output:\n%s", p.out.String())
-		}
-	})
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		res, err := http.Get("http://" + p.admin + "/readyz")
-		if err == nil {
-			res.Body.Close()
-			if res.StatusCode == 200 {
-				return p
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("gateway not ready: %v\n%s", err, p.out.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 // accessLines returns the JSON access-log lines of a gateway.
@@ -350,7 +313,7 @@ func stalledListener(t *testing.T) string {
 //	anything else             201 / a whole stream
 func faultUpstream(t *testing.T) string {
 	t.Helper()
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srvURL := serveHTTP(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
 		path := r.URL.Path
 		rst := func() {
@@ -395,14 +358,8 @@ func faultUpstream(t *testing.T) string {
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(201)
 		fmt.Fprint(w, `{"id":"j"}`)
-	})}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Serve(ln)
-	t.Cleanup(func() { srv.Close() })
-	return "http://" + ln.Addr().String()
+	}))
+	return srvURL
 }
 
 // refusingUpstream accepts each connection and closes it at once, before any answer.
@@ -531,7 +488,7 @@ func TestGracefulShutdown100Streams(t *testing.T) {
 	const streams = 100
 	release := make(chan struct{})
 	var upstreamSaw atomic.Int32
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srvURL := serveHTTP(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
 		upstreamSaw.Add(1)
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -545,15 +502,9 @@ func TestGracefulShutdown100Streams(t *testing.T) {
 			time.Sleep(20 * time.Millisecond)
 		}
 		fmt.Fprint(w, "e:{\"finishReason\":\"stop\"}\nd:{\"finishReason\":\"stop\"}\n")
-	})}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Serve(ln)
-	t.Cleanup(func() { srv.Close() })
+	}))
 
-	p := startGateway(t, "http://"+ln.Addr().String(), "server:\n  shutdown_delay: 200ms\n  shutdown_grace: 10s\nlimits:\n  assistant_per_ip: {limit: 0}\n  assistant_per_org: {limit: 0}\n  assistant_per_key: {limit: 0}\n")
+	p := startGateway(t, srvURL, "server:\n  shutdown_delay: 200ms\n  shutdown_grace: 10s\nlimits:\n  assistant_per_ip: {limit: 0}\n  assistant_per_org: {limit: 0}\n  assistant_per_key: {limit: 0}\n")
 	want := "f:{\"messageId\":\"m\"}\n"
 	for i := range 5 {
 		want += fmt.Sprintf("0:\"part %d\"\n", i)
@@ -617,7 +568,7 @@ func TestGracefulShutdown100Streams(t *testing.T) {
 // 4b. A stream that outlives shutdown_grace is cut at the end of the grace period, and the
 // process still exits 0 promptly.
 func TestShutdownGraceCutsLongStreams(t *testing.T) {
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srvURL := serveHTTP(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		fmt.Fprint(w, "0:\"first\"\n")
@@ -626,14 +577,8 @@ func TestShutdownGraceCutsLongStreams(t *testing.T) {
 		case <-r.Context().Done():
 		case <-time.After(30 * time.Second):
 		}
-	})}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Serve(ln)
-	t.Cleanup(func() { srv.Close() })
-	p := startGateway(t, "http://"+ln.Addr().String(), "server:\n  shutdown_grace: 1s\n")
+	}))
+	p := startGateway(t, srvURL, "server:\n  shutdown_grace: 1s\n")
 	req, _ := http.NewRequest("POST", "http://"+p.public+"/discovery/v1/assistant/acme/message", strings.NewReader(hardAsstBody))
 	req.Header.Set("Authorization", "Bearer svc_dsc_long")
 	req.Header.Set("Content-Type", "application/json")

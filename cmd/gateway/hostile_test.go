@@ -37,7 +37,7 @@ type hostileSeen struct {
 func newBodyUpstream(t *testing.T) *bodyUpstream {
 	t.Helper()
 	u := &bodyUpstream{}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srvURL := serveHTTP(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		u.mu.Lock()
 		u.seen = append(u.seen, hostileSeen{r.URL.Path, body, r.Header.Get("X-Forwarded-For"), r.Header.Clone()})
@@ -50,14 +50,8 @@ func newBodyUpstream(t *testing.T) *bodyUpstream {
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(201)
 		fmt.Fprint(w, `{"id":"j"}`)
-	})}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Serve(ln)
-	t.Cleanup(func() { srv.Close() })
-	u.URL = "http://" + ln.Addr().String()
+	}))
+	u.URL = srvURL
 	return u
 }
 

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -19,7 +18,7 @@ const adminToken = "admin-token-0123456789"
 // with a d: part unless the domain is "cut".
 func platform(t *testing.T) string {
 	t.Helper()
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srvURL := serveHTTP(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
 		if strings.HasPrefix(r.URL.Path, "/discovery/") {
 			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -32,14 +31,8 @@ func platform(t *testing.T) string {
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(201)
 		fmt.Fprint(w, `{"id":"j"}`)
-	})}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Serve(ln)
-	t.Cleanup(func() { srv.Close() })
-	return "http://" + ln.Addr().String()
+	}))
+	return srvURL
 }
 
 func send(t *testing.T, p *proc, method, path, key, body string) *http.Response {

@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -18,7 +17,7 @@ func recordingUpstream(t *testing.T) (string, func() int) {
 	t.Helper()
 	var mu sync.Mutex
 	n := 0
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srvURL := serveHTTP(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
 		mu.Lock()
 		n++
@@ -26,14 +25,8 @@ func recordingUpstream(t *testing.T) (string, func() int) {
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(201)
 		_, _ = io.WriteString(w, `{"id":"j","status":"active"}`)
-	})}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Serve(ln)
-	t.Cleanup(func() { srv.Close() })
-	return "http://" + ln.Addr().String(), func() int { mu.Lock(); defer mu.Unlock(); return n }
+	}))
+	return srvURL, func() int { mu.Lock(); defer mu.Unlock(); return n }
 }
 
 // burst sends n concurrent requests spread over the gateways and counts the statuses.

@@ -61,7 +61,7 @@ func selfSigned(t *testing.T) (certFile, keyFile string, pool *x509.CertPool) {
 // With tls: the public listener serves HTTPS with HTTP/2, and streams still flow part by part.
 func TestTLSListenerStreamsOverHTTP2(t *testing.T) {
 	release := make(chan struct{})
-	up := http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	upURL := serveHTTP(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		fmt.Fprint(w, "0:\"first\"\n")
 		http.NewResponseController(w).Flush()
@@ -70,16 +70,10 @@ func TestTLSListenerStreamsOverHTTP2(t *testing.T) {
 		case <-time.After(10 * time.Second):
 		}
 		fmt.Fprint(w, "d:{\"finishReason\":\"stop\"}\n")
-	})}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go up.Serve(ln)
-	defer up.Close()
+	}))
 
 	certFile, keyFile, pool := selfSigned(t)
-	p := startGateway(t, "http://"+ln.Addr().String(), fmt.Sprintf("tls:\n  cert_file: %q\n  key_file: %q\n", certFile, keyFile))
+	p := startGateway(t, upURL, fmt.Sprintf("tls:\n  cert_file: %q\n  key_file: %q\n", certFile, keyFile))
 	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}, ForceAttemptHTTP2: true}}
 	req, _ := http.NewRequest("POST", "https://"+p.public+"/discovery/v1/assistant/acme/message", strings.NewReader(`{"fp":"a","messages":[]}`))
 	req.Header.Set("Authorization", "Bearer svc_dsc_tls")
