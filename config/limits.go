@@ -85,51 +85,42 @@ func (c *Config) ResolvedLimits() []LimitSpec {
 			specs = append(specs, LimitSpec{Name: name, Algorithm: "fixed"})
 			i = len(specs) - 1
 		}
-		s := &specs[i]
-		if l.Limit != nil {
-			s.Limit = *l.Limit
-		}
-		if l.Window != "" {
-			s.Window = l.Window
-		}
-		if l.By != "" {
-			s.By = l.By
-		}
-		if l.Algorithm != "" {
-			s.Algorithm = l.Algorithm
-		}
-		if l.Mode != "" {
-			s.Shadow = l.Mode == "shadow"
-		}
+		specs[i].override(l)
 	}
 	sort.Slice(specs, func(i, j int) bool { return specs[i].Name < specs[j].Name })
 	return specs
 }
 
 // PlanLimits resolves a plan's overrides over the base limits: every limit, with the plan's
-// values where it sets them. The by of a limit never changes.
+// values where it sets them. What a limit counts by never changes (validation refuses it).
 func (c *Config) PlanLimits(plan string) []LimitSpec {
 	specs := c.ResolvedLimits()
 	for i := range specs {
-		l, ok := c.Plans[plan][specs[i].Name]
-		if !ok {
-			continue
-		}
-		s := &specs[i]
-		if l.Limit != nil {
-			s.Limit = *l.Limit
-		}
-		if l.Window != "" {
-			s.Window = l.Window
-		}
-		if l.Algorithm != "" {
-			s.Algorithm = l.Algorithm
-		}
-		if l.Mode != "" {
-			s.Shadow = l.Mode == "shadow"
+		if l, ok := c.Plans[plan][specs[i].Name]; ok {
+			l.By = ""
+			specs[i].override(l)
 		}
 	}
 	return specs
+}
+
+// override applies the fields an entry sets.
+func (s *LimitSpec) override(l Limit) {
+	if l.Limit != nil {
+		s.Limit = *l.Limit
+	}
+	if l.Window != "" {
+		s.Window = l.Window
+	}
+	if l.By != "" {
+		s.By = l.By
+	}
+	if l.Algorithm != "" {
+		s.Algorithm = l.Algorithm
+	}
+	if l.Mode != "" {
+		s.Shadow = l.Mode == "shadow"
+	}
 }
 
 // OrgOf maps an assistant domain to its organization; an unmapped domain is an org of its own.
