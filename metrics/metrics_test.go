@@ -1,0 +1,87 @@
+package metrics
+
+import (
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// value reads one series from reg; labels are name, value pairs. -1 means absent.
+func value(t *testing.T, reg *prometheus.Registry, name string, labels ...string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	next:
+		for _, m := range mf.GetMetric() {
+			got := map[string]string{}
+			for _, l := range m.GetLabel() {
+				got[l.GetName()] = l.GetValue()
+			}
+			if len(got) != len(labels)/2 {
+				continue
+			}
+			for i := 0; i+1 < len(labels); i += 2 {
+				if got[labels[i]] != labels[i+1] {
+					continue next
+				}
+			}
+			switch {
+			case m.Counter != nil:
+				return m.GetCounter().GetValue()
+			case m.Gauge != nil:
+				return m.GetGauge().GetValue()
+			}
+		}
+	}
+	return -1
+}
+
+func TestSeries(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := New(reg)
+	r := m.Route("agent_job")
+	r.Request(201)
+	r.Request(201)
+	r.Request(700) // not pre-resolved: looked up when it happens
+	r.AuthRejected("missing")
+	l := r.Limit("agent_job_per_project")
+	l.Allowed.Inc()
+	l.ShadowDenied.Inc()
+	m.Org("acme").Denied.Inc()
+	r.Deprecated("other")
+	r.StreamFinished("stop")
+	m.BreakerOpen(true)
+	m.LimiterCall(0.001, true)
+
+	for _, c := range []struct {
+		name   string
+		labels []string
+		want   float64
+	}{
+		{"gateway_requests_total", []string{"route", "agent_job", "code", "201"}, 2},
+		{"gateway_requests_total", []string{"route", "agent_job", "code", "700"}, 1},
+		{"gateway_requests_total", []string{"route", "agent_job", "code", "404"}, 0}, // pre-resolved
+		{"gateway_auth_rejections_total", []string{"route", "agent_job", "reason", "missing"}, 1},
+		{"gateway_ratelimit_decisions_total", []string{"route", "agent_job", "limit", "agent_job_per_project", "decision", "allowed"}, 1},
+		{"gateway_ratelimit_decisions_total", []string{"route", "agent_job", "limit", "agent_job_per_project", "decision", "shadow_denied"}, 1},
+		{"gateway_org_requests_total", []string{"org", "acme", "decision", "denied"}, 1},
+		{"gateway_deprecated_requests_total", []string{"route", "agent_job", "org", "other"}, 1},
+		{"gateway_stream_finished_total", []string{"route", "agent_job", "reason", "stop"}, 1},
+		{"gateway_breaker_open", nil, 1},
+		{"gateway_limiter_errors_total", nil, 1},
+	} {
+		if got := value(t, reg, c.name, c.labels...); got != c.want {
+			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)
+		}
+	}
+	// The Go and process collectors are registered too.
+	if value(t, reg, "go_goroutines") <= 0 {
+		t.Error("go_goroutines missing")
+	}
+}
