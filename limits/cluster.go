@@ -8,15 +8,16 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// On Redis Cluster the keys of one decision can live on different nodes, and
-// a script may only touch keys of one slot. takeCluster therefore groups the
-// keys by hash slot and sends one takeLua call per group in a single
-// ClusterClient pipeline: go-redis maps pipelined commands by node and runs
-// each node's batch in its own goroutine (ClusterClient.processPipeline), so
-// this costs at most one round trip per node, in parallel.
+// On Redis Cluster the keys of one decision can live on different nodes.
+// takeCluster groups the keys by the node that serves them and sends one
+// script call per node (the node variant of takeLua, which may touch several
+// slots of its node) in a single ClusterClient pipeline: go-redis maps
+// pipelined commands by node and runs each node's batch in its own goroutine
+// (ClusterClient.processPipeline), so a decision costs one script call and one
+// round trip per node touched, in parallel.
 //
-// All-or-nothing across groups needs a second step: each group decides and
-// consumes atomically on its own; if any group denied (or failed), the groups
+// All-or-nothing across nodes needs a second step: each node decides and
+// consumes atomically on its own; if any node denied (or failed), the nodes
 // that consumed are given their unit back (giveBackLua). Between the two steps
 // a concurrent request can see those units as taken and be denied although
 // the first request is finally rejected: a transient false deny. It can never
@@ -37,9 +38,27 @@ func sameSlot(sc *scratch) bool {
 	return same
 }
 
-func (r *Redis) takeCluster(ctx context.Context, sc *scratch, d *Decision) error {
-	// Sort keys by slot (insertion sort: a decision has a handful of hits) so
-	// that each group is a contiguous sub-slice and needs no new buffers.
+// byNode replaces each key's slot in sc.slots by the index of the master that serves it,
+// from go-redis's cached cluster state, and sorts the keys so each node's are contiguous.
+func (r *Redis) byNode(ctx context.Context, sc *scratch) error {
+	var nodesBuf [8]*redis.Client
+	nodes := nodesBuf[:0]
+	for i, k := range sc.keys {
+		c, err := r.cluster.MasterForKey(ctx, k)
+		if err != nil {
+			return fmt.Errorf("limits: cluster node of %s: %w", k, err)
+		}
+		n := 0
+		for n < len(nodes) && nodes[n] != c {
+			n++
+		}
+		if n == len(nodes) {
+			nodes = append(nodes, c)
+		}
+		sc.slots[i] = uint16(n)
+	}
+	// Insertion sort: a decision has a handful of hits, and each group then is a
+	// contiguous sub-slice that needs no new buffers.
 	for i := 1; i < len(sc.keys); i++ {
 		for j := i; j > 0 && sc.slots[j] < sc.slots[j-1]; j-- {
 			sc.slots[j], sc.slots[j-1] = sc.slots[j-1], sc.slots[j]
@@ -47,6 +66,23 @@ func (r *Redis) takeCluster(ctx context.Context, sc *scratch, d *Decision) error
 			sc.args[j], sc.args[j-1] = sc.args[j-1], sc.args[j]
 			sc.idx[j], sc.idx[j-1] = sc.idx[j-1], sc.idx[j]
 		}
+	}
+	return nil
+}
+
+// nodeArgs is the node script's ARGV: the key count, the keys, then the per-key arguments.
+func nodeArgs(keys []string, args []any) []any {
+	out := make([]any, 0, 1+len(keys)+len(args))
+	out = append(out, len(keys))
+	for _, k := range keys {
+		out = append(out, k)
+	}
+	return append(out, args...)
+}
+
+func (r *Redis) takeCluster(ctx context.Context, sc *scratch, d *Decision) error {
+	if err := r.byNode(ctx, sc); err != nil {
+		return err
 	}
 	type group struct{ lo, hi int }
 	var groupsBuf [8]group
@@ -62,7 +98,8 @@ func (r *Redis) takeCluster(ctx context.Context, sc *scratch, d *Decision) error
 
 	pipe := r.cluster.Pipeline()
 	for _, g := range groups {
-		sc.cmds = append(sc.cmds, pipe.EvalSha(ctx, takeScript.Hash(), sc.keys[g.lo:g.hi], sc.args[g.lo:g.hi]...))
+		argv := nodeArgs(sc.keys[g.lo:g.hi], sc.args[g.lo:g.hi])
+		sc.cmds = append(sc.cmds, pipe.EvalSha(ctx, nodeTakeScript.Hash(), sc.keys[g.lo:g.lo+1], argv...))
 	}
 	_, _ = pipe.Exec(ctx) // errors are inspected per command
 	// A node that has not seen the script yet answers NOSCRIPT without running
@@ -73,7 +110,8 @@ func (r *Redis) takeCluster(ctx context.Context, sc *scratch, d *Decision) error
 			if retry == nil {
 				retry = r.cluster.Pipeline()
 			}
-			sc.cmds[gi] = retry.Eval(ctx, takeLua, sc.keys[g.lo:g.hi], sc.args[g.lo:g.hi]...)
+			argv := nodeArgs(sc.keys[g.lo:g.hi], sc.args[g.lo:g.hi])
+			sc.cmds[gi] = retry.Eval(ctx, nodePrelude+takeLua, sc.keys[g.lo:g.lo+1], argv...)
 		}
 	}
 	if retry != nil {
@@ -101,7 +139,7 @@ func (r *Redis) takeCluster(ctx context.Context, sc *scratch, d *Decision) error
 		return nil
 	}
 
-	// Second step: give back what the admitting groups took.
+	// Second step: give back what the admitting nodes took.
 	gb := r.cluster.Pipeline()
 	n := 0
 	for gi, g := range groups {
@@ -116,7 +154,7 @@ func (r *Redis) takeCluster(ctx context.Context, sc *scratch, d *Decision) error
 			res.Remaining = min(res.Remaining+1, res.Rule.Limit)
 		}
 		// Eval, not EvalSha: this path is rare and must not need a NOSCRIPT retry.
-		gb.Eval(ctx, giveBackLua, sc.keys[g.lo:g.hi], append([]any(nil), sc.gargs...)...)
+		gb.Eval(ctx, nodePrelude+giveBackLua, sc.keys[g.lo:g.lo+1], nodeArgs(sc.keys[g.lo:g.hi], sc.gargs)...)
 		n++
 	}
 	if n > 0 {

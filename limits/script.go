@@ -202,10 +202,23 @@ used = math.min(math.max(used, 0), limit)
 return string.format('%d %d %d', used, limit - used, reset)
 `
 
+// nodePrelude turns takeLua and giveBackLua into their Redis Cluster variants, which decide
+// all keys of one node in one call although the keys hash to different slots. A script's
+// declared keys must share a slot, so only the first key is declared (it routes the call to
+// its node); all keys arrive in ARGV[2..n+1] with n = ARGV[1], followed by the usual
+// arguments. The allow-cross-slot-keys flag (Redis 7) lets the script touch the node's other
+// slots; a key of another node would fail the call, never be miscounted.
+const nodePrelude = `#!lua flags=allow-cross-slot-keys
+local nkeys = tonumber(ARGV[1])
+local KEYS, ARGV = {unpack(ARGV, 2, nkeys + 1)}, {unpack(ARGV, nkeys + 2)}
+`
+
 // Scripts are immutable after construction, so sharing them is not mutable
 // package state.
 var (
-	takeScript     = redis.NewScript(takeLua)
-	giveBackScript = redis.NewScript(giveBackLua)
-	usageScript    = redis.NewScript(usageLua)
+	takeScript         = redis.NewScript(takeLua)
+	giveBackScript     = redis.NewScript(giveBackLua)
+	usageScript        = redis.NewScript(usageLua)
+	nodeTakeScript     = redis.NewScript(nodePrelude + takeLua)
+	nodeGiveBackScript = redis.NewScript(nodePrelude + giveBackLua)
 )
