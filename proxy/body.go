@@ -41,14 +41,11 @@ func (g *Gateway) readBody(s *scope, r *http.Request) bool {
 		setReadDeadline(s.rw.ResponseWriter, time.Now().Add(g.readTimeout))
 		var err error
 		body, err = readAll(r.Body, r.ContentLength, s.snap.maxBody)
-		// Clear the deadline: a streamed answer may run far longer than the body took.
-		setReadDeadline(s.rw.ResponseWriter, time.Time{})
 		switch {
 		case errors.Is(err, errTooLarge):
 			g.tooLarge(s)
 			return false
 		case errors.Is(err, os.ErrDeadlineExceeded):
-			s.closeAfter()
 			s.fail(http.StatusRequestTimeout, errorBody{
 				Error: "The request body did not arrive in time.",
 				Code:  codeRequestTimeout,
@@ -58,11 +55,15 @@ func (g *Gateway) readBody(s *scope, r *http.Request) bool {
 			if r.Context().Err() != nil {
 				return false // the client went away; there is nobody to answer
 			}
-			s.closeAfter()
 			s.fail(http.StatusBadRequest, errorBody{Error: "The request body could not be read.", Code: codeInvalidRequest})
 			return false
 		}
+		// The whole body is in: clear the deadline, since a streamed answer may run far
+		// longer than the body took. (On the refusals above it stays, so nothing can block
+		// on the rest of the body.)
+		setReadDeadline(s.rw.ResponseWriter, time.Time{})
 	}
+	s.bodyUnread = false
 	s.bodyBytes = len(body)
 	if rt.validate != nil {
 		if err := rt.validate(body); err != nil {
@@ -82,7 +83,6 @@ func (g *Gateway) readBody(s *scope, r *http.Request) bool {
 }
 
 func (g *Gateway) tooLarge(s *scope) {
-	s.closeAfter()
 	s.fail(http.StatusRequestEntityTooLarge, errorBody{
 		Error: fmt.Sprintf("The request body is larger than the limit of %d bytes.", s.snap.maxBody),
 		Code:  codePayloadTooLarge,

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"strconv"
+	"time"
 )
 
 // Error codes: a stable, documented vocabulary that clients and dashboards can rely on.
@@ -53,15 +54,32 @@ func writeError(w http.ResponseWriter, status int, body errorBody) {
 // fail answers the request with the gateway's own error and records the code for the log.
 func (s *scope) fail(status int, body errorBody) {
 	s.code = body.Code
+	if s.bodyUnread {
+		s.dropUnreadBody()
+	}
 	writeError(s.w, status, body)
 }
 
-// closeAfter asks for the connection to be closed after this answer. Without it, net/http
-// would try to read and discard the rest of an unread request body before answering, with
-// no deadline left: a client that stops sending would never get its 408 and would hold the
-// connection. HTTP/2 needs no such thing (streams are reset), and forbids the header.
+// dropUnreadBody is for answers given while (part of) the request body is still unread.
+// net/http would otherwise read and discard the rest before answering and again when the
+// handler returns, with no deadline: a client that stops sending would never get its answer
+// and would hold the connection and its goroutines for good. Closing the connection after
+// the answer, with the read deadline already past, skips both. HTTP/2 needs neither (the
+// stream is reset) and forbids the Connection header.
+func (s *scope) dropUnreadBody() {
+	if !s.http1 {
+		return
+	}
+	s.closeAfter()
+	setReadDeadline(s.rw.ResponseWriter, time.Now())
+}
+
+// closeAfter asks for the HTTP/1 connection to be closed after this answer.
 func (s *scope) closeAfter() {
 	if s.http1 {
-		s.w.Header().Set("Connection", "close")
+		s.w.Header()["Connection"] = connectionClose
 	}
 }
+
+// connectionClose is the Connection header value, shared read-only by requests.
+var connectionClose = []string{"close"}

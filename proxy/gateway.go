@@ -171,6 +171,8 @@ func (g *Gateway) begin(sn *snapshot, rt *route, w http.ResponseWriter, r *http.
 		start:     time.Now(),
 		requestID: requestID(r),
 		http1:     r.ProtoMajor == 1,
+		// Go gives bodiless requests http.NoBody; anything else may still be on the wire.
+		bodyUnread: r.Body != nil && r.Body != http.NoBody,
 	}
 	s.rw.ResponseWriter = w
 	s.w = &s.rw

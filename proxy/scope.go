@@ -27,6 +27,7 @@ type scope struct {
 	// trustedPeer: the TCP peer is a trusted proxy, whose X-Forwarded-For chain is kept.
 	trustedPeer bool
 	http1       bool   // the client speaks HTTP/1.x
+	bodyUnread  bool   // the request has a body the gateway has not read (yet)
 	digest      string // SHA-256 of the key once auth accepted it; never the key
 
 	// The tenant, once known: org counts assistant_per_org (the key's org in registry mode,

@@ -44,3 +44,35 @@ func TestNoRequestSmuggledBehindChunkedBody(t *testing.T) {
 		t.Fatalf("%d responses on the connection, closed %t: %.400q", n, r.closed, r.data)
 	}
 }
+
+// A client that declares a body, sends a byte of it and stops must still get its answer, and
+// its connection must close, whatever the gateway refuses the request for: nothing may wait
+// on the rest of the body without a deadline (keep-alive clients, no Connection: close).
+func TestRefusalsWithUnreadBody(t *testing.T) {
+	up := newBodyUpstream(t)
+	p := startGateway(t, up.URL, hostileConfig)
+	partial := func(path, headers string) []byte {
+		return []byte("POST " + path + " HTTP/1.1\r\nHost: gw\r\nContent-Length: 1000\r\n" + headers + "\r\n{")
+	}
+	for _, c := range []struct {
+		name string
+		req  []byte
+		want int
+	}{
+		{"no key", partial("/v2/agent/p/job", "Content-Type: application/json\r\n"), 401},
+		{"unknown path", partial("/nope", ""), 404},
+		{"wrong content type", partial("/v2/agent/p/job", "Authorization: Bearer svc_unread\r\nContent-Type: text/plain\r\n"), 415},
+		{"body never finishes", partial("/v2/agent/p/job", "Authorization: Bearer svc_unread\r\nContent-Type: application/json\r\n"), 408},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := rawExchange(t, p.public, 5*time.Second, 0, c.req)
+			if r.status() != c.want || !r.closed || r.after > 3*time.Second {
+				t.Fatalf("status %d, closed %t after %v, want %d and a close within the body timeout: %.200q",
+					r.status(), r.closed, r.after, c.want, r.data)
+			}
+		})
+	}
+	if n := len(up.requests()); n != 0 {
+		t.Fatalf("%d refused requests reached the upstream", n)
+	}
+}
