@@ -79,14 +79,15 @@ type compiledLimit struct {
 
 // compileLimits builds each route's limit sets, one per plan plus the default. A plan's rule
 // keeps the limit's name, so its counters are the same keys: only the allowance differs, for
-// the tenants on that plan. It returns every enabled default limit, for usage read-back.
-func compileLimits(cfg *config.Config, routes []*route) ([]routeLimit, error) {
+// the tenants on that plan. It returns every enabled limit by plan ("" for the defaults), for
+// usage read-back.
+func compileLimits(cfg *config.Config, routes []*route) (map[string][]routeLimit, error) {
 	plans := []string{""}
 	for p := range cfg.Plans {
 		plans = append(plans, p)
 	}
 	byPlan := map[string]map[string]compiledLimit{}
-	var all []routeLimit
+	all := map[string][]routeLimit{}
 	for _, plan := range plans {
 		set := map[string]compiledLimit{}
 		for _, s := range cfg.PlanLimits(plan) {
@@ -104,8 +105,8 @@ func compileLimits(cfg *config.Config, routes []*route) ([]routeLimit, error) {
 			}
 			c := compiledLimit{rule: &limits.Rule{Name: s.Name, Limit: s.Limit, Window: w, Algorithm: a}, by: b, shadow: s.Shadow}
 			set[s.Name] = c
-			if plan == "" && s.Limit > 0 {
-				all = append(all, routeLimit{rule: c.rule, by: b, shadow: c.shadow})
+			if s.Limit > 0 {
+				all[plan] = append(all[plan], routeLimit{rule: c.rule, by: b, shadow: c.shadow})
 			}
 		}
 		byPlan[plan] = set
@@ -259,7 +260,7 @@ func (g *Gateway) limit(s *scope, r *http.Request) bool {
 	}
 	h := s.w.Header()
 	h[hdrPolicy] = set.policyValue
-	st.buf = s.rateLimitHeaders(h, st.buf[:0], dec)
+	st.buf = s.rateLimitHeaders(h, st.buf[:0], dec, set.limits)
 	if dec.Allowed {
 		if s.orgMetrics != nil {
 			s.orgMetrics.Allowed.Inc()
@@ -340,9 +341,10 @@ func enforcedDenial(ls []routeLimit, d *limits.Decision) int {
 
 // rateLimitHeaders writes both header generations clients parse today: the IETF draft's
 // RateLimit (every limit: remaining and seconds to reset) and the older RateLimit-Limit,
-// -Remaining and -Reset for the limit with the least remaining. All values are cut from one
-// string, so the four headers cost one allocation.
-func (s *scope) rateLimitHeaders(h http.Header, buf []byte, d *limits.Decision) []byte {
+// -Remaining and -Reset for the enforced limit with the least remaining (a shadow limit
+// never denies, so a client must not back off for it). All values are cut from one string,
+// so the four headers cost one allocation.
+func (s *scope) rateLimitHeaders(h http.Header, buf []byte, d *limits.Decision, ls []routeLimit) []byte {
 	least := -1
 	for i := range d.Results {
 		res := &d.Results[i]
@@ -355,14 +357,15 @@ func (s *scope) rateLimitHeaders(h http.Header, buf []byte, d *limits.Decision) 
 		buf = strconv.AppendInt(buf, res.Remaining, 10)
 		buf = append(buf, ";t="...)
 		buf = strconv.AppendInt(buf, resetSeconds(res), 10)
-		if least < 0 || res.Remaining < d.Results[least].Remaining {
+		if !ls[i].shadow && (least < 0 || res.Remaining < d.Results[least].Remaining) {
 			least = i
 		}
 	}
-	if least < 0 {
+	ends := [4]int{len(buf)}
+	if least < 0 { // only shadow limits: the draft header alone
+		s.header(h, slotRateLimit, hdrRateLimit, string(buf))
 		return buf
 	}
-	ends := [4]int{len(buf)}
 	res := &d.Results[least]
 	buf = strconv.AppendInt(buf, res.Rule.Limit, 10)
 	ends[1] = len(buf)

@@ -18,7 +18,7 @@ type snapshot struct {
 	cors      *cors
 	ipv6Bits  int
 
-	limits     []routeLimit            // every enabled limit (default values), for usage read-back
+	limits     map[string][]routeLimit // every enabled limit by plan ("" for the defaults), for usage read-back
 	orgOf      map[string]string       // assistant domain -> configured org
 	orgPlan    map[string]string       // configured org -> its plan
 	orgMetrics map[string]*metrics.Org // configured org (and "other") -> series

@@ -68,6 +68,14 @@ func TestShadowLimitNeverDenies(t *testing.T) {
 		if !strings.Contains(last, `"assistant_per_org";r=0;`) {
 			t.Fatalf("RateLimit %q does not report the shadow limit", last)
 		}
+		// The single-limit headers describe the enforced limit, never the shadow one.
+		res, _ := g.do(t, "POST", "/discovery/v1/assistant/other/message", jsonHdr("svc_dsc_anotherkey"), assistantBody)
+		for range 2 {
+			res, _ = g.do(t, "POST", "/discovery/v1/assistant/other/message", jsonHdr("svc_dsc_anotherkey"), assistantBody)
+		}
+		if res.StatusCode != 201 || res.Header.Get("RateLimit-Limit") == "2" || res.Header.Get("RateLimit-Remaining") == "0" {
+			t.Fatalf("legacy headers follow the shadow limit: %d %v", res.StatusCode, res.Header)
+		}
 		if got := lastLogField(g, 8, "denied_by"); got != "assistant_per_key" {
 			t.Fatalf("denied_by = %q", got)
 		}
@@ -75,8 +83,8 @@ func TestShadowLimitNeverDenies(t *testing.T) {
 			t.Fatalf("shadow_denied = %q", got)
 		}
 		found := g.counter(t, "gateway_ratelimit_decisions_total", "route", "assistant_message", "limit", "assistant_per_org", "decision", "shadow_denied")
-		if found != 4 { // requests 3..6 were admitted past the shadow limit
-			t.Fatalf("shadow_denied count %v, want 4", found)
+		if found != 5 { // acme requests 3..6, and the third on other, were admitted past the shadow limit
+			t.Fatalf("shadow_denied count %v, want 5", found)
 		}
 	})
 }
@@ -185,4 +193,24 @@ func TestRegistryMode(t *testing.T) {
 		t.Fatalf("an invented key consumed quota: %+v %v", usages, err)
 	}
 	g.assertNoSecrets(t)
+}
+
+// The usage API reads an org's counters with its plan's limits.
+func TestUsageFollowsPlans(t *testing.T) {
+	g := newGateway(t, newUpstream(t, nil), setLimit("assistant_per_org", 2, "hour"), func(c *cfgT) {
+		c.Plans = map[string]map[string]config.Limit{"enterprise": {"assistant_per_org": {Limit: limitPtr(5)}}}
+		c.Orgs = map[string]config.Org{"acme": {Domains: []string{"acme-docs"}, Plan: "enterprise"}}
+	})
+	for range 3 {
+		g.do(t, "POST", "/discovery/v1/assistant/acme-docs/message", jsonHdr(assistantKey), assistantBody)
+	}
+	gw := g.Config.Handler.(*Gateway)
+	u, err := gw.Usage(context.Background(), "org", "acme")
+	if err != nil || len(u) != 1 || u[0].Limit != 5 || u[0].Used != 3 || u[0].Remaining != 2 {
+		t.Fatalf("usage of a plan's org: %+v %v", u, err)
+	}
+	u, err = gw.Usage(context.Background(), "org", "beta")
+	if err != nil || len(u) != 1 || u[0].Limit != 2 || u[0].Used != 0 {
+		t.Fatalf("usage of a default org: %+v %v", u, err)
+	}
 }
