@@ -133,7 +133,10 @@ type prometheusConfig struct {
 		JobName        string `yaml:"job_name"`
 		MetricsPath    string `yaml:"metrics_path"`
 		ScrapeInterval string `yaml:"scrape_interval"`
-		StaticConfigs  []struct {
+		Authorization  *struct {
+			Credentials string `yaml:"credentials"`
+		} `yaml:"authorization"`
+		StaticConfigs []struct {
 			Targets []string `yaml:"targets"`
 		} `yaml:"static_configs"`
 	} `yaml:"scrape_configs"`

@@ -52,6 +52,10 @@ type serviceMonitor struct {
 			Path          string `json:"path,omitempty"`
 			Interval      string `json:"interval,omitempty"`
 			ScrapeTimeout string `json:"scrapeTimeout,omitempty"`
+			Authorization *struct {
+				Type        string                   `json:"type"`
+				Credentials corev1.SecretKeySelector `json:"credentials"`
+			} `json:"authorization,omitempty"`
 		} `json:"endpoints"`
 	} `json:"spec"`
 }
