@@ -36,6 +36,8 @@ type Options struct {
 	// Keys manages registered keys (POST /keys, DELETE /keys/{digest}, GET /keys); nil in
 	// auth.mode: prefix.
 	Keys KeyManager
+	// KnownPlan tells whether the running config defines a plan; keys naming another are refused.
+	KnownPlan func(string) bool
 	// Token, when set, is required as "Authorization: Bearer <token>" on every endpoint but
 	// /healthz and /readyz.
 	Token string
@@ -65,7 +67,7 @@ func Handler(o Options) http.Handler {
 	mux.Handle("GET /usage/ips/{ip}", h.guard(h.usage("ip", "ip")))
 	mux.Handle("POST /usage/key", h.guard(http.HandlerFunc(h.usageKey)))
 	if o.Keys != nil {
-		RegisterKeys(mux, o.Keys, h.guard)
+		RegisterKeys(mux, o.Keys, h.guard, o.KnownPlan)
 	}
 	if o.Reload != nil {
 		mux.Handle("POST /reload", h.guard(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
@@ -82,9 +84,10 @@ func Handler(o Options) http.Handler {
 	mux.Handle("GET /debug/pprof/profile", h.guard(http.HandlerFunc(pprof.Profile)))
 	mux.Handle("GET /debug/pprof/symbol", h.guard(http.HandlerFunc(pprof.Symbol)))
 	mux.Handle("GET /debug/pprof/trace", h.guard(http.HandlerFunc(pprof.Trace)))
-	mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) {
+	// Behind the token too, so which endpoints exist cannot be probed without it.
+	mux.Handle("/", h.guard(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		writeError(w, http.StatusNotFound, "not_found", "Not found: no such admin endpoint.")
-	})
+	})))
 	return mux
 }
 

@@ -34,15 +34,18 @@ const maxKeyBody = 16 << 10
 // (the key is hashed at once and never stored or logged; its family must match kind) or the
 // same with "digest" instead of "key", and answers 201 with the entry. DELETE answers 200 with
 // the revoked entry, 404 not_found for an unknown digest. GET answers {"keys": [...]}.
-func RegisterKeys(mux *http.ServeMux, km KeyManager, guard func(http.Handler) http.Handler) {
-	k := keys{km: km}
+//
+// knownPlan, when set, refuses entries naming a plan the running config does not define.
+func RegisterKeys(mux *http.ServeMux, km KeyManager, guard func(http.Handler) http.Handler, knownPlan func(string) bool) {
+	k := keys{km: km, knownPlan: knownPlan}
 	mux.Handle("POST /keys", guard(http.HandlerFunc(k.add)))
 	mux.Handle("DELETE /keys/{digest}", guard(http.HandlerFunc(k.revoke)))
 	mux.Handle("GET /keys", guard(http.HandlerFunc(k.list)))
 }
 
 type keys struct {
-	km KeyManager
+	km        KeyManager
+	knownPlan func(string) bool
 }
 
 type addKeyRequest struct {
@@ -113,7 +116,15 @@ func (k keys) add(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "invalid_request", "Invalid entry: "+err.Error()+".")
 		return
 	}
+	if e.Plan != "" && k.knownPlan != nil && !k.knownPlan(e.Plan) {
+		writeError(w, http.StatusBadRequest, "invalid_request", "Invalid entry: plan \""+clip(e.Plan)+"\" is not defined under plans in the config.")
+		return
+	}
 	if err := k.km.Add(r.Context(), e); err != nil {
+		if errors.Is(err, auth.ErrRevoked) {
+			writeError(w, http.StatusConflict, "key_revoked", "This key was revoked, and revoked keys stay revoked: register a new key.")
+			return
+		}
 		registryUnavailable(w)
 		return
 	}

@@ -20,7 +20,7 @@ func keysServer(t *testing.T, km KeyManager) *httptest.Server {
 	t.Helper()
 	h := &handler{o: Options{Token: testToken}}
 	mux := http.NewServeMux()
-	RegisterKeys(mux, km, h.guard)
+	RegisterKeys(mux, km, h.guard, func(p string) bool { return p == "enterprise" })
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
 	return srv
@@ -200,7 +200,7 @@ func TestKeysRevokeWithoutLookup(t *testing.T) {
 func TestKeysNoToken(t *testing.T) {
 	reg, _ := auth.NewMemoryRegistry(nil)
 	mux := http.NewServeMux()
-	RegisterKeys(mux, reg, (&handler{}).guard)
+	RegisterKeys(mux, reg, (&handler{}).guard, nil)
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
 	res, err := http.Post(srv.URL+"/keys", "application/json", bytes.NewReader([]byte(`{"key":"svc_k","kind":"admin","org":"o","projects":["*"]}`)))
@@ -208,4 +208,37 @@ func TestKeysNoToken(t *testing.T) {
 		t.Fatalf("%v %v", err, res)
 	}
 	res.Body.Close()
+}
+
+func TestKeysRefuseUnknownPlanAndRevival(t *testing.T) {
+	reg, err := auth.NewMemoryRegistry(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := keysServer(t, reg)
+	post := func(body string) int {
+		req, _ := http.NewRequest("POST", srv.URL+"/keys", strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+testToken)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		return res.StatusCode
+	}
+	if c := post(`{"key":"svc_dsc_plankey1","kind":"assistant","org":"acme","domains":["d"],"plan":"nosuchplan"}`); c != 400 {
+		t.Fatalf("unknown plan: %d", c)
+	}
+	if c := post(`{"key":"svc_dsc_plankey1","kind":"assistant","org":"acme","domains":["d"],"plan":"enterprise"}`); c != 201 {
+		t.Fatalf("known plan: %d", c)
+	}
+	if err := reg.Revoke(t.Context(), auth.Digest("svc_dsc_plankey1")); err != nil {
+		t.Fatal(err)
+	}
+	if c := post(`{"digest":"` + auth.Digest("svc_dsc_plankey1") + `","kind":"assistant","org":"acme","domains":["d"]}`); c != 409 {
+		t.Fatalf("re-registering a revoked key: %d", c)
+	}
+	if e, ok, _ := reg.Lookup(t.Context(), auth.Digest("svc_dsc_plankey1")); !ok || e.Active() {
+		t.Fatal("the revoked key came back")
+	}
 }

@@ -41,6 +41,10 @@ type Registry interface {
 // ErrUnknownKey is returned by Revoke for a digest that is not registered.
 var ErrUnknownKey = errors.New("auth: unknown key")
 
+// ErrRevoked is returned by Add for a digest that was revoked: a revoked key stays revoked
+// (a leaked key must not come back by a re-registration); issue a new key instead.
+var ErrRevoked = errors.New("auth: the key was revoked; revoked keys stay revoked, register a new key")
+
 // Limits on entry fields, so a registry entry stays small.
 const (
 	maxNameLen = 200 // org, plan, label, one project or domain

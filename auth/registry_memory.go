@@ -60,8 +60,15 @@ func (m *MemoryRegistry) Add(_ context.Context, e Entry) error {
 		return fmt.Errorf("auth: %w", err)
 	}
 	e = e.normalize(m.now())
-	m.update(func(es map[string]Entry) { es[e.Digest] = e })
-	return nil
+	var err error
+	m.update(func(es map[string]Entry) {
+		if old, ok := es[e.Digest]; ok && !old.Active() {
+			err = ErrRevoked
+			return
+		}
+		es[e.Digest] = e
+	})
+	return err
 }
 
 // Revoke marks an entry revoked now; ErrUnknownKey when it is not registered.

@@ -258,8 +258,30 @@ func (r *RedisRegistry) Add(ctx context.Context, e Entry) error {
 		return fmt.Errorf("auth: %w", err)
 	}
 	// Two keys in different slots on a Cluster: not one transaction. The entry is written
-	// first, so the index never names a key that was never written.
-	if err := r.client.Set(ctx, r.keyName(e.Digest), data, 0).Err(); err != nil {
+	// first, so the index never names a key that was never written. The write is a
+	// check-and-set on the entry's own key, so a revoked entry is never replaced.
+	key := r.keyName(e.Digest)
+	err = r.client.Watch(ctx, func(tx *redis.Tx) error {
+		old, err := tx.Get(ctx, key).Bytes()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return err
+		}
+		if err == nil {
+			var cur Entry
+			if json.Unmarshal(old, &cur) == nil && !cur.Active() {
+				return ErrRevoked
+			}
+		}
+		_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			p.Set(ctx, key, data, 0)
+			return nil
+		})
+		return err
+	}, key)
+	if errors.Is(err, ErrRevoked) {
+		return err
+	}
+	if err != nil {
 		return fmt.Errorf("auth: registry add: %w", err)
 	}
 	if err := r.client.SAdd(ctx, r.index, e.Digest).Err(); err != nil {

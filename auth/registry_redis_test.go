@@ -84,7 +84,7 @@ func TestRedisRegistryBasics(t *testing.T) {
 	}
 	members, err := c.SMembers(ctx, "t:keys").Result()
 	slices.Sort(members)
-	want := []string{Digest("svc_one"), d}
+	want := []string{Digest("svc_one"), d, Digest("svc_replaced")}
 	slices.Sort(want)
 	if err != nil || !slices.Equal(members, want) {
 		t.Fatalf("index: %v %v", members, err)
@@ -383,7 +383,7 @@ func TestRedisRegistryCluster(t *testing.T) {
 		}
 	}
 	list, err := b.List(context.Background())
-	if err != nil || len(list) != 22 {
+	if err != nil || len(list) != 23 {
 		t.Fatalf("list on the cluster: %d entries, %v", len(list), err)
 	}
 	lat := propagation(t, a, b, 5)

@@ -171,12 +171,24 @@ func testRegistryBasics(t *testing.T, r Registry) {
 	if e, _, _ := r.Lookup(ctx, one); e.Projects[0] != "p1" {
 		t.Fatal("List shares memory with the registry")
 	}
-	// Add replaces (and may un-revoke).
+	// Add never brings a revoked key back.
 	two.Label = "again"
-	if err := r.Add(ctx, two); err != nil {
+	if err := r.Add(ctx, two); !errors.Is(err, ErrRevoked) {
+		t.Fatalf("re-adding a revoked key: %v", err)
+	}
+	if got, _, _ := r.Lookup(ctx, two.Digest); got.Label == "again" || got.Active() {
+		t.Fatalf("the revoked key came back: %+v", got)
+	}
+	// Add replaces an active entry.
+	e = adminEntry("svc_replaced", "p1")
+	if err := r.Add(ctx, e); err != nil {
 		t.Fatal(err)
 	}
-	if got, _, _ := r.Lookup(ctx, two.Digest); got.Label != "again" || !got.Active() {
+	e.Label = "again"
+	if err := r.Add(ctx, e); err != nil {
+		t.Fatal(err)
+	}
+	if got, _, _ := r.Lookup(ctx, e.Digest); got.Label != "again" || !got.Active() {
 		t.Fatalf("replace: %+v", got)
 	}
 }

@@ -119,6 +119,9 @@ func runKeys(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 		fmt.Fprintf(stderr, "gateway keys: %v\n", err)
 		return exitUsage
 	}
+	if _, ok := cfg.Plans[entry.Plan]; entry.Plan != "" && !ok {
+		return usage("--plan %q is not defined under plans in %s", entry.Plan, *configPath)
+	}
 	ctx, cancel := context.WithTimeout(ctx, keysTimeout)
 	defer cancel()
 
@@ -143,6 +146,7 @@ func runKeys(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 			return fail(err)
 		}
 		fmt.Fprintln(stdout, entry.Digest)
+		reloadHint(stderr, cfg)
 	case "revoke":
 		err := withStore(ctx, cfg, func(s keyStore) error { return s.Revoke(ctx, positional[0]) })
 		if errors.Is(err, auth.ErrUnknownKey) {
@@ -152,6 +156,7 @@ func runKeys(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 			return fail(err)
 		}
 		fmt.Fprintf(stdout, "revoked %s\n", positional[0])
+		reloadHint(stderr, cfg)
 	case "list":
 		var list []auth.Entry
 		err := withStore(ctx, cfg, func(s keyStore) error {
@@ -167,6 +172,14 @@ func runKeys(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 		}
 	}
 	return exitOK
+}
+
+// reloadHint says how a keys-file change reaches running gateways; with Redis it reaches
+// them by itself.
+func reloadHint(stderr io.Writer, cfg *config.Config) {
+	if len(cfg.Redis.Addrs) == 0 {
+		fmt.Fprintf(stderr, "gateway keys: %s updated; running gateways read it on SIGHUP or POST /reload\n", cfg.Auth.KeysFile)
+	}
 }
 
 func mustKind(s string) auth.Kind {

@@ -177,7 +177,7 @@ func exerciseKeysCLI(t *testing.T, k *keyCLI) {
 func TestKeysCLIKeysFile(t *testing.T) {
 	dir := t.TempDir()
 	keysFile := filepath.Join(dir, "keys.yaml")
-	cfg := writeConfig(t, fmt.Sprintf("upstream: {url: 'http://127.0.0.1:1'}\nauth: {mode: registry, keys_file: %q}\n", keysFile))
+	cfg := writeConfig(t, fmt.Sprintf("upstream: {url: 'http://127.0.0.1:1'}\nauth: {mode: registry, keys_file: %q}\nplans: {enterprise: {}}\n", keysFile))
 	k := &keyCLI{t: t, config: cfg}
 	if got := k.listJSON(); len(got) != 0 { // no file yet: no keys
 		t.Fatalf("list without a file: %v", got)
@@ -218,7 +218,7 @@ func TestKeysCLIKeysFile(t *testing.T) {
 
 func TestKeysCLIRedis(t *testing.T) {
 	srv := redistest.Start(t)
-	cfg := writeConfig(t, fmt.Sprintf("upstream: {url: 'http://127.0.0.1:1'}\nauth: {mode: registry}\nredis: {addrs: [%q], key_prefix: clitest}\n", srv.Addr))
+	cfg := writeConfig(t, fmt.Sprintf("upstream: {url: 'http://127.0.0.1:1'}\nauth: {mode: registry}\nredis: {addrs: [%q], key_prefix: clitest}\nplans: {enterprise: {}}\n", srv.Addr))
 	rc := srv.Client(t)
 	ctx := context.Background()
 
@@ -316,7 +316,7 @@ func scanAll(ctx context.Context, rc *redis.Client) ([]string, error) {
 func TestKeysCLIRedisCluster(t *testing.T) {
 	cl := redistest.StartCluster(t, 3)
 	addrs := `["` + strings.Join(cl.Addrs, `", "`) + `"]`
-	cfg := writeConfig(t, "upstream: {url: 'http://127.0.0.1:1'}\nredis: {addrs: "+addrs+"}\n")
+	cfg := writeConfig(t, "upstream: {url: 'http://127.0.0.1:1'}\nredis: {addrs: "+addrs+"}\nplans: {enterprise: {}}\n")
 	k := &keyCLI{t: t, config: cfg}
 	exerciseKeysCLI(t, k)
 }

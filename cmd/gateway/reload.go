@@ -91,6 +91,14 @@ func loadKeysFile(path string) ([]auth.Entry, error) {
 	return entries, err
 }
 
+// knownPlan tells whether the running config defines plan.
+func (rl *reloader) knownPlan(plan string) bool {
+	rl.mu.Lock()
+	defer rl.mu.Unlock()
+	_, ok := rl.running.Plans[plan]
+	return ok
+}
+
 // fixedChanges names the settings a reload cannot change.
 func fixedChanges(old, cfg *config.Config) []string {
 	var keys []string

@@ -139,6 +139,7 @@ func serve(ctx context.Context, path string, cfg *config.Config, dev bool) error
 			Usage:        gw,
 			Reload:       rl.reload,
 			Keys:         keyManager,
+			KnownPlan:    rl.knownPlan,
 			Token:        cfg.AdminToken,
 			UsageTimeout: cfg.Redis.Timeout * 10,
 			Logger:       log.Named("admin"),
