@@ -60,14 +60,26 @@ func Parse(r io.Reader, env Env) (*Config, error) {
 		return nil, fmt.Errorf("config: reading: %w", err)
 	}
 	cfg := Defaults()
-	if err := decode(data, &cfg); err != nil {
-		return nil, err
+	err = decode(data, &cfg)
+	var decoded *Error
+	if err != nil && !errors.As(err, &decoded) || decoded != nil && len(decoded.Problems) == 1 && decoded.Problems[0].Key == "" {
+		return nil, err // not YAML at all: nothing more to say
 	}
 	if env != nil {
 		applyEnv(&cfg, env)
 	}
-	if err := cfg.Validate(); err != nil {
-		return nil, err
+	// Report every problem at once: the keys that did not decode, then what the values that
+	// did decode break.
+	var problems []Problem
+	if decoded != nil {
+		problems = decoded.Problems
+	}
+	var invalid *Error
+	if errors.As(cfg.Validate(), &invalid) {
+		problems = append(problems, invalid.Problems...)
+	}
+	if len(problems) > 0 {
+		return nil, &Error{Problems: problems}
 	}
 	return &cfg, nil
 }
