@@ -11,6 +11,7 @@ import (
 	"sync"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"go.uber.org/zap"
 
@@ -37,25 +38,38 @@ func newTransport(u config.Upstream) *http.Transport {
 	}
 }
 
-func (g *Gateway) newReverseProxy(t http.RoundTripper) *httputil.ReverseProxy {
-	return &httputil.ReverseProxy{
-		Rewrite:   g.rewrite,
-		Transport: t,
-		// -1 flushes after every write: a streamed part reaches the client as soon as the
-		// upstream sends it, whatever its Content-Type or Content-Length.
-		FlushInterval:  -1,
-		BufferPool:     newBufferPool(),
+// newReverseProxy builds the proxy of stream: true routes (stream) or of the others.
+func (g *Gateway) newReverseProxy(t http.RoundTripper, stream bool) *httputil.ReverseProxy {
+	p := &httputil.ReverseProxy{
+		Rewrite:        g.rewrite,
+		Transport:      t,
+		BufferPool:     newBufferPool(copyBufferSize),
 		ModifyResponse: g.modifyResponse,
 		ErrorHandler:   g.proxyError,
 		ErrorLog:       zap.NewStdLog(g.log.Named("reverseproxy")),
 	}
+	if stream {
+		// -1 flushes after every write: a streamed part reaches the client as soon as the
+		// upstream sends it, whatever its Content-Type or Content-Length. Other routes keep
+		// the default (0), which still flushes answers of unknown length at once but writes
+		// a short JSON answer in one go instead of headers and body separately. A stream
+		// holds its copy buffer as long as it runs, and its parts are small: a smaller
+		// buffer keeps idle streams cheap.
+		p.FlushInterval = -1
+		p.BufferPool = newBufferPool(streamBufferSize)
+	}
+	return p
 }
 
 // forward hands a validated request to the reverse proxy.
 func (g *Gateway) forward(s *scope, r *http.Request) {
 	s.forwarded = time.Now()
 	defer g.bodyBroke(s, r)
-	g.proxy.ServeHTTP(s.w, r.WithContext(context.WithValue(r.Context(), scopeKey{}, s)))
+	p := g.proxy
+	if s.route.stream {
+		p = g.streamProxy
+	}
+	p.ServeHTTP(s.w, r.WithContext(context.WithValue(r.Context(), scopeKey{}, s)))
 }
 
 // bodyBroke handles a response body that failed after the headers were sent, which the
@@ -175,21 +189,32 @@ func upstreamErrorKind(ctx context.Context, err error) string {
 	return "unavailable"
 }
 
-// bufferPool reuses the reverse proxy's 32 KiB copy buffers across requests. It pools array
-// pointers, so Put converts the slice back without allocating a box for it.
-type bufferPool struct{ p sync.Pool }
+// Copy buffer sizes of the two proxies.
+const (
+	copyBufferSize   = 32 << 10
+	streamBufferSize = 4 << 10
+)
 
-const copyBufferSize = 32 << 10
-
-func newBufferPool() *bufferPool {
-	return &bufferPool{p: sync.Pool{New: func() any { return new([copyBufferSize]byte) }}}
+// bufferPool reuses the reverse proxy's copy buffers across requests. It pools pointers to
+// the buffers' first element, so Put gets the pointer back from the slice without
+// allocating a box for it (a []byte in a sync.Pool costs one per Put). An interior pointer
+// keeps its whole allocation alive, so unsafe.Slice over size bytes from it is sound.
+type bufferPool struct {
+	p    sync.Pool
+	size int
 }
 
-func (b *bufferPool) Get() []byte { return b.p.Get().(*[copyBufferSize]byte)[:] }
+func newBufferPool(size int) *bufferPool {
+	b := &bufferPool{size: size}
+	b.p.New = func() any { return &make([]byte, size)[0] }
+	return b
+}
+
+func (b *bufferPool) Get() []byte { return unsafe.Slice(b.p.Get().(*byte), b.size) }
 
 func (b *bufferPool) Put(p []byte) {
-	if cap(p) >= copyBufferSize {
-		b.p.Put((*[copyBufferSize]byte)(p[:copyBufferSize]))
+	if cap(p) >= b.size {
+		b.p.Put(&p[:1][0])
 	}
 }
 

@@ -37,8 +37,10 @@ type Options struct {
 type Gateway struct {
 	log     *zap.Logger
 	metrics *metrics.Metrics
-	proxy   *httputil.ReverseProxy
-	snap    atomic.Pointer[snapshot] // swapped by Reload
+	proxy   *httputil.ReverseProxy // routes answering in one piece
+	// streamProxy serves stream: true routes, flushing every write.
+	streamProxy *httputil.ReverseProxy
+	snap        atomic.Pointer[snapshot] // swapped by Reload
 
 	// Fixed for the process lifetime.
 	upstream            *url.URL
@@ -74,7 +76,8 @@ func New(o Options) (*Gateway, error) {
 	if transport == nil {
 		transport = newTransport(cfg.Upstream)
 	}
-	g.proxy = g.newReverseProxy(transport)
+	g.proxy = g.newReverseProxy(transport, false)
+	g.streamProxy = g.newReverseProxy(transport, true)
 	if err := g.Reload(cfg); err != nil {
 		return nil, err
 	}
