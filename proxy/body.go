@@ -71,7 +71,7 @@ func (g *Gateway) readBody(s *scope, r *http.Request) bool {
 			return false
 		}
 	}
-	s.body.Reset(body)
+	s.body.reset(body)
 	r.Body = &s.body
 	r.GetBody = nil // a request whose body was not read yet is retried without it
 	r.ContentLength = int64(len(body))

@@ -1,12 +1,13 @@
 package proxy
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"io"
 	"net/http"
 	"net/netip"
+	"sync"
 	"time"
 
 	"github.com/docsgate/gateway/metrics"
@@ -155,13 +156,36 @@ func (s *scope) header(h http.Header, i int, key, value string) {
 	h[key] = s.hdrValues[i : i+1 : i+1]
 }
 
-// replayBody hands the validated body to the reverse proxy byte for byte. The transport
-// closes it once sent; dropping the bytes then keeps a long stream from holding its request
-// body for its whole life.
-type replayBody struct{ bytes.Reader }
+// replayBody hands the validated body to the reverse proxy byte for byte. Once closed it
+// drops the bytes, so a long stream does not hold its request body for its whole life. Both
+// the transport and the reverse proxy close it, and the transport may still be reading when
+// the reverse proxy does (an upstream that answers before reading the body): a per-request
+// mutex keeps that from racing.
+type replayBody struct {
+	mu   sync.Mutex
+	data []byte
+	off  int
+}
+
+func (b *replayBody) reset(data []byte) {
+	b.mu.Lock()
+	b.data, b.off = data, 0
+	b.mu.Unlock()
+}
+
+func (b *replayBody) Read(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.off >= len(b.data) {
+		return 0, io.EOF
+	}
+	n := copy(p, b.data[b.off:])
+	b.off += n
+	return n, nil
+}
 
 func (b *replayBody) Close() error {
-	b.Reset(nil)
+	b.reset(nil)
 	return nil
 }
 
