@@ -121,6 +121,9 @@ type Log struct {
 	Format string `yaml:"format"`
 	// Sampling thins repeated lines under load; off by default.
 	Sampling Sampling `yaml:"sampling"`
+	// Buffer, in bytes, batches log writes (lines then appear up to a second late and are
+	// flushed at shutdown); 0 writes every line at once.
+	Buffer int `yaml:"buffer"`
 }
 
 // Sampling keeps, per second and per message, the first Initial lines and then every

@@ -59,6 +59,9 @@ func (c *Config) Validate() error {
 	default:
 		v.fail("log.format", "%q is not one of json, console", c.Log.Format)
 	}
+	if c.Log.Buffer < 0 {
+		v.fail("log.buffer", "must not be negative (0 writes every line at once)")
+	}
 	if c.Log.Sampling.Initial < 0 || c.Log.Sampling.Thereafter < 0 {
 		v.fail("log.sampling", "initial and thereafter must not be negative")
 	}

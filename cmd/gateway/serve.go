@@ -33,40 +33,51 @@ func loadConfig(path string) (*config.Config, error) {
 	return config.Load(path, os.LookupEnv)
 }
 
-// newLogger builds the zap logger; its level can change on reload.
-func newLogger(c config.Log, dev bool) (*zap.Logger, zap.AtomicLevel, error) {
+// newLogger builds the zap logger, writing to standard error; its level can change on
+// reload. With log.buffer set, lines are written in batches (at most a second late), which
+// saves a write system call per access-log line under load; stop flushes what is left.
+func newLogger(c config.Log, dev bool) (log *zap.Logger, level zap.AtomicLevel, stop func(), err error) {
 	zc := zap.NewProductionConfig()
 	if dev || c.Format == "console" {
 		zc = zap.NewDevelopmentConfig()
 	}
-	level, err := zapcore.ParseLevel(c.Level)
+	l, err := zapcore.ParseLevel(c.Level)
 	if err != nil {
-		return nil, zap.AtomicLevel{}, configError{fmt.Errorf("log.level: %w", err)}
+		return nil, level, nil, configError{fmt.Errorf("log.level: %w", err)}
 	}
 	if dev {
-		level = zapcore.DebugLevel
+		l = zapcore.DebugLevel
 	}
-	zc.Level = zap.NewAtomicLevelAt(level)
-	zc.Sampling = nil // every access-log line is kept unless sampling is configured
-	if c.Sampling.Initial > 0 {
-		zc.Sampling = &zap.SamplingConfig{Initial: c.Sampling.Initial, Thereafter: c.Sampling.Thereafter}
+	level = zap.NewAtomicLevelAt(l)
+	enc := zapcore.NewJSONEncoder(zc.EncoderConfig)
+	if zc.Encoding == "console" {
+		enc = zapcore.NewConsoleEncoder(zc.EncoderConfig)
 	}
-	zc.DisableStacktrace = !dev
-	log, err := zc.Build()
-	if err != nil {
-		return nil, zap.AtomicLevel{}, fmt.Errorf("building logger: %w", err)
+	var sink zapcore.WriteSyncer = zapcore.Lock(os.Stderr)
+	stop = func() { _ = sink.Sync() }
+	if c.Buffer > 0 {
+		buffered := &zapcore.BufferedWriteSyncer{WS: sink, Size: c.Buffer, FlushInterval: time.Second}
+		sink, stop = buffered, func() { _ = buffered.Stop() }
 	}
-	return log, zc.Level, nil
+	core := zapcore.NewCore(enc, sink, level)
+	if c.Sampling.Initial > 0 { // every access-log line is kept unless sampling is configured
+		core = zapcore.NewSamplerWithOptions(core, time.Second, c.Sampling.Initial, c.Sampling.Thereafter)
+	}
+	opts := []zap.Option{zap.AddCaller(), zap.ErrorOutput(zapcore.Lock(os.Stderr))}
+	if dev {
+		opts = append(opts, zap.Development(), zap.AddStacktrace(zapcore.WarnLevel))
+	}
+	return zap.New(core, opts...), level, stop, nil
 }
 
 // serve runs the gateway until ctx is cancelled (a signal), then drains it. path is the
 // config file, re-read on SIGHUP and POST /reload.
 func serve(ctx context.Context, path string, cfg *config.Config, dev bool) error {
-	log, level, err := newLogger(cfg.Log, dev)
+	log, level, stopLog, err := newLogger(cfg.Log, dev)
 	if err != nil {
 		return err
 	}
-	defer func() { _ = log.Sync() }()
+	defer stopLog()
 
 	var tlsCert *tls.Certificate
 	if cfg.TLS != nil {

@@ -219,3 +219,19 @@ func sha256hex(s string) string {
 	sum := sha256.Sum256([]byte(s))
 	return hex.EncodeToString(sum[:])
 }
+
+// log.buffer batches lines; what is buffered still reaches the log at shutdown.
+func TestBufferedLogFlushedAtShutdown(t *testing.T) {
+	upURL, _ := recordingUpstream(t)
+	p := startGateway(t, upURL, "log:\n  buffer: 65536\n")
+	if r := send(t, p, "POST", "/v2/agent/p/job", "svc_buffered", `{"prompt":"x"}`); r.StatusCode != 201 {
+		t.Fatal(r.StatusCode)
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	if code := p.wait(t, 10*time.Second); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	if !strings.Contains(p.out.String(), `"path":"/v2/agent/p/job"`) {
+		t.Fatalf("the buffered access line was lost:\n%s", p.out.String())
+	}
+}

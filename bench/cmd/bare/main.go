@@ -17,6 +17,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -56,9 +57,12 @@ func main() {
 		IdleConnTimeout:     90 * time.Second,
 		DisableCompression:  true,
 	}
-	rp.FlushInterval = -1 // stream every upstream write, like the gateway
 	rp.BufferPool = &bufferPool{p: sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}}
 	rp.ErrorLog = log.New(io.Discard, "", 0)
+	// Like the gateway: every write flushed on the streamed assistant path, the default
+	// (answers of unknown length flushed at once) elsewhere.
+	stream := *rp
+	stream.FlushInterval = -1
 
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 100*time.Millisecond)
@@ -66,6 +70,10 @@ func main() {
 		cancel()
 		if err != nil {
 			http.Error(w, `{"error":"limiter unavailable"}`, http.StatusServiceUnavailable)
+			return
+		}
+		if strings.HasPrefix(r.URL.Path, "/discovery/") {
+			stream.ServeHTTP(w, r)
 			return
 		}
 		rp.ServeHTTP(w, r)

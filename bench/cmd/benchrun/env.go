@@ -231,8 +231,9 @@ func tail(b []byte, n int) string {
 }
 
 // gatewayConfig: everything on (auth, validation, all route limits, metrics, access logs at
-// info to stderr, which the bench sends to a file), limits too high to deny, plus a route
-// whose limit is 1 per hour for the 429 path.
+// info to stderr, which the bench sends to a file, batched by log.buffer as an operator would
+// run it under load), limits too high to deny, plus a route whose limit is 1 per hour for the
+// 429 path.
 func gatewayConfig(port, adminPort int, upstream string, redisAddrs []string) string {
 	addrs := "[]"
 	if len(redisAddrs) > 0 {
@@ -248,6 +249,7 @@ server:
 log:
   level: info
   format: json
+  buffer: 262144
 routes:
   - name: tiny_job
     method: POST
