@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -139,6 +140,19 @@ func (g *Gateway) modifyResponse(res *http.Response) error {
 			delete(res.Header, k) // canonical keys: no need for Header.Del's canonicalization
 		}
 	}
+	if !s.route.stream && res.ContentLength > 0 && res.ContentLength <= maxBufferedAnswer {
+		// A short answer of known length is read whole before anything is sent, so an
+		// upstream that breaks off mid-body gets the client a clean 502, not a 201 with half
+		// a JSON object; and the upstream connection is free again at once.
+		body := make([]byte, res.ContentLength)
+		_, err := io.ReadFull(res.Body, body)
+		res.Body.Close()
+		if err != nil {
+			return fmt.Errorf("reading the upstream's answer: %w", err)
+		}
+		s.answer.reset(body)
+		res.Body = &s.answer
+	}
 	if s.route.stream {
 		res.Header.Set("X-Accel-Buffering", "no")
 		if res.StatusCode/100 == 2 {
@@ -188,6 +202,9 @@ func upstreamErrorKind(ctx context.Context, err error) string {
 	}
 	return "unavailable"
 }
+
+// maxBufferedAnswer bounds the non-stream answers read whole before they are sent.
+const maxBufferedAnswer = 1 << 20
 
 // Copy buffer sizes of the two proxies.
 const (

@@ -54,6 +54,7 @@ type scope struct {
 	tapStore     finishTap
 	hdrValues    [6]string
 	body         replayBody
+	answer       replayBody   // a short upstream answer, read whole before it is sent
 	orgMetrics   *metrics.Org // routes with {domain}: the org's series
 	forwarded    time.Time
 	upstreamTime time.Duration // to response headers
