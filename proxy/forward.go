@@ -156,7 +156,7 @@ func (g *Gateway) modifyResponse(res *http.Response) error {
 	if s.route.stream {
 		res.Header.Set("X-Accel-Buffering", "no")
 		if res.StatusCode/100 == 2 {
-			s.tapStore = finishTap{ReadCloser: res.Body, atLineStart: true}
+			s.tapStore.start(res.Body)
 			s.tap = &s.tapStore
 			res.Body = s.tap
 		}

@@ -22,7 +22,14 @@ type finishTap struct {
 const maxFinishLine = 1024
 
 func newFinishTap(body io.ReadCloser) *finishTap {
-	return &finishTap{ReadCloser: body, atLineStart: true}
+	t := new(finishTap)
+	t.start(body)
+	return t
+}
+
+// start (re)sets the tap to watch body from its first byte.
+func (t *finishTap) start(body io.ReadCloser) {
+	*t = finishTap{ReadCloser: body, atLineStart: true}
 }
 
 func (t *finishTap) Read(p []byte) (int, error) {

@@ -548,7 +548,17 @@ func TestGracefulShutdown100Streams(t *testing.T) {
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(500 * time.Millisecond) // past shutdown_delay: the listener is closed
+	time.Sleep(100 * time.Millisecond)
+	r, err := http.Get("http://" + p.admin + "/readyz")
+	if err != nil || r.StatusCode != 503 {
+		t.Fatalf("readyz while draining: %v %v", err, r)
+	}
+	r.Body.Close()
+	time.Sleep(400 * time.Millisecond) // past shutdown_delay: the listener is closed
+	if c, err := net.DialTimeout("tcp", p.public, time.Second); err == nil {
+		c.Close()
+		t.Fatal("new connections still accepted after shutdown_delay")
+	}
 	close(release)
 	var bad []string
 	for range streams {
