@@ -1,0 +1,32 @@
+package limits
+
+import (
+	"errors"
+	"time"
+)
+
+// ErrUnknownLimit is wrapped by errors about a limit name that no enabled limit has.
+var ErrUnknownLimit = errors.New("limits: unknown limit")
+
+// TopList is the busiest tenants of one limit in its current window, highest fraction first.
+type TopList struct {
+	Limit   string // the limit's name, e.g. "assistant_per_org"
+	Window  string // "hour", "day", "month" or a duration
+	Unit    string // "requests" or "tokens"
+	Tenants []TopTenant
+}
+
+// TopTenant is one tenant's use of a limit in its current window.
+type TopTenant struct {
+	// ID is what the limit counts by: an org, a project id, an IP (or /64), or a key's
+	// digest (never a key).
+	ID string
+	// Label and Org describe a registered key (limits that count by key); empty otherwise.
+	Label, Org string
+	Plan       string // the tenant's plan; "" for the default limits
+	Used       int64  // units used in the window (a GCRA limit: the burst in use)
+	Limit      int64  // the tenant's limit (its plan's)
+	Remaining  int64  // max(Limit-Used, 0)
+	Fraction   float64
+	Reset      time.Time // end of the window (fixed) / full replenishment (gcra)
+}
