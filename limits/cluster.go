@@ -151,7 +151,9 @@ func (r *Redis) takeCluster(ctx context.Context, sc *scratch, d *Decision) error
 			sc.gargs = append(sc.gargs, sc.args[k], sc.ws[k])
 			// Report the current state: the unit is returned.
 			res := &d.Results[sc.idx[k]]
-			res.Remaining = min(res.Remaining+1, res.Rule.Limit)
+			if res.Rule.Unit != Tokens { // a tokens limit was only checked
+				res.Remaining = min(res.Remaining+1, res.Rule.Limit)
+			}
 		}
 		// Eval, not EvalSha: this path is rare and must not need a NOSCRIPT retry.
 		gb.Eval(ctx, nodePrelude+giveBackLua, sc.keys[g.lo:g.lo+1], nodeArgs(sc.keys[g.lo:g.hi], sc.gargs)...)

@@ -17,6 +17,36 @@ type Rule struct {
 	Limit     int64  // 0 (or negative) disables the rule: always allowed, nothing stored
 	Window    Window
 	Algorithm Algorithm
+	// Unit is what the limit counts. A Tokens limit is only checked by Take (admitted while
+	// the used tokens are below Limit; nothing is consumed) and debited by Debit once an
+	// answer's token usage is known. Tokens limits count in fixed windows.
+	Unit Unit
+}
+
+// Unit is what a limit counts.
+type Unit uint8
+
+const (
+	Requests Unit = iota // one per admitted request (the default)
+	Tokens               // the tokens of the answers, debited after they finish
+)
+
+// ParseUnit parses "requests" (or "") and "tokens".
+func ParseUnit(s string) (Unit, error) {
+	switch s {
+	case "", "requests":
+		return Requests, nil
+	case "tokens":
+		return Tokens, nil
+	}
+	return 0, fmt.Errorf("limits: unit %q: want requests or tokens", s)
+}
+
+func (u Unit) String() string {
+	if u == Tokens {
+		return "tokens"
+	}
+	return "requests"
 }
 
 // Hit asks for one unit of Rule for the identifier ID.
@@ -83,6 +113,15 @@ type Store interface {
 	Take(ctx context.Context, hits []Hit, d *Decision) error
 	// Usage reads a counter without consuming anything.
 	Usage(ctx context.Context, r *Rule, id string) (Usage, error)
+	// Debit adds n units to the Tokens limits of hits, in their current windows, without any
+	// check (the tokens are already spent). Hits of other limits are ignored.
+	Debit(ctx context.Context, hits []Hit, n int64) error
+	// Scan reads back every counter of rule r (its name, window and algorithm) in the current
+	// window, without consuming anything, and calls visit for each one in use. resolve gives
+	// the rule that applies to an id (its plan's); ids whose rule has another window or
+	// algorithm are counted under other keys and skipped, as are ids resolve returns nil for.
+	// It reads in bounded batches (no KEYS), so its cost falls on the caller, not on Redis.
+	Scan(ctx context.Context, r *Rule, resolve func(id string) *Rule, visit func(id string, u Usage)) error
 }
 
 // ErrInvalidRule is wrapped by errors about rules a store cannot use.
@@ -141,10 +180,19 @@ func (c *ruleCache) compile(r *Rule) (*compiled, error) {
 	if r.Algorithm != Fixed && r.Algorithm != GCRA {
 		return nil, fmt.Errorf("%w: rule %q has unknown algorithm %d", ErrInvalidRule, r.Name, r.Algorithm)
 	}
+	if r.Unit != Requests && r.Unit != Tokens {
+		return nil, fmt.Errorf("%w: rule %q has unknown unit %d", ErrInvalidRule, r.Name, r.Unit)
+	}
+	if r.Unit == Tokens && r.Algorithm != Fixed {
+		return nil, fmt.Errorf("%w: rule %q: a tokens limit counts in fixed windows", ErrInvalidRule, r.Name)
+	}
 	cr.keyPre = c.prefix + r.Name + ":" + r.Window.String() + ":{"
 	algo := "f"
-	if r.Algorithm == GCRA {
+	switch {
+	case r.Algorithm == GCRA:
 		algo = "g"
+	case r.Unit == Tokens:
+		algo = "t" // a fixed window that Take only checks
 	}
 	cr.spec = algo + " " + strconv.FormatInt(r.Limit, 10) + " " + r.Window.luaSpec()
 	cr.period = r.Window.Nominal().Seconds()

@@ -153,6 +153,14 @@ func (m *Memory) Take(ctx context.Context, hits []Hit, d *Decision) error {
 			continue
 		}
 		lim := h.cr.snap.Limit
+		if h.cr.snap.Unit == Tokens { // only checked: Debit counts the tokens later
+			r.Reset = time.Duration(h.we*1e6-nowUS) * time.Microsecond
+			r.Remaining = max(lim-h.cnt, 0)
+			if !h.ok {
+				r.RetryAfter = r.Reset
+			}
+			continue
+		}
 		if h.cr.snap.Algorithm == Fixed {
 			r.Reset = time.Duration(h.we*1e6-nowUS) * time.Microsecond
 			if allOK {
@@ -277,8 +285,11 @@ func (m *Memory) Usage(ctx context.Context, r *Rule, id string) (Usage, error) {
 		u.Used = int64(math.Ceil((tat-gnow)/em - 1e-9))
 		u.Reset = time.UnixMicro(int64(math.Floor((tat + jan2017) * 1e6))).UTC()
 	}
-	u.Used = min(max(u.Used, 0), r.Limit)
-	u.Remaining = r.Limit - u.Used
+	u.Used = max(u.Used, 0)
+	if r.Unit != Tokens { // tokens may run past the limit; requests never do
+		u.Used = min(u.Used, r.Limit)
+	}
+	u.Remaining = max(r.Limit-u.Used, 0)
 	return u, nil
 }
 

@@ -82,7 +82,7 @@ local ok = 1
 for i = 1, n do
   local algo, limit, win = parse(ARGV[i])
   local h = {algo = algo, limit = limit}
-  if algo == 'f' then
+  if algo == 'f' or algo == 't' then
     local ws, we = bounds(win, sec)
     local v = redis.call('HMGET', KEYS[i], 's', 'n')
     local cnt = 0
@@ -110,7 +110,12 @@ for i = 1, n do
   local h = st[i]
   local a, rem, reset, retry, ws = 0, 0, 0, 0, 0
   if h.allowed then a = 1 end
-  if h.algo == 'f' then
+  if h.algo == 't' then
+    -- A tokens limit is only checked here; Debit counts the answer's tokens later.
+    ws, reset = h.ws, h.reset
+    rem = math.max(h.limit - h.cnt, 0)
+    if not h.allowed then retry = reset end
+  elseif h.algo == 'f' then
     ws, reset = h.ws, h.reset
     if ok == 1 then
       if h.same then
@@ -160,7 +165,7 @@ for i = 1, #KEYS do
     if tonumber(v[1]) == tonumber(ARGV[2 * i]) and (tonumber(v[2]) or 0) > 0 then
       redis.call('HINCRBY', KEYS[i], 'n', -1)
     end
-  else
+  elseif algo == 'g' then
     local tat = tonumber(redis.call('GET', KEYS[i]))
     if tat then
       local new_tat = tat - period_of(win) / limit
@@ -183,7 +188,7 @@ local sec = tonumber(t[1])
 local usec = tonumber(t[2])
 local algo, limit, win = parse(ARGV[1])
 local used, reset
-if algo == 'f' then
+if algo == 'f' or algo == 't' then
   local ws, we = bounds(win, sec)
   local v = redis.call('HMGET', KEYS[1], 's', 'n')
   used = 0
@@ -198,8 +203,30 @@ else
   used = math.ceil((tat - gnow) / em - 1e-9)
   reset = math.floor((tat + jan_1_2017) * 1000000)
 end
-used = math.min(math.max(used, 0), limit)
-return string.format('%d %d %d', used, limit - used, reset)
+used = math.max(used, 0)
+-- Tokens may run past the limit (answers in flight when it ran out); requests never do.
+if algo ~= 't' then used = math.min(used, limit) end
+return string.format('%d %d %d', used, math.max(limit - used, 0), reset)
+`
+
+// debitLua adds tokens to tokens limits ('t' specs) in their current windows. ARGV[2i-1] is
+// the spec of KEYS[i], ARGV[2i] the amount. Other specs are ignored.
+const debitLua = windowLua + `
+local sec = tonumber(redis.call('TIME')[1])
+for i = 1, #KEYS do
+  local algo, limit, win = parse(ARGV[2 * i - 1])
+  local n = tonumber(ARGV[2 * i])
+  if algo == 't' and n and n > 0 then
+    local ws, we = bounds(win, sec)
+    if tonumber(redis.call('HGET', KEYS[i], 's')) == ws then
+      redis.call('HINCRBY', KEYS[i], 'n', n)
+    else
+      redis.call('HSET', KEYS[i], 's', ws, 'n', n)
+      redis.call('PEXPIREAT', KEYS[i], we * 1000)
+    end
+  end
+end
+return 1
 `
 
 // nodePrelude turns takeLua and giveBackLua into their Redis Cluster variants, which decide
@@ -219,6 +246,7 @@ var (
 	takeScript         = redis.NewScript(takeLua)
 	giveBackScript     = redis.NewScript(giveBackLua)
 	usageScript        = redis.NewScript(usageLua)
+	debitScript        = redis.NewScript(debitLua)
 	nodeTakeScript     = redis.NewScript(nodePrelude + takeLua)
 	nodeGiveBackScript = redis.NewScript(nodePrelude + giveBackLua)
 )

@@ -107,6 +107,9 @@ func TestStores(t *testing.T) {
 			t.Run("Disabled", func(t *testing.T) { testDisabled(t, b) })
 			t.Run("GCRAvsRedisRate", func(t *testing.T) { testGCRADifferential(t, b) })
 			t.Run("GCRAWithFixed", func(t *testing.T) { testGCRAWithFixed(t, b) })
+			t.Run("Tokens", func(t *testing.T) { testTokens(t, b) })
+			t.Run("TokensConcurrentDebits", func(t *testing.T) { testTokensConcurrentDebits(t, b) })
+			t.Run("Scan", func(t *testing.T) { testScan(t, b) })
 		})
 	}
 }

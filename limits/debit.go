@@ -1,0 +1,108 @@
+package limits
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Tokens limits are debited after the answer: the tokens are spent upstream by then, so a
+// debit never denies; it only makes the next Take of that tenant see them.
+
+// Debit implements Store: one script call (on a Cluster, one per key, pipelined).
+func (r *Redis) Debit(ctx context.Context, hits []Hit, n int64) error {
+	if n <= 0 {
+		return nil
+	}
+	var keys []string
+	var args []any
+	for i := range hits {
+		cr, err := r.rules.get(hits[i].Rule)
+		if err != nil {
+			return fmt.Errorf("limits: debit: %w", err)
+		}
+		if !cr.enabled || hits[i].Rule.Unit != Tokens {
+			continue
+		}
+		keys = append(keys, cr.keyPre+hits[i].ID+"}")
+		args = append(args, cr.spec, strconv.FormatInt(n, 10))
+	}
+	if len(keys) == 0 {
+		return nil
+	}
+	if r.cluster != nil && len(keys) > 1 {
+		// The keys may live on different nodes: one call per key, in one pipeline.
+		pipe := r.cluster.Pipeline()
+		cmds := make([]*redis.Cmd, len(keys))
+		for i, k := range keys {
+			cmds[i] = pipe.EvalSha(ctx, debitScript.Hash(), []string{k}, args[2*i:2*i+2]...)
+		}
+		_, _ = pipe.Exec(ctx) // errors are inspected per command
+		var errs []error
+		for i, c := range cmds {
+			err := c.Err()
+			if redis.HasErrorPrefix(err, "NOSCRIPT") { // a restarted node: nothing ran there
+				err = r.cluster.Eval(ctx, debitLua, []string{keys[i]}, args[2*i:2*i+2]...).Err()
+			}
+			if err != nil && err != redis.Nil {
+				errs = append(errs, err)
+			}
+		}
+		if len(errs) > 0 {
+			return fmt.Errorf("limits: debit: %w", errors.Join(errs...))
+		}
+		return nil
+	}
+	if err := debitScript.Run(ctx, r.client, keys, args...).Err(); err != nil && err != redis.Nil {
+		return fmt.Errorf("limits: debit: %w", err)
+	}
+	return nil
+}
+
+// Debit implements Store.
+func (m *Memory) Debit(ctx context.Context, hits []Hit, n int64) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("limits: debit: %w", err)
+	}
+	if n <= 0 {
+		return nil
+	}
+	sec := m.now().Unix()
+	for i := range hits {
+		cr, err := m.rules.get(hits[i].Rule)
+		if err != nil {
+			return fmt.Errorf("limits: debit: %w", err)
+		}
+		if !cr.enabled || hits[i].Rule.Unit != Tokens {
+			continue
+		}
+		h := memHit{cr: cr, key: memKey{cr.keyPre, hits[i].ID}}
+		h.shard = m.shardOf(h.key)
+		ws, we := cr.snap.Window.boundsUnix(sec)
+		sh := &m.shards[h.shard]
+		sh.mu.Lock()
+		h.e = sh.m[h.key]
+		e := m.entry(&h)
+		if e.ws != ws {
+			e.ws, e.n = ws, 0
+		}
+		e.n += n
+		e.expires = we * 1e6
+		sh.mu.Unlock()
+	}
+	return nil
+}
+
+// Debit implements Store. Like Take, it goes through the breaker: a debit against an open
+// breaker is dropped at once (the caller logs it) rather than waiting on a dead Redis.
+func (g *Guard) Debit(ctx context.Context, hits []Hit, n int64) error {
+	if err := g.admit(); err != nil {
+		return err
+	}
+	cctx, cancel := context.WithTimeout(ctx, g.o.Timeout)
+	defer cancel()
+	return g.record(ctx, g.s.Debit(cctx, hits, n))
+}

@@ -1,0 +1,226 @@
+package limits
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// scanCount is the COUNT hint of one SCAN call: each call walks about this many keys of the
+// keyspace, which keeps every call to a millisecond or so, however many tenants there are.
+const scanCount = 1000
+
+// Scan implements Store. It walks the keyspace of every master with SCAN MATCH (never KEYS):
+// each call returns at once, so Redis is never blocked for long, and the keys found are read
+// back in one pipeline per batch. Counters are interpreted at the node's own TIME.
+func (r *Redis) Scan(ctx context.Context, rule *Rule, resolve func(id string) *Rule, visit func(id string, u Usage)) error {
+	cr, err := r.rules.get(rule)
+	if err != nil {
+		return fmt.Errorf("limits: scan: %w", err)
+	}
+	if !cr.enabled {
+		return nil
+	}
+	// On a Cluster the masters are scanned concurrently: resolve and visit are serialised.
+	var mu sync.Mutex
+	node := func(ctx context.Context, c redis.Cmdable) error {
+		now, err := c.Time(ctx).Result()
+		if err != nil {
+			return fmt.Errorf("limits: scan: time: %w", err)
+		}
+		return scanNode(ctx, c, cr, now, func(id string, raw rawCounter) {
+			mu.Lock()
+			defer mu.Unlock()
+			if u, ok := raw.usage(rule, resolve(id), now); ok {
+				visit(id, u)
+			}
+		})
+	}
+	if r.cluster != nil {
+		return r.cluster.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return node(ctx, c) })
+	}
+	return node(ctx, r.client)
+}
+
+// rawCounter is a counter as stored: a fixed window's start and count, or a GCRA TAT.
+type rawCounter struct {
+	ws, n int64
+	tat   float64
+}
+
+func scanNode(ctx context.Context, c redis.Cmdable, cr *compiled, now time.Time, found func(string, rawCounter)) error {
+	match := globEscape(cr.keyPre) + "*"
+	// The key's type tells fixed windows (hashes) from GCRA (strings), should a plan have
+	// switched the algorithm of a limit under the same name and window.
+	typ := "hash"
+	if cr.snap.Algorithm == GCRA {
+		typ = "string"
+	}
+	var cursor uint64
+	for {
+		keys, next, err := c.ScanType(ctx, cursor, match, scanCount, typ).Result()
+		if err != nil {
+			return fmt.Errorf("limits: scan: %w", err)
+		}
+		if len(keys) > 0 {
+			if err := readCounters(ctx, c, cr, keys, found); err != nil {
+				return err
+			}
+		}
+		if next == 0 {
+			return nil
+		}
+		cursor = next
+	}
+}
+
+// readCounters reads one SCAN batch in one pipeline. Keys that expired in between are skipped.
+func readCounters(ctx context.Context, c redis.Cmdable, cr *compiled, keys []string, found func(string, rawCounter)) error {
+	pipe := c.Pipeline()
+	fixed := cr.snap.Algorithm == Fixed
+	hm := make([]*redis.SliceCmd, 0, len(keys))
+	gets := make([]*redis.StringCmd, 0, len(keys))
+	for _, k := range keys {
+		if fixed {
+			hm = append(hm, pipe.HMGet(ctx, k, "s", "n"))
+		} else {
+			gets = append(gets, pipe.Get(ctx, k))
+		}
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return fmt.Errorf("limits: scan: read: %w", err)
+	}
+	for i, k := range keys {
+		id, ok := idOf(cr.keyPre, k)
+		if !ok {
+			continue
+		}
+		var raw rawCounter
+		if fixed {
+			v := hm[i].Val()
+			if len(v) != 2 {
+				continue
+			}
+			ws, err1 := strconv.ParseInt(str(v[0]), 10, 64)
+			n, err2 := strconv.ParseInt(str(v[1]), 10, 64)
+			if err1 != nil || err2 != nil {
+				continue // expired between SCAN and HMGET
+			}
+			raw.ws, raw.n = ws, n
+		} else {
+			tat, err := strconv.ParseFloat(gets[i].Val(), 64)
+			if err != nil {
+				continue
+			}
+			raw.tat = tat
+		}
+		found(id, raw)
+	}
+	return nil
+}
+
+func str(v any) string {
+	s, _ := v.(string)
+	return s
+}
+
+// idOf cuts the id out of "<keyPre><id>}".
+func idOf(keyPre, key string) (string, bool) {
+	if !strings.HasPrefix(key, keyPre) || !strings.HasSuffix(key, "}") || len(key) == len(keyPre)+1 {
+		return "", false
+	}
+	return key[len(keyPre) : len(key)-1], true
+}
+
+// globEscape quotes the characters SCAN MATCH treats as patterns.
+func globEscape(s string) string {
+	var b strings.Builder
+	for _, c := range s {
+		if strings.ContainsRune(`*?[]\`, c) {
+			b.WriteByte('\\')
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
+}
+
+// usage interprets a counter found under base's keys with the rule that applies to its id.
+// ok is false when nothing is in use, or when that rule counts under other keys.
+func (c rawCounter) usage(base, r *Rule, now time.Time) (Usage, bool) {
+	if r == nil || r.Limit <= 0 || r.Window != base.Window || r.Algorithm != base.Algorithm || r.Unit != base.Unit {
+		return Usage{}, false
+	}
+	u := Usage{Name: r.Name, Limit: r.Limit}
+	sec, usec := now.Unix(), int64(now.Nanosecond()/1000)
+	if r.Algorithm == Fixed {
+		ws, we := r.Window.boundsUnix(sec)
+		if c.ws != ws {
+			return Usage{}, false // a past window
+		}
+		u.Used, u.Reset = c.n, time.Unix(we, 0).UTC()
+	} else {
+		gnow := float64(sec-jan2017) + float64(usec)/1e6
+		tat := math.Max(c.tat, gnow)
+		em := r.Window.Nominal().Seconds() / float64(r.Limit)
+		u.Used = int64(math.Ceil((tat-gnow)/em - 1e-9))
+		u.Reset = time.UnixMicro(int64(math.Floor((tat + jan2017) * 1e6))).UTC()
+	}
+	u.Used = max(u.Used, 0)
+	if r.Unit != Tokens {
+		u.Used = min(u.Used, r.Limit)
+	}
+	u.Remaining = max(r.Limit-u.Used, 0)
+	return u, u.Used > 0
+}
+
+// Scan implements Store. Entries are copied under each shard's lock and interpreted outside
+// it, so a scan holds no lock while resolve runs.
+func (m *Memory) Scan(ctx context.Context, rule *Rule, resolve func(id string) *Rule, visit func(id string, u Usage)) error {
+	cr, err := m.rules.get(rule)
+	if err != nil {
+		return fmt.Errorf("limits: scan: %w", err)
+	}
+	if !cr.enabled {
+		return nil
+	}
+	now := m.now()
+	nowUS := now.UnixMicro()
+	type found struct {
+		id  string
+		raw rawCounter
+	}
+	var batch []found
+	for i := range m.shards {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("limits: scan: %w", err)
+		}
+		sh := &m.shards[i]
+		batch = batch[:0]
+		sh.mu.Lock()
+		for k, e := range sh.m {
+			if k.rule == cr.keyPre && e.expires > nowUS {
+				batch = append(batch, found{k.id, rawCounter{ws: e.ws, n: e.n, tat: e.tat}})
+			}
+		}
+		sh.mu.Unlock()
+		for _, f := range batch {
+			if u, ok := f.raw.usage(rule, resolve(f.id), now); ok {
+				visit(f.id, u)
+			}
+		}
+	}
+	return nil
+}
+
+// Scan implements Store. Reads for operators do not go through the breaker: they neither
+// open it nor are refused by it, and the caller's context bounds them.
+func (g *Guard) Scan(ctx context.Context, r *Rule, resolve func(id string) *Rule, visit func(id string, u Usage)) error {
+	return g.s.Scan(ctx, r, resolve, visit)
+}
