@@ -31,6 +31,10 @@ type Options struct {
 	Metrics http.Handler
 	// Usage backs the /usage endpoints.
 	Usage UsageReader
+	// Top backs GET /usage/top.
+	Top TopReader
+	// TopTimeout bounds one /usage/top read (it scans every counter of the limits it lists).
+	TopTimeout time.Duration
 	// Reload re-reads the config file (POST /reload); nil disables the endpoint.
 	Reload func() error
 	// Keys manages registered keys (POST /keys, DELETE /keys/{digest}, GET /keys); nil in
@@ -66,6 +70,9 @@ func Handler(o Options) http.Handler {
 	mux.Handle("GET /usage/orgs/{org}", h.guard(h.usage("org", "org")))
 	mux.Handle("GET /usage/ips/{ip}", h.guard(h.usage("ip", "ip")))
 	mux.Handle("POST /usage/key", h.guard(http.HandlerFunc(h.usageKey)))
+	if o.Top != nil {
+		mux.Handle("GET /usage/top", h.guard(http.HandlerFunc(h.top)))
+	}
 	if o.Keys != nil {
 		RegisterKeys(mux, o.Keys, h.guard, o.KnownPlan)
 	}
@@ -114,6 +121,7 @@ func (h *handler) guard(next http.Handler) http.Handler {
 
 type usageJSON struct {
 	Name      string    `json:"name"`
+	Unit      string    `json:"unit"`
 	Limit     int64     `json:"limit"`
 	Used      int64     `json:"used"`
 	Remaining int64     `json:"remaining"`
@@ -161,7 +169,7 @@ func (h *handler) writeUsage(w http.ResponseWriter, r *http.Request, what, subje
 		Limits []usageJSON `json:"limits"`
 	}{Limits: make([]usageJSON, 0, len(usages))}
 	for _, u := range usages {
-		out.Limits = append(out.Limits, usageJSON{u.Name, u.Limit, u.Used, u.Remaining, ceilSecond(u.Reset)})
+		out.Limits = append(out.Limits, usageJSON{u.Name, u.Unit.String(), u.Limit, u.Used, u.Remaining, ceilSecond(u.Reset)})
 	}
 	writeJSON(w, http.StatusOK, out)
 }

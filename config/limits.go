@@ -54,6 +54,9 @@ type Limit struct {
 	Algorithm string `yaml:"algorithm"`
 	// Mode is enforce (default) or shadow: counted and reported, never denying.
 	Mode string `yaml:"mode"`
+	// Unit is requests (default: one per admitted request) or tokens (the prompt and
+	// completion tokens of streamed answers, debited once an answer's usage is known).
+	Unit string `yaml:"unit"`
 }
 
 // LimitSpec is a limit with every field resolved.
@@ -64,15 +67,16 @@ type LimitSpec struct {
 	By        string
 	Algorithm string
 	Shadow    bool
+	Unit      string // "requests" or "tokens"
 }
 
 // BuiltinLimits are the platform's documented limits.
 func BuiltinLimits() []LimitSpec {
 	return []LimitSpec{
-		{Name: "agent_job_per_project", Limit: 100, Window: "hour", By: "project", Algorithm: "fixed"},
-		{Name: "assistant_per_key", Limit: 10000, Window: "month", By: "key", Algorithm: "fixed"},
-		{Name: "assistant_per_org", Limit: 10000, Window: "hour", By: "org", Algorithm: "fixed"},
-		{Name: "assistant_per_ip", Limit: 10000, Window: "day", By: "ip", Algorithm: "fixed"},
+		{Name: "agent_job_per_project", Limit: 100, Window: "hour", By: "project", Algorithm: "fixed", Unit: "requests"},
+		{Name: "assistant_per_key", Limit: 10000, Window: "month", By: "key", Algorithm: "fixed", Unit: "requests"},
+		{Name: "assistant_per_org", Limit: 10000, Window: "hour", By: "org", Algorithm: "fixed", Unit: "requests"},
+		{Name: "assistant_per_ip", Limit: 10000, Window: "day", By: "ip", Algorithm: "fixed", Unit: "requests"},
 	}
 }
 
@@ -82,7 +86,7 @@ func (c *Config) ResolvedLimits() []LimitSpec {
 	for name, l := range c.Limits {
 		i := slices.IndexFunc(specs, func(s LimitSpec) bool { return s.Name == name })
 		if i < 0 {
-			specs = append(specs, LimitSpec{Name: name, Algorithm: "fixed"})
+			specs = append(specs, LimitSpec{Name: name, Algorithm: "fixed", Unit: "requests"})
 			i = len(specs) - 1
 		}
 		specs[i].override(l)
@@ -97,7 +101,7 @@ func (c *Config) PlanLimits(plan string) []LimitSpec {
 	specs := c.ResolvedLimits()
 	for i := range specs {
 		if l, ok := c.Plans[plan][specs[i].Name]; ok {
-			l.By = ""
+			l.By, l.Unit = "", ""
 			specs[i].override(l)
 		}
 	}
@@ -120,6 +124,9 @@ func (s *LimitSpec) override(l Limit) {
 	}
 	if l.Mode != "" {
 		s.Shadow = l.Mode == "shadow"
+	}
+	if l.Unit != "" {
+		s.Unit = l.Unit
 	}
 }
 
@@ -203,9 +210,13 @@ func (v *validator) limits(c *Config) {
 			if l.By != "" && l.By != b.By {
 				v.fail(key+".by", "a plan cannot change what %s counts by (%s)", name, b.By)
 			}
+			if l.Unit != "" && l.Unit != b.Unit {
+				v.fail(key+".unit", "a plan cannot change what %s counts (%s)", name, b.Unit)
+			}
 			v.limit(key, name, Limit{Limit: l.Limit, Window: l.Window, By: b.By, Algorithm: l.Algorithm, Mode: l.Mode}, true)
 		}
 	}
+	v.tokensLimits(c)
 	names := map[string]bool{}
 	for _, s := range c.ResolvedLimits() {
 		names[s.Name] = true
@@ -263,5 +274,34 @@ func (v *validator) limit(key, name string, l Limit, partial bool) {
 	case "", "enforce", "shadow":
 	default:
 		v.fail(key+".mode", "%q is not enforce or shadow", l.Mode)
+	}
+	switch l.Unit {
+	case "", "requests":
+	case "tokens": // checked once resolved (tokensLimits)
+	default:
+		v.fail(key+".unit", "%q is not requests or tokens", l.Unit)
+	}
+}
+
+// tokensLimits checks tokens limits as resolved, defaults and every plan: they count in fixed
+// windows (a debit adds to the current window), and by org or key, the tenants whose answers
+// carry a token usage.
+func (v *validator) tokensLimits(c *Config) {
+	check := func(prefix string, specs []LimitSpec) {
+		for _, s := range specs {
+			if s.Unit != "tokens" {
+				continue
+			}
+			if s.Algorithm != "" && s.Algorithm != "fixed" {
+				v.fail(prefix+s.Name+".algorithm", "a tokens limit counts in fixed windows (algorithm: fixed)")
+			}
+			if s.By != "org" && s.By != "key" {
+				v.fail(prefix+s.Name+".by", "a tokens limit counts by org or key, not %s", s.By)
+			}
+		}
+	}
+	check("limits.", c.ResolvedLimits())
+	for plan := range c.Plans {
+		check("plans."+plan+".", c.PlanLimits(plan))
 	}
 }

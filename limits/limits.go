@@ -105,6 +105,7 @@ type Usage struct {
 	Used      int64
 	Remaining int64
 	Reset     time.Time // end of the current window (fixed) / full replenishment (gcra)
+	Unit      Unit
 }
 
 // Store decides hits atomically: all-or-nothing (if any limit denies, none is consumed).

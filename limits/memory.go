@@ -253,7 +253,7 @@ func (m *Memory) Usage(ctx context.Context, r *Rule, id string) (Usage, error) {
 	if err != nil {
 		return Usage{}, fmt.Errorf("limits: usage: %w", err)
 	}
-	u := Usage{Name: r.Name, Limit: r.Limit}
+	u := Usage{Name: r.Name, Limit: r.Limit, Unit: r.Unit}
 	if !cr.enabled {
 		return u, nil
 	}

@@ -157,7 +157,7 @@ func (c rawCounter) usage(base, r *Rule, now time.Time) (Usage, bool) {
 	if r == nil || r.Limit <= 0 || r.Window != base.Window || r.Algorithm != base.Algorithm || r.Unit != base.Unit {
 		return Usage{}, false
 	}
-	u := Usage{Name: r.Name, Limit: r.Limit}
+	u := Usage{Name: r.Name, Limit: r.Limit, Unit: r.Unit}
 	sec, usec := now.Unix(), int64(now.Nanosecond()/1000)
 	if r.Algorithm == Fixed {
 		ws, we := r.Window.boundsUnix(sec)

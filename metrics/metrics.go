@@ -30,6 +30,8 @@ type Metrics struct {
 	breakerOpen          prometheus.Gauge
 	orgRequests          *prometheus.CounterVec
 	deprecated           *prometheus.CounterVec
+	streamTokens         *prometheus.CounterVec
+	tokenLimitNear       *prometheus.CounterVec
 }
 
 // Latency buckets from 1 ms to 30 s: gateway overhead sits at the low end, streamed answers at
@@ -113,8 +115,16 @@ func New(reg prometheus.Registerer) *Metrics {
 			Help: "Authenticated requests on deprecated routes, by route and organization (configured orgs; all others are other): who still has to migrate.",
 		}, []string{"route", "org"}),
 	}
+	m.streamTokens = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "gateway_stream_tokens_total",
+		Help: "Tokens of streamed answers as the upstream reported them (the d: part's usage, else the sum of the e: parts that passed), by route, organization (configured orgs; all others are other) and kind (prompt or completion).",
+	}, []string{"route", "org", "kind"})
+	m.tokenLimitNear = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "gateway_token_limit_near_total",
+		Help: "Admitted requests whose tokens limit was 90% or more spent, by route and limit.",
+	}, []string{"route", "limit"})
 	reg.MustRegister(
-		m.orgRequests, m.deprecated,
+		m.orgRequests, m.deprecated, m.streamTokens, m.tokenLimitNear,
 		m.decisions, m.nearLimit, m.limiterDuration, m.limiterErrors, m.breakerOpen,
 		m.requests, m.requestDuration, m.inflight, m.authRejections, m.validationRejections,
 		m.upstreamErrors, m.upstreamDuration, m.streamFirstByte, m.streamDuration, m.streamFinished,
@@ -214,17 +224,34 @@ func (m *Metrics) BreakerOpen(open bool) {
 // Limit holds the pre-resolved series of one limit applied by one route.
 type Limit struct {
 	Allowed, Denied, ShadowDenied, Error, NearLimit prometheus.Counter
+	// TokensNear counts admissions with 90% or more of a tokens limit spent; nil for
+	// requests limits.
+	TokensNear prometheus.Counter
 }
 
-// Limit resolves the series of limit name applied by this route.
-func (r *Route) Limit(name string) *Limit {
+// Limit resolves the series of limit name applied by this route; tokens says it counts tokens.
+func (r *Route) Limit(name string, tokens bool) *Limit {
 	d := r.m.decisions
-	return &Limit{
+	l := &Limit{
 		Allowed:      d.WithLabelValues(r.name, name, "allowed"),
 		Denied:       d.WithLabelValues(r.name, name, "denied"),
 		ShadowDenied: d.WithLabelValues(r.name, name, "shadow_denied"),
 		Error:        d.WithLabelValues(r.name, name, "error"),
 		NearLimit:    r.m.nearLimit.WithLabelValues(r.name, name),
+	}
+	if tokens {
+		l.TokensNear = r.m.tokenLimitNear.WithLabelValues(r.name, name)
+	}
+	return l
+}
+
+// Tokens counts a streamed answer's tokens for org (a configured organization or "other").
+func (r *Route) Tokens(org string, prompt, completion int64) {
+	if prompt > 0 {
+		r.m.streamTokens.WithLabelValues(r.name, org, "prompt").Add(float64(prompt))
+	}
+	if completion > 0 {
+		r.m.streamTokens.WithLabelValues(r.name, org, "completion").Add(float64(completion))
 	}
 }
 

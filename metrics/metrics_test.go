@@ -50,8 +50,14 @@ func TestSeries(t *testing.T) {
 	r.Request(201)
 	r.Request(700) // not pre-resolved: looked up when it happens
 	r.AuthRejected("missing")
-	l := r.Limit("agent_job_per_project")
+	l := r.Limit("agent_job_per_project", false)
+	if l.TokensNear != nil {
+		t.Error("a requests limit has a tokens series")
+	}
 	l.Allowed.Inc()
+	r.Limit("tokens_per_org", true).TokensNear.Inc()
+	r.Tokens("acme", 12, 30)
+	r.Tokens("acme", 3, 0)
 	l.ShadowDenied.Inc()
 	m.Org("acme").Denied.Inc()
 	r.Deprecated("other")
@@ -74,6 +80,10 @@ func TestSeries(t *testing.T) {
 		{"gateway_deprecated_requests_total", []string{"route", "agent_job", "org", "other"}, 1},
 		{"gateway_stream_finished_total", []string{"route", "agent_job", "reason", "stop"}, 1},
 		{"gateway_breaker_open", nil, 1},
+		{"gateway_token_limit_near_total", []string{"route", "agent_job", "limit", "tokens_per_org"}, 1},
+		{"gateway_token_limit_near_total", []string{"route", "agent_job", "limit", "agent_job_per_project"}, -1},
+		{"gateway_stream_tokens_total", []string{"route", "agent_job", "org", "acme", "kind", "prompt"}, 15},
+		{"gateway_stream_tokens_total", []string{"route", "agent_job", "org", "acme", "kind", "completion"}, 30},
 		{"gateway_limiter_errors_total", nil, 1},
 	} {
 		if got := value(t, reg, c.name, c.labels...); got != c.want {

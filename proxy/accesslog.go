@@ -27,6 +27,7 @@ func (g *Gateway) finish(s *scope, r *http.Request) {
 			m.FirstByte.Observe(s.w.firstByte.Sub(s.start).Seconds())
 		}
 		m.StreamDuration.Observe(elapsed.Seconds())
+		g.countTokens(s)
 	}
 	ce := g.log.Check(zap.InfoLevel, "request")
 	if ce == nil {

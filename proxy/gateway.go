@@ -50,6 +50,7 @@ type Gateway struct {
 	allowOnLimiterError bool
 	limitStates         sync.Pool // *limitState
 	logFields           sync.Pool // *[]zap.Field for access-log lines
+	debits              sync.WaitGroup // token debits under way (see Close)
 }
 
 var _ http.Handler = (*Gateway)(nil)

@@ -17,10 +17,13 @@ import (
 	"github.com/docsgate/gateway/metrics"
 )
 
-// Limiter decides all hits of a request at once, all-or-nothing, and reads counters back.
+// Limiter decides all hits of a request at once, all-or-nothing, debits tokens limits after
+// answers, and reads counters back.
 type Limiter interface {
 	Take(ctx context.Context, hits []limits.Hit, d *limits.Decision) error
 	Usage(ctx context.Context, r *limits.Rule, id string) (limits.Usage, error)
+	Debit(ctx context.Context, hits []limits.Hit, n int64) error
+	Scan(ctx context.Context, r *limits.Rule, resolve func(id string) *limits.Rule, visit func(id string, u limits.Usage)) error
 }
 
 // by says what a limit counts.
@@ -103,7 +106,11 @@ func compileLimits(cfg *config.Config, routes []*route) (map[string][]routeLimit
 			if !ok {
 				return nil, fmt.Errorf("limits.%s.by: %q is not project, key, org or ip", s.Name, s.By)
 			}
-			c := compiledLimit{rule: &limits.Rule{Name: s.Name, Limit: s.Limit, Window: w, Algorithm: a}, by: b, shadow: s.Shadow}
+			u, err := limits.ParseUnit(s.Unit)
+			if err != nil {
+				return nil, fmt.Errorf("limits.%s.unit: %w", s.Name, err)
+			}
+			c := compiledLimit{rule: &limits.Rule{Name: s.Name, Limit: s.Limit, Window: w, Algorithm: a, Unit: u}, by: b, shadow: s.Shadow}
 			set[s.Name] = c
 			if s.Limit > 0 {
 				all[plan] = append(all[plan], routeLimit{rule: c.rule, by: b, shadow: c.shadow})
@@ -150,7 +157,7 @@ func compileLimits(cfg *config.Config, routes []*route) (map[string][]routeLimit
 				if c.rule.Limit <= 0 {
 					continue // disabled: never asked for, never in headers
 				}
-				set.limits = append(set.limits, routeLimit{rule: c.rule, by: c.by, shadow: c.shadow, metrics: rt.metrics.Limit(name)})
+				set.limits = append(set.limits, routeLimit{rule: c.rule, by: c.by, shadow: c.shadow, metrics: rt.metrics.Limit(name, c.rule.Unit == limits.Tokens)})
 			}
 			set.policyValue = []string{policyHeader(set.limits)}
 			rt.sets[plan] = set
@@ -219,7 +226,12 @@ func (g *Gateway) limit(s *scope, r *http.Request) bool {
 	defer g.limitStates.Put(st)
 	st.hits = st.hits[:0]
 	for _, l := range set.limits {
-		st.hits = append(st.hits, limits.Hit{Rule: l.rule, ID: s.limitID(l.by, r)})
+		h := limits.Hit{Rule: l.rule, ID: s.limitID(l.by, r)}
+		st.hits = append(st.hits, h)
+		if l.rule.Unit == limits.Tokens {
+			// Debited with the answer's tokens once its usage is known (see debitTokens).
+			s.tokenHits = append(s.tokenHits, h)
+		}
 	}
 	dec, err := g.take(st.hits, &st.dec, r)
 	if err == nil && !dec.Allowed && onlyShadowDenied(set.limits, dec) {
@@ -273,6 +285,9 @@ func (g *Gateway) limit(s *scope, r *http.Request) bool {
 			l.metrics.Allowed.Inc()
 			if res.Remaining*10 < l.rule.Limit {
 				l.metrics.NearLimit.Inc()
+			}
+			if l.metrics.TokensNear != nil && res.Remaining*10 <= l.rule.Limit {
+				l.metrics.TokensNear.Inc()
 			}
 		}
 		return true

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/docsgate/gateway/limits"
 	"github.com/docsgate/gateway/metrics"
 )
 
@@ -46,6 +47,8 @@ type scope struct {
 	upstreamStatus int
 	upstreamKind   string     // set when the upstream exchange failed
 	tap            *finishTap // streamed answers: watches for the finish part
+	// tokenHits are the request's tokens limits, debited with its answer's tokens.
+	tokenHits []limits.Hit
 
 	// Storage that lives as long as the request, so the hot path allocates less: the
 	// response writer wrapper, the header values, the replayed body and the log fields.

@@ -148,6 +148,8 @@ func serve(ctx context.Context, path string, cfg *config.Config, dev bool) error
 			Ready:        ready,
 			Metrics:      metrics.Handler(reg),
 			Usage:        gw,
+			Top:          gw,
+			TopTimeout:   30 * time.Second,
 			Reload:       rl.reload,
 			Keys:         keyManager,
 			KnownPlan:    rl.knownPlan,
@@ -194,12 +196,13 @@ func serve(ctx context.Context, path string, cfg *config.Config, dev bool) error
 		}
 		break
 	}
-	return drain(cfg.Server, pub, admin, &draining, log)
+	return drain(cfg.Server, pub, admin, gw, &draining, log)
 }
 
 // drain turns /readyz to 503, waits shutdown_delay for load balancers to notice, then closes
-// the listeners and gives in-flight requests and streams shutdown_grace to finish.
-func drain(sc config.Server, pub, admin *http.Server, draining *atomic.Bool, log *zap.Logger) error {
+// the listeners and gives in-flight requests and streams shutdown_grace to finish, and the
+// token debits of the last answers the rest of it.
+func drain(sc config.Server, pub, admin *http.Server, gw *proxy.Gateway, draining *atomic.Bool, log *zap.Logger) error {
 	draining.Store(true)
 	log.Info("shutting down", zap.Duration("delay", sc.ShutdownDelay), zap.Duration("grace", sc.ShutdownGrace))
 	time.Sleep(sc.ShutdownDelay)
@@ -214,6 +217,9 @@ func drain(sc config.Server, pub, admin *http.Server, draining *atomic.Bool, log
 		log.Warn("shutdown", zap.Error(err))
 	}
 	_ = admin.Close()
+	if err := gw.Close(ctx); err != nil {
+		log.Warn("token debits still under way at the end of the grace period were dropped")
+	}
 	log.Info("stopped")
 	return nil
 }

@@ -1,0 +1,51 @@
+package proxy
+
+import (
+	"context"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// debitTimeout bounds one token debit. It runs after the answer, so it delays nobody; the
+// limiter's own timeout (redis.timeout) usually ends it much sooner.
+const debitTimeout = 5 * time.Second
+
+// countTokens records a streamed answer's token usage once it has ended: the metric, and one
+// debit of the request's tokens limits. The debit is one store write made off the request
+// path, so it never delays a byte of the stream or the end of the request.
+func (g *Gateway) countTokens(s *scope) {
+	prompt, completion, ok := s.tap.tokens()
+	if !ok {
+		return
+	}
+	s.route.metrics.Tokens(s.snap.orgLabel(s.org), prompt, completion)
+	n := prompt + completion
+	if n <= 0 || len(s.tokenHits) == 0 || g.limiter == nil {
+		return
+	}
+	hits, route := s.tokenHits, s.route.name
+	g.debits.Add(1)
+	go func() {
+		defer g.debits.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), debitTimeout)
+		defer cancel()
+		if err := g.limiter.Debit(ctx, hits, n); err != nil {
+			// The tokens are lost to the limit (never double-counted): say so, with numbers.
+			g.log.Warn("token debit failed", zap.String("route", route), zap.Int64("tokens", n), zap.Error(err))
+		}
+	}()
+}
+
+// Close waits, until ctx ends, for the token debits still under way, so that a shutdown does
+// not lose the last answers' tokens. Call it once the listeners are shut down.
+func (g *Gateway) Close(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() { g.debits.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
