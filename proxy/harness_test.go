@@ -75,6 +75,7 @@ type gateway struct {
 	up   *upstream
 	logs *observer.ObservedLogs
 	reg  *prometheus.Registry
+	gw   *Gateway
 }
 
 type gatewayOpt func(*config.Config)
@@ -113,7 +114,7 @@ func newGatewayWith(t *testing.T, up *upstream, reg KeyLookup, opts ...gatewayOp
 	srv.Config.Protocols = &p
 	srv.Start()
 	t.Cleanup(srv.Close)
-	return &gateway{Server: srv, up: up, logs: logs, reg: promReg}
+	return &gateway{Server: srv, up: up, logs: logs, reg: promReg, gw: gw}
 }
 
 func ptr[T any](v T) *T { return &v }
