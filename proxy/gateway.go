@@ -48,8 +48,8 @@ type Gateway struct {
 	limiter             Limiter
 	registry            KeyLookup
 	allowOnLimiterError bool
-	limitStates         sync.Pool // *limitState
-	logFields           sync.Pool // *[]zap.Field for access-log lines
+	limitStates         sync.Pool      // *limitState
+	logFields           sync.Pool      // *[]zap.Field for access-log lines
 	debits              sync.WaitGroup // token debits under way (see Close)
 }
 
