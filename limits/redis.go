@@ -97,11 +97,11 @@ func (r *Redis) Take(ctx context.Context, hits []Hit, d *Decision) error {
 		return nil
 	}
 	if r.cluster != nil && !sameSlot(sc) {
-		return r.takeCluster(ctx, sc, d)
+		return r.followTopology(ctx, r.takeCluster(ctx, sc, d))
 	}
 	reply, err := takeScript.Run(ctx, r.client, sc.keys, sc.args...).Text()
 	if err != nil {
-		return fmt.Errorf("limits: take: %w", err)
+		return r.followTopology(ctx, fmt.Errorf("limits: take: %w", err))
 	}
 	ok, err := parseTake(reply, sc.idx, sc.ws, d.Results)
 	if err != nil {
@@ -217,4 +217,15 @@ func (r *Redis) Preload(ctx context.Context) error {
 		return r.cluster.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return load(ctx, c) })
 	}
 	return load(ctx, r.client)
+}
+
+// followTopology asks a Cluster client to reload the cluster's layout after a failed call: a
+// dead master's slots move to its promoted replica, and go-redis would otherwise keep its
+// cached layout (and keep failing) until its periodic reload, a minute later. Reloads run in
+// the background and are coalesced by go-redis, so a burst of failures costs one reload.
+func (r *Redis) followTopology(ctx context.Context, err error) error {
+	if err != nil && r.cluster != nil && ctx.Err() == nil {
+		r.cluster.ReloadState(ctx)
+	}
+	return err
 }

@@ -47,3 +47,34 @@ func TestCluster(t *testing.T) {
 		t.Fatalf("cluster info: %v %s", err, info)
 	}
 }
+
+func TestSentinelGroupFailsOver(t *testing.T) {
+	g := StartSentinelGroup(t, "failmaster")
+	if got := g.MasterAddr(t); got != g.Master.Addr {
+		t.Fatalf("master %s, want %s", got, g.Master.Addr)
+	}
+	g.Master.Stop(t)
+	start := time.Now()
+	g.WaitPromoted(t, 30*time.Second)
+	t.Logf("promoted after %v", time.Since(start))
+}
+
+func TestClusterWithReplicasFailsOver(t *testing.T) {
+	c := StartClusterWithReplicas(t, 3)
+	m := c.MasterOf(t, "{x}")
+	r := c.ReplicaOf(t, m)
+	m.Stop(t)
+	start := time.Now()
+	rc := r.Client(t)
+	for {
+		info, err := rc.Info(t.Context(), "replication").Result()
+		if err == nil && strings.Contains(info, "role:master") {
+			break
+		}
+		if time.Since(start) > 30*time.Second {
+			t.Fatal("no promotion")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("replica took over after %v", time.Since(start))
+}

@@ -4,9 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"os"
-	"path/filepath"
-	"strconv"
 	"testing"
 	"time"
 
@@ -17,32 +14,11 @@ import (
 // the master's address.
 func StartSentinel(t testing.TB, name string, master *Server) *Server {
 	t.Helper()
-	bin := lookServer(t)
-	dir := t.TempDir()
 	host, port, err := net.SplitHostPort(master.Addr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	conf := filepath.Join(dir, "sentinel.conf")
-	body := fmt.Sprintf("sentinel monitor %s %s %s 1\nsentinel down-after-milliseconds %s 5000\n", name, host, port, name)
-	if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	var lastErr error
-	for attempt := 0; attempt < 5; attempt++ {
-		p, err := FreePort()
-		if err != nil {
-			t.Fatal(err)
-		}
-		s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(p)), port: p, dir: dir, conf: conf, extra: []string{"--sentinel"}}
-		if lastErr = s.launch(bin); lastErr == nil {
-			t.Cleanup(func() { s.Stop(t) })
-			waitMaster(t, s.Addr, name)
-			return s
-		}
-	}
-	t.Fatalf("redistest: start sentinel: %v", lastErr)
-	return nil
+	return startSentinel(t, name, fmt.Sprintf("sentinel monitor %s %s %s 1\nsentinel down-after-milliseconds %s 5000\n", name, host, port, name))
 }
 
 func waitMaster(t testing.TB, addr, name string) {
