@@ -30,6 +30,9 @@ type Redis struct {
 	// PoolSize is the number of connections per Redis node; 0 picks max(32, 10 per CPU), so
 	// a burst of concurrent requests does not queue for a connection past redis.timeout.
 	PoolSize int `yaml:"pool_size"`
+	// WaitReplicas, when above 0, admits a request only once that many replicas hold its
+	// count: WAIT follows every limiter script in the same pipeline (no extra round trip).
+	WaitReplicas int `yaml:"wait_replicas"`
 }
 
 // Breaker stops calling a failing Redis for a while, so a dead Redis does not add its timeout
@@ -152,6 +155,9 @@ func (v *validator) limits(c *Config) {
 	v.positive("redis.timeout", c.Redis.Timeout)
 	if c.Redis.PoolSize < 0 {
 		v.fail("redis.pool_size", "must not be negative (0 picks a size from the CPU count)")
+	}
+	if c.Redis.WaitReplicas < 0 {
+		v.fail("redis.wait_replicas", "must not be negative (0 does not wait for replicas)")
 	}
 	if c.Redis.DB < 0 {
 		v.fail("redis.db", "must not be negative")

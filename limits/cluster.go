@@ -80,11 +80,13 @@ func nodeArgs(keys []string, args []any) []any {
 	return append(out, args...)
 }
 
+// group is the keys sc.keys[lo:hi] of one node.
+type group struct{ lo, hi int }
+
 func (r *Redis) takeCluster(ctx context.Context, sc *scratch, d *Decision) error {
 	if err := r.byNode(ctx, sc); err != nil {
 		return err
 	}
-	type group struct{ lo, hi int }
 	var groupsBuf [8]group
 	groups := groupsBuf[:0]
 	for i := 0; i < len(sc.keys); {
@@ -96,6 +98,12 @@ func (r *Redis) takeCluster(ctx context.Context, sc *scratch, d *Decision) error
 		i = j
 	}
 
+	if r.waitReplicas > 0 {
+		if err := r.takeClusterWaited(ctx, sc, groups); err != nil {
+			return err
+		}
+		return r.settleCluster(ctx, sc, d, groups)
+	}
 	pipe := r.cluster.Pipeline()
 	for _, g := range groups {
 		argv := nodeArgs(sc.keys[g.lo:g.hi], sc.args[g.lo:g.hi])
@@ -117,7 +125,29 @@ func (r *Redis) takeCluster(ctx context.Context, sc *scratch, d *Decision) error
 	if retry != nil {
 		_, _ = retry.Exec(ctx)
 	}
+	return r.settleCluster(ctx, sc, d, groups)
+}
 
+// takeClusterWaited is takeCluster's first step with WithWaitReplicas: each node's call is
+// followed by WAIT on that node's connection.
+func (r *Redis) takeClusterWaited(ctx context.Context, sc *scratch, groups []group) error {
+	nodes := make([]*redis.Client, len(groups))
+	argv := make([][]any, len(groups))
+	first := make([][]string, len(groups))
+	for gi, g := range groups {
+		node, err := r.cluster.MasterForKey(ctx, sc.keys[g.lo])
+		if err != nil {
+			return fmt.Errorf("limits: cluster node of %s: %w", sc.keys[g.lo], err)
+		}
+		nodes[gi], argv[gi], first[gi] = node, nodeArgs(sc.keys[g.lo:g.hi], sc.args[g.lo:g.hi]), sc.keys[g.lo:g.lo+1]
+	}
+	sc.cmds = append(sc.cmds, r.clusterWaited(ctx, nodes, argv, first)...)
+	return nil
+}
+
+// settleCluster reads the nodes' replies and, unless every node admitted, gives back what the
+// admitting nodes took.
+func (r *Redis) settleCluster(ctx context.Context, sc *scratch, d *Decision, groups []group) error {
 	allOK := true
 	var firstErr error
 	var consumedBuf [8]bool

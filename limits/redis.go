@@ -23,6 +23,9 @@ type Redis struct {
 	cluster *redis.ClusterClient
 	rules   ruleCache
 	pool    sync.Pool // *scratch, reused buffers of the hot path
+
+	waitReplicas int // see WithWaitReplicas
+	waitTimeout  time.Duration
 }
 
 // scratch holds the per-Take buffers. Entries are parallel slices per key sent
@@ -38,7 +41,7 @@ type scratch struct {
 }
 
 // NewRedis returns a Redis store. prefix (e.g. "gw") starts every key name.
-func NewRedis(client redis.UniversalClient, prefix string) *Redis {
+func NewRedis(client redis.UniversalClient, prefix string, opts ...RedisOption) *Redis {
 	r := &Redis{client: client}
 	if cc, ok := client.(*redis.ClusterClient); ok {
 		r.cluster = cc
@@ -47,6 +50,9 @@ func NewRedis(client redis.UniversalClient, prefix string) *Redis {
 		r.rules.prefix = prefix + ":"
 	}
 	r.pool.New = func() any { return new(scratch) }
+	for _, o := range opts {
+		o(r)
+	}
 	return r
 }
 
@@ -99,7 +105,20 @@ func (r *Redis) Take(ctx context.Context, hits []Hit, d *Decision) error {
 	if r.cluster != nil && !sameSlot(sc) {
 		return r.followTopology(ctx, r.takeCluster(ctx, sc, d))
 	}
-	reply, err := takeScript.Run(ctx, r.client, sc.keys, sc.args...).Text()
+	var cmd *redis.Cmd
+	switch {
+	case r.waitReplicas == 0:
+		cmd = takeScript.Run(ctx, r.client, sc.keys, sc.args...)
+	case r.cluster != nil: // WAIT must reach the node that ran the script
+		node, err := r.cluster.MasterForKey(ctx, sc.keys[0])
+		if err != nil {
+			return r.followTopology(ctx, fmt.Errorf("limits: take: %w", err))
+		}
+		cmd = r.runWaited(ctx, node, takeScript, takeLua, sc.keys, sc.args...)
+	default:
+		cmd = r.runWaited(ctx, r.client, takeScript, takeLua, sc.keys, sc.args...)
+	}
+	reply, err := cmd.Text()
 	if err != nil {
 		return r.followTopology(ctx, fmt.Errorf("limits: take: %w", err))
 	}

@@ -67,7 +67,13 @@ func newLimiter(client redis.UniversalClient, c config.Redis, m *metrics.Metrics
 	if client == nil {
 		return &limiter{Limiter: limits.NewMemory()}
 	}
-	l := &limiter{client: client, store: limits.NewRedis(client, c.KeyPrefix)}
+	var opts []limits.RedisOption
+	if c.WaitReplicas > 0 {
+		// WAIT answers within the call's own bound, so a lagging replica shows as
+		// ErrNotReplicated rather than as a timeout.
+		opts = append(opts, limits.WithWaitReplicas(c.WaitReplicas, c.Timeout*3/4))
+	}
+	l := &limiter{client: client, store: limits.NewRedis(client, c.KeyPrefix, opts...)}
 	l.guard = limits.NewGuard(l.store, limits.GuardOptions{
 		Timeout:          c.Timeout,
 		FailureThreshold: c.Breaker.Failures,

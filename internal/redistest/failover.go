@@ -162,7 +162,7 @@ func StartClusterWithReplicas(t testing.TB, masters int) *Cluster {
 	if err != nil {
 		t.Fatal("redis-cli not found: install it with `apt-get install redis-server` (or run `make test`, which does)")
 	}
-	c := &Cluster{}
+	c := &Cluster{masters: masters}
 	for i := 0; i < 2*masters; i++ {
 		s := start(t, func(int) []string {
 			bus, err := FreePort()

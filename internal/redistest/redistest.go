@@ -207,10 +207,12 @@ func (s *Server) Client(t testing.TB) *redis.Client {
 	return c
 }
 
-// Cluster is a Redis Cluster of masters without replicas.
+// Cluster is a Redis Cluster: masters only (StartCluster) or masters with replicas
+// (StartClusterWithReplicas).
 type Cluster struct {
 	Addrs   []string
 	Servers []*Server
+	masters int // 0: every server is a master
 }
 
 // StartCluster starts n masters (n >= 3) with cluster-enabled yes, creates the
@@ -278,7 +280,11 @@ func (c *Cluster) Client(t testing.TB) *redis.ClusterClient {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		shards, err := cc.ClusterShards(context.Background()).Result()
-		if err == nil && len(shards) >= len(c.Addrs) {
+		want := c.masters
+		if want == 0 {
+			want = len(c.Addrs)
+		}
+		if err == nil && len(shards) >= want {
 			return cc
 		}
 		if time.Now().After(deadline) {

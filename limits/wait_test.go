@@ -1,0 +1,71 @@
+package limits
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/docsgate/gateway/internal/redistest"
+)
+
+// With WithWaitReplicas a decision is admitted once the replica holds its count; when the
+// replica is gone, decisions fail with ErrNotReplicated instead of admitting on a count a
+// failover could lose.
+func TestWaitReplicas(t *testing.T) {
+	master := redistest.Start(t)
+	replica := redistest.StartReplica(t, master)
+	ctx := context.Background()
+	s := NewRedis(master.Client(t), uniquePrefix(), WithWaitReplicas(1, 200*time.Millisecond))
+	r := rule(t, "w", 100, "hour", Fixed)
+	hits := []Hit{{Rule: r, ID: "a"}}
+	var d Decision
+	for i := 0; i < 5; i++ {
+		if err := s.Take(ctx, hits, &d); err != nil || !d.Allowed {
+			t.Fatalf("take %d: %v %+v", i, err, d)
+		}
+	}
+	// The replica holds every count the master admitted.
+	key, _ := s.Key(r, "a")
+	if n, err := replica.Client(t).HGet(ctx, key, "n").Int(); err != nil || n != 5 {
+		t.Fatalf("replica count %d %v, want 5", n, err)
+	}
+	// Asking for more replicas than exist fails every decision.
+	s2 := NewRedis(master.Client(t), uniquePrefix(), WithWaitReplicas(2, 50*time.Millisecond))
+	if err := s2.Take(ctx, hits, &d); !errors.Is(err, ErrNotReplicated) {
+		t.Fatalf("two replicas asked, one present: %v", err)
+	}
+	replica.Stop(t)
+	start := time.Now()
+	if err := s.Take(ctx, hits, &d); !errors.Is(err, ErrNotReplicated) {
+		t.Fatalf("replica gone: %v", err)
+	}
+	t.Logf("a decision without its replica failed after %v", time.Since(start))
+}
+
+func TestWaitReplicasCluster(t *testing.T) {
+	c := redistest.StartClusterWithReplicas(t, 3)
+	ctx := context.Background()
+	s := NewRedis(c.Client(t), uniquePrefix(), WithWaitReplicas(1, 500*time.Millisecond))
+	ids := idsOnDistinctNodes(3)
+	r := rule(t, "w", 3, "hour", Fixed)
+	hits := []Hit{{Rule: r, ID: ids[0]}, {Rule: r, ID: ids[1]}, {Rule: r, ID: ids[2]}}
+	var d Decision
+	for i := 0; i < 3; i++ {
+		if err := s.Take(ctx, hits, &d); err != nil || !d.Allowed {
+			t.Fatalf("take %d: %v %+v", i, err, d)
+		}
+	}
+	if err := s.Take(ctx, hits, &d); err != nil || d.Allowed {
+		t.Fatalf("fourth take: %v %+v", err, d)
+	}
+	for _, id := range ids {
+		if u, err := s.Usage(ctx, r, id); err != nil || u.Used != 3 {
+			t.Fatalf("%s: %+v %v", id, u, err)
+		}
+	}
+	// One id alone (one node, single-slot path).
+	if err := s.Take(ctx, []Hit{{Rule: rule(t, "w1", 3, "hour", Fixed), ID: ids[0]}}, &d); err != nil || !d.Allowed {
+		t.Fatalf("single slot: %v %+v", err, d)
+	}
+}
