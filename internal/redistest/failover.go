@@ -18,7 +18,14 @@ import (
 // StartReplica starts a redis-server replicating master and waits until its link is up.
 func StartReplica(t testing.TB, master *Server) *Server {
 	t.Helper()
-	host, port, err := net.SplitHostPort(master.Addr)
+	return StartReplicaOf(t, master.Addr)
+}
+
+// StartReplicaOf starts a redis-server replicating from addr (a master, or a proxy in front of
+// one) and waits until its link is up.
+func StartReplicaOf(t testing.TB, addr string) *Server {
+	t.Helper()
+	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,9 +64,21 @@ type SentinelGroup struct {
 // the two other Sentinels, so that a failover can be agreed on.
 func StartSentinelGroup(t testing.TB, name string) *SentinelGroup {
 	t.Helper()
+	return StartSentinelGroupVia(t, name, nil)
+}
+
+// StartSentinelGroupVia is StartSentinelGroup with the master known to everyone (replica,
+// Sentinels, clients) at via's address, for example a proxy the test controls; nil is the
+// master's own address.
+func StartSentinelGroupVia(t testing.TB, name string, via func(masterAddr string) string) *SentinelGroup {
+	t.Helper()
 	g := &SentinelGroup{Name: name, Master: Start(t)}
-	g.Replica = StartReplica(t, g.Master)
-	host, port, _ := net.SplitHostPort(g.Master.Addr)
+	known := g.Master.Addr
+	if via != nil {
+		known = via(known)
+	}
+	g.Replica = StartReplicaOf(t, known)
+	host, port, _ := net.SplitHostPort(known)
 	for range 3 {
 		body := fmt.Sprintf("sentinel monitor %[1]s %[2]s %[3]s 2\n"+
 			"sentinel down-after-milliseconds %[1]s 1000\n"+
