@@ -1,5 +1,7 @@
 // Command soak runs mixed traffic for SOAK_MINUTES (default 5) against two gateway replicas
-// sharing one Redis, while Redis is killed and restarted and the upstream simulator flaps. It
+// sharing one Redis (a master with two replicas behind three Sentinels, the gateways with
+// redis.wait_replicas: 1), while the Redis master is killed every 20 s (a Sentinel failover
+// each time; it rejoins as a replica) and the upstream simulator flaps. It
 // prints requests sent, answers by status, lost requests (no HTTP answer at all), limit
 // overshoot (2xx per limit, id and window above the limit, counted on the client side), and
 // RSS and goroutine growth of each gateway; it exits 1 on any loss, overshoot or leak.
@@ -198,25 +200,17 @@ func run() int {
 	var interrupted atomic.Bool
 	go func() { <-sigs; interrupted.Store(true) }()
 
-	// Redis with an fsync'ed AOF: counters survive SIGKILL, so a restart inside a window
-	// does not hand out the window's quota a second time.
-	redisAddr := freePort()
-	_, redisPort, _ := net.SplitHostPort(redisAddr)
-	redisDir := filepath.Join(dir, "redis")
-	_ = os.MkdirAll(redisDir, 0o755)
-	rds := &service{name: "redis", bin: redisBin, logf: logf, args: []string{
-		"--port", redisPort, "--bind", "127.0.0.1", "--dir", redisDir, "--save", "",
-		"--appendonly", "yes", "--appendfsync", "always", "--daemonize", "no", "--protected-mode", "no", "--loglevel", "warning",
-	}}
-	services = append(services, rds)
-	if err := rds.start(); err != nil {
+	// Redis: a Sentinel group whose nodes keep an fsync'ed AOF, so a node restarted inside a
+	// window does not hand out the window's quota a second time; the gateways wait for one
+	// replica's acknowledgement of every count (redis.wait_replicas: 1), so a failover loses
+	// no count either.
+	group, err := startRedisGroup(dir, redisBin, logf)
+	services = append(services, group.services()...)
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "soak:", err)
 		return 1
 	}
-	if err := waitRedis(redisAddr, 10*time.Second); err != nil {
-		fmt.Fprintln(os.Stderr, "soak:", err)
-		return 1
-	}
+	redisAddr := strings.Join(group.sentAddrs, ",")
 
 	upAddr := freePort()
 	up := &service{name: "upstream-sim", bin: filepath.Join(dir, "upstream-sim"), logf: logf,
@@ -248,7 +242,9 @@ server:
   idle_timeout: 3s
   shutdown_grace: 5s
 redis:
-  addrs: [%q]
+  addrs: [%s]
+  master_name: %s
+  wait_replicas: 1
   timeout: 200ms
   on_error: deny
   breaker: {failures: 5, cooldown: 500ms}
@@ -258,7 +254,7 @@ limits:
 routes:
   - {name: agent_job_status, method: GET, path: "/v2/agent/{projectId}/job/{jobId}", key: admin}
   - {name: assistant_message_v2, method: POST, path: "/discovery/v2/assistant/{domain}/message", key: assistant, stream: true, limits: []}
-`, g.public, g.admin, upAddr, redisAddr, projectCap, window, orgCap, window)
+`, g.public, g.admin, upAddr, quoted(group.sentAddrs), groupName, projectCap, window, orgCap, window)
 		path := filepath.Join(dir, fmt.Sprintf("gateway-%d.yaml", i))
 		if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 			fmt.Fprintln(os.Stderr, "soak:", err)
@@ -330,10 +326,11 @@ routes:
 		start[i] = measure(g)
 	}
 
-	// Chaos: Redis killed every 20 s for 3 s; the upstream every 15 s for 2 s.
+	// Chaos: the Redis master killed every 20 s for 3 s (a failover each time); the upstream
+	// every 15 s for 2 s.
 	stop := make(chan struct{})
 	var chaos sync.WaitGroup
-	var redisKills, upKills atomic.Int32
+	var redisKills, upKills, failovers atomic.Int32
 	flap := func(s *service, every, down time.Duration, ready func() error, count *atomic.Int32, offset time.Duration) {
 		defer chaos.Done()
 		select {
@@ -364,7 +361,22 @@ routes:
 		}
 	}
 	chaos.Add(2)
-	go flap(rds, 20*time.Second, 3*time.Second, func() error { return waitRedis(redisAddr, 5*time.Second) }, &redisKills, 0)
+	go func() {
+		defer chaos.Done()
+		t := time.NewTicker(20 * time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+			}
+			redisKills.Add(1)
+			if group.failover(3 * time.Second) {
+				failovers.Add(1)
+			}
+		}
+	}()
 	go flap(up, 15*time.Second, 2*time.Second, func() error { return waitHTTP("http://"+upAddr+"/healthz", 5*time.Second) }, &upKills, 5*time.Second)
 
 	began := time.Now()
@@ -390,8 +402,10 @@ routes:
 	load(stop, true)
 	chaos.Wait()
 	// Both dependencies back for the end measurement.
-	if rds.pid() == 0 {
-		_ = rds.start()
+	for _, n := range group.nodes {
+		if n.pid() == 0 {
+			_ = n.start()
+		}
 	}
 	if up.pid() == 0 {
 		_ = up.start()
@@ -413,8 +427,8 @@ routes:
 
 	// Report.
 	fail := false
-	fmt.Printf("\n== soak report (%v, %d workers, Redis killed %d times, upstream killed %d times)\n",
-		time.Since(began).Round(time.Second), workers, redisKills.Load(), upKills.Load())
+	fmt.Printf("\n== soak report (%v, %d workers, Redis master killed %d times (%d Sentinel failovers), upstream killed %d times)\n",
+		time.Since(began).Round(time.Second), workers, redisKills.Load(), failovers.Load(), upKills.Load())
 	fmt.Printf("requests sent:   %d\n", st.sent.Load())
 	st.mu.Lock()
 	codes := make([]int, 0, len(st.codes))
@@ -621,4 +635,12 @@ func goroutines(admin string) float64 {
 		}
 	}
 	return -1
+}
+
+func quoted(ss []string) string {
+	q := make([]string, len(ss))
+	for i, s := range ss {
+		q[i] = strconv.Quote(s)
+	}
+	return strings.Join(q, ", ")
 }
