@@ -16,7 +16,7 @@ import (
 type variant struct {
 	name  string
 	kind  string // direct, bare, gateway
-	store string // gateway only: memory, redis, cluster
+	store string // gateway only: memory, redis, cluster, replicated, wait1
 }
 
 var variants = []variant{
@@ -25,6 +25,10 @@ var variants = []variant{
 	{"gateway-memory", "gateway", "memory"},
 	{"gateway-redis", "gateway", "redis"},
 	{"gateway-cluster", "gateway", "cluster"},
+	// A master with one replica, without and with redis.wait_replicas: 1: the difference is
+	// what waiting for the replica's acknowledgement costs.
+	{"gateway-replicated", "gateway", "replicated"},
+	{"gateway-wait1", "gateway", "wait1"},
 }
 
 func variantNames() []string {
@@ -61,6 +65,7 @@ type env struct {
 	cpuServer, cpuRest string
 	redis              *redisNode
 	cluster            []*redisNode
+	replMaster, replica *redisNode // for gateway-replicated and gateway-wait1
 	fast, stamp, idle  *upstream
 	scripts            map[string]string
 }
@@ -109,6 +114,12 @@ func newEnv(o options) (*env, error) {
 	if e.cluster, err = startCluster(e.dir, e.cpuRest); err != nil {
 		return nil, err
 	}
+	if strings.Contains(o.variants, "gateway-replicated") || strings.Contains(o.variants, "gateway-wait1") {
+		logf("starting a redis-server with one replica")
+		if e.replMaster, e.replica, err = startReplicated(e.dir, e.cpuRest); err != nil {
+			return nil, err
+		}
+	}
 	e.fast = &upstream{args: []string{"-fast"}}
 	e.stamp = &upstream{args: []string{"-stamp", "-part-delay", "10ms", "-answer-parts", "10"}}
 	e.idle = &upstream{args: []string{"-part-delay", "10m", "-answer-parts", "1"}}
@@ -143,6 +154,8 @@ func (e *env) close() {
 		}
 	}
 	e.redis.stop()
+	e.replica.stop()
+	e.replMaster.stop()
 	for _, n := range e.cluster {
 		n.stop()
 	}
@@ -189,12 +202,18 @@ func (e *env) start(v variant, up *upstream) (*server, error) {
 			s.nodes = []*redisNode{e.redis}
 		case "cluster":
 			s.nodes = e.cluster
+		case "replicated", "wait1":
+			s.nodes = []*redisNode{e.replMaster}
 		}
 		for _, n := range s.nodes {
 			addrs = append(addrs, n.addr)
 		}
+		wait := 0
+		if v.store == "wait1" {
+			wait = 1
+		}
 		cfgPath := filepath.Join(e.dir, fmt.Sprintf("%s-%d.yaml", v.name, port))
-		if err := os.WriteFile(cfgPath, []byte(gatewayConfig(port, adminPort, up.url, addrs)), 0o644); err != nil {
+		if err := os.WriteFile(cfgPath, []byte(gatewayConfig(port, adminPort, up.url, addrs, wait)), 0o644); err != nil {
 			return nil, err
 		}
 		s.proc, err = startProc(v.name, e.cpuServer, e.procsEnv(), s.logPath, e.gateway, "-config", cfgPath)
@@ -234,7 +253,7 @@ func tail(b []byte, n int) string {
 // info to stderr, which the bench sends to a file, batched by log.buffer as an operator would
 // run it under load), limits too high to deny, plus a route whose limit is 1 per hour for the
 // 429 path.
-func gatewayConfig(port, adminPort int, upstream string, redisAddrs []string) string {
+func gatewayConfig(port, adminPort int, upstream string, redisAddrs []string, waitReplicas int) string {
 	addrs := "[]"
 	if len(redisAddrs) > 0 {
 		addrs = `["` + strings.Join(redisAddrs, `", "`) + `"]`
@@ -258,13 +277,14 @@ routes:
     limits: [tiny_per_project]
 redis:
   addrs: %s
+  wait_replicas: %d
 limits:
   agent_job_per_project: { limit: 1000000000 }
   assistant_per_key:     { limit: 1000000000 }
   assistant_per_org:     { limit: 1000000000 }
   assistant_per_ip:      { limit: 1000000000 }
   tiny_per_project:      { limit: 1, window: hour, by: project }
-`, port, adminPort, adminToken, upstream, addrs)
+`, port, adminPort, adminToken, upstream, addrs, waitReplicas)
 }
 
 // httpSample is one (round, workload, variant) measurement.

@@ -166,3 +166,37 @@ func sum(v []int64) int64 {
 	}
 	return s
 }
+
+// startReplicated starts a master and one replica of it, and waits until the replica is in
+// sync.
+func startReplicated(dir, cpu string) (*redisNode, *redisNode, error) {
+	m, err := startRedis(dir, cpu, false)
+	if err != nil {
+		return nil, nil, err
+	}
+	r, err := startRedis(dir, cpu, false)
+	if err != nil {
+		m.stop()
+		return nil, nil, err
+	}
+	host, port, _ := strings.Cut(m.addr, ":")
+	ctx := context.Background()
+	if err := r.client.ReplicaOf(ctx, host, port).Err(); err != nil {
+		m.stop()
+		r.stop()
+		return nil, nil, fmt.Errorf("replicaof: %w", err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		info, err := r.client.Info(ctx, "replication").Result()
+		if err == nil && strings.Contains(info, "master_link_status:up") {
+			return m, r, nil
+		}
+		if time.Now().After(deadline) {
+			m.stop()
+			r.stop()
+			return nil, nil, fmt.Errorf("replica of %s never in sync: %v", m.addr, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
