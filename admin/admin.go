@@ -42,9 +42,14 @@ type Options struct {
 	Keys KeyManager
 	// KnownPlan tells whether the running config defines a plan; keys naming another are refused.
 	KnownPlan func(string) bool
-	// Token, when set, is required as "Authorization: Bearer <token>" on every endpoint but
-	// /healthz and /readyz.
+	// Token, when set, is required on every endpoint but /healthz and /readyz, as
+	// "Authorization: Bearer <token>" or as the password of HTTP Basic auth (any user name),
+	// so that a browser can open the usage page.
 	Token string
+	// State reports the gateway's state for the usage page; nil shows none.
+	State func(context.Context) State
+	// UIRefresh is how often the usage page refreshes itself; 0 never.
+	UIRefresh time.Duration
 	// UsageTimeout bounds one usage read.
 	UsageTimeout time.Duration
 	Logger       *zap.Logger
@@ -85,6 +90,12 @@ func Handler(o Options) http.Handler {
 			writeJSON(w, http.StatusOK, map[string]string{"status": "reloaded"})
 		})))
 	}
+	if o.Top != nil {
+		ui := newUI(o)
+		mux.Handle("GET /ui/{$}", h.guard(http.HandlerFunc(ui.page)))
+		mux.Handle("GET /ui/assets/", h.guard(ui.assets()))
+		mux.Handle("GET /ui", h.guard(http.RedirectHandler("/ui/", http.StatusMovedPermanently)))
+	}
 	// Profiles of the running gateway, for performance work; behind the token like the rest.
 	mux.Handle("GET /debug/pprof/", h.guard(http.HandlerFunc(pprof.Index)))
 	mux.Handle("GET /debug/pprof/cmdline", h.guard(http.HandlerFunc(pprof.Cmdline)))
@@ -102,17 +113,24 @@ type handler struct {
 	o Options
 }
 
-// guard requires the admin token when one is configured.
+// guard requires the admin token when one is configured: as a bearer token, or as the
+// password of HTTP Basic auth (any user name), which browsers ask for by themselves.
 func (h *handler) guard(next http.Handler) http.Handler {
 	if h.o.Token == "" {
 		return next
 	}
-	want := []byte("Bearer " + h.o.Token)
+	want := []byte(h.o.Token)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		got := []byte(r.Header.Get("Authorization"))
-		if subtle.ConstantTimeCompare(got, want) != 1 {
-			w.Header().Set("WWW-Authenticate", "Bearer")
-			writeError(w, http.StatusUnauthorized, "invalid_credentials", "This admin endpoint needs the admin token.")
+		var got string
+		if _, pass, ok := r.BasicAuth(); ok {
+			got = pass
+		} else if v, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok {
+			got = v
+		}
+		if subtle.ConstantTimeCompare([]byte(got), want) != 1 {
+			// Basic first: a browser then asks for credentials; API clients send Bearer.
+			w.Header()["Www-Authenticate"] = []string{`Basic realm="gateway"`, `Bearer realm="gateway"`}
+			writeError(w, http.StatusUnauthorized, "invalid_credentials", "This admin endpoint needs the admin token (Authorization: Bearer <token>, or HTTP Basic auth with the token as password).")
 			return
 		}
 		next.ServeHTTP(w, r)

@@ -16,9 +16,12 @@ type Config struct {
 	Listen string `yaml:"listen"`
 	// AdminListen serves /metrics, /healthz and /readyz; it is never the public listener.
 	AdminListen string `yaml:"admin_listen"`
-	// AdminToken, when set, is required as a bearer token on every admin endpoint but
-	// /healthz and /readyz.
+	// AdminToken, when set, is required on every admin endpoint but /healthz and /readyz:
+	// as a bearer token, or as the password of HTTP Basic auth (for browsers).
 	AdminToken string `yaml:"admin_token"`
+	// AdminUIRefresh is how often the usage page (/ui/ on the admin listener) refreshes
+	// itself; 0 never.
+	AdminUIRefresh time.Duration `yaml:"admin_ui_refresh"`
 	// TLS, when set, makes the public listener serve HTTPS (HTTP/1.1 and HTTP/2).
 	TLS *TLS `yaml:"tls"`
 
@@ -197,9 +200,10 @@ type Route struct {
 // Defaults returns the configuration every omitted key falls back to.
 func Defaults() Config {
 	return Config{
-		Listen:       ":8080",
-		AdminListen:  "127.0.0.1:9090",
-		MaxBodyBytes: 1 << 20,
+		Listen:         ":8080",
+		AdminListen:    "127.0.0.1:9090",
+		AdminUIRefresh: 10 * time.Second,
+		MaxBodyBytes:   1 << 20,
 		Upstream: Upstream{
 			Timeout:      30 * time.Second,
 			DialTimeout:  5 * time.Second,

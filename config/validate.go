@@ -68,6 +68,9 @@ func (c *Config) Validate() error {
 	if c.AdminToken != "" && len(c.AdminToken) < 16 {
 		v.fail("admin_token", "must be at least 16 characters (or empty to disable)")
 	}
+	if c.AdminUIRefresh != 0 && c.AdminUIRefresh < time.Second {
+		v.fail("admin_ui_refresh", "must be at least 1s (or 0 to never refresh)")
+	}
 	switch c.Auth.Mode {
 	case "prefix", "registry":
 	default:

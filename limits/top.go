@@ -13,6 +13,7 @@ type TopList struct {
 	Limit   string // the limit's name, e.g. "assistant_per_org"
 	Window  string // "hour", "day", "month" or a duration
 	Unit    string // "requests" or "tokens"
+	By      string // what it counts by: "project", "key", "org" or "ip"
 	Tenants []TopTenant
 }
 

@@ -96,12 +96,12 @@ func (g *Gateway) top(ctx context.Context, sn *snapshot, name string, n int) (li
 			}
 		}
 	}
-	list := limits.TopList{Limit: name, Window: variants[0].Window.String(), Unit: variants[0].Unit.String()}
 	var b by
 	for _, l := range byPlan {
 		b = l.by
 		break
 	}
+	list := limits.TopList{Limit: name, Window: variants[0].Window.String(), Unit: variants[0].Unit.String(), By: byName(b)}
 	// A plan without this limit enabled (or unknown to the config by now) means the defaults.
 	ruleFor := func(t tenant) *limits.Rule {
 		if l, ok := byPlan[t.plan]; ok {

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs what the test suite needs and is not a Go module: redis-server (the limiter tests
-# run a real Redis and a real Redis Cluster on loopback ports), and prometheus (promtool tests
-# the alert rules, and deploy/ runs every dashboard query through a real Prometheus). Installs
-# through apt-get when run as root; otherwise says exactly what to install.
+# run a real Redis and a real Redis Cluster on loopback ports), prometheus (promtool tests
+# the alert rules, and deploy/ runs every dashboard query through a real Prometheus), and
+# chromium (the usage page is opened in a real headless browser). Installs through apt-get
+# when run as root; otherwise says exactly what to install.
 set -euo pipefail
 
 missing=()
@@ -11,6 +12,7 @@ command -v redis-cli >/dev/null 2>&1 || missing+=(redis-tools)
 if ! command -v prometheus >/dev/null 2>&1 || ! command -v promtool >/dev/null 2>&1; then
   missing+=(prometheus)
 fi
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 
 if [ ${#missing[@]} -eq 0 ]; then
   exit 0

@@ -441,6 +441,7 @@ func TestAdminNeverPublic(t *testing.T) {
 	p := startGateway(t, upURL, fmt.Sprintf("admin_token: %q\n", adminToken))
 	paths := []string{
 		"/metrics", "/healthz", "/readyz", "/usage/projects/p", "/usage/orgs/o", "/usage/ips/127.0.0.1", "/usage/key",
+		"/usage/top", "/usage/top?limit=assistant_per_org", "/ui/", "/ui", "/ui/assets/app.js", "/ui/?partial=1",
 		"/debug/pprof/", "/debug/pprof/cmdline", "/debug/pprof/heap", "/debug/pprof/goroutine?debug=2",
 		"//metrics", "/metrics/", "/./metrics", "/%6detrics", "/v2/../metrics", "/METRICS", "/metrics;x", "/metrics%00",
 		"/discovery/../healthz", "/v2/agent/../../debug/pprof/",
@@ -465,7 +466,7 @@ func TestAdminNeverPublic(t *testing.T) {
 				if res.StatusCode/100 == 2 || res.StatusCode/100 == 3 {
 					t.Errorf("%s %s (key %t) on the public listener: %d", method, path, key != "", res.StatusCode)
 				}
-				for _, leak := range []string{"go_goroutines", "gateway_requests_total", `"status":"ok"`, "goroutine profile", "limits", "pprof"} {
+				for _, leak := range []string{"go_goroutines", "gateway_requests_total", `"status":"ok"`, "goroutine profile", "limits", "pprof", "tenants", "Gateway usage", "<html"} {
 					if strings.Contains(string(data), leak) {
 						t.Errorf("%s %s on the public listener answered %q", method, path, data)
 					}

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"reflect"
 	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
@@ -30,12 +31,34 @@ type reloader struct {
 	keys    auth.Registry // nil in prefix mode
 	dev     bool          // -dev pins the level at debug
 	log     *zap.Logger
+
+	outcome sync.Mutex // guards last and lastErr, read by the usage page
+	last    time.Time  // when the running config was loaded
+	lastErr string     // why the last reload was rejected; "" when it applied
+}
+
+// lastReload reports when the running config was loaded and why a later reload was rejected.
+func (rl *reloader) lastReload() (time.Time, string) {
+	rl.outcome.Lock()
+	defer rl.outcome.Unlock()
+	return rl.last, rl.lastErr
+}
+
+func (rl *reloader) record(err error) {
+	rl.outcome.Lock()
+	defer rl.outcome.Unlock()
+	if err != nil {
+		rl.lastErr = err.Error()
+		return
+	}
+	rl.last, rl.lastErr = time.Now(), ""
 }
 
 func (rl *reloader) reload() error {
 	rl.mu.Lock()
 	defer rl.mu.Unlock()
 	level, err := rl.apply()
+	rl.record(err)
 	if err != nil {
 		rl.log.Error("reload rejected; keeping the running config", zap.String("config", rl.path), zap.Error(err))
 		return err

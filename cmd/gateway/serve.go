@@ -130,7 +130,18 @@ func serve(ctx context.Context, path string, cfg *config.Config, dev bool) error
 		}
 		return true, "ready"
 	}
-	rl := &reloader{path: path, running: cfg, gw: gw, level: level, keys: keys, dev: dev, log: log}
+	rl := &reloader{path: path, running: cfg, gw: gw, level: level, keys: keys, dev: dev, log: log, last: time.Now()}
+	started := time.Now()
+	state := func(context.Context) admin.State {
+		last, lastErr := rl.lastReload()
+		st := admin.State{Version: version, Store: storeKind(cfg.Redis), RedisReachable: true,
+			LastReload: last, LastReloadError: lastErr, Started: started}
+		if lim.guard != nil {
+			st.BreakerOpen = lim.guard.Open()
+			st.RedisReachable = lim.redisReachable(cfg.Redis.Timeout*5, 500*time.Millisecond)
+		}
+		return st
+	}
 
 	pubLn, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
@@ -150,6 +161,8 @@ func serve(ctx context.Context, path string, cfg *config.Config, dev bool) error
 			Usage:        gw,
 			Top:          gw,
 			TopTimeout:   30 * time.Second,
+			State:        state,
+			UIRefresh:    cfg.AdminUIRefresh,
 			Reload:       rl.reload,
 			Keys:         keyManager,
 			KnownPlan:    rl.knownPlan,
@@ -245,4 +258,17 @@ func publicServer(cfg *config.Config, h http.Handler, cert *tls.Certificate, log
 	}
 	srv.Protocols = &p
 	return srv
+}
+
+// storeKind names the limit store for the usage page.
+func storeKind(c config.Redis) string {
+	switch {
+	case len(c.Addrs) == 0:
+		return "memory"
+	case c.MasterName != "":
+		return "sentinel"
+	case len(c.Addrs) > 1:
+		return "cluster"
+	}
+	return "redis"
 }

@@ -1,0 +1,191 @@
+package admin
+
+import (
+	"bytes"
+	"context"
+	"embed"
+	"html/template"
+	"io/fs"
+	"math"
+	"net/http"
+	"strconv"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/docsgate/gateway/limits"
+)
+
+// The usage page: one server-rendered page (html/template) with its stylesheet and script
+// embedded in the binary, so it works on an air-gapped cluster. It shows the busiest tenants
+// of every enabled limit, token use per org and the gateway's state, and refreshes itself by
+// fetching the page's content again and swapping it in (no full-page reload, no flash).
+
+//go:embed ui
+var uiFiles embed.FS
+
+// State is the gateway's state as the usage page shows it.
+type State struct {
+	Version string
+	// Store is "memory", "redis", "sentinel" or "cluster".
+	Store string
+	// RedisReachable is whether Redis answered a PING just now (always true in memory).
+	RedisReachable bool
+	// BreakerOpen is whether the limiter's circuit breaker is open (Redis not called).
+	BreakerOpen bool
+	// LastReload is when the config was last (re)loaded, and LastReloadError why the last
+	// attempt was rejected ("" when it applied).
+	LastReload      time.Time
+	LastReloadError string
+	Started         time.Time
+}
+
+// uiTenants is how many tenants of each limit the page lists.
+const uiTenants = 10
+
+type ui struct {
+	o    Options
+	tmpl *template.Template
+}
+
+func newUI(o Options) *ui {
+	funcs := template.FuncMap{
+		"thousands": thousands,
+		"when":      func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05 UTC") },
+		"ago":       ago,
+	}
+	return &ui{o: o, tmpl: template.Must(template.New("page.html").Funcs(funcs).ParseFS(uiFiles, "ui/page.html"))}
+}
+
+type tenantView struct {
+	limits.TopTenant
+	Percent     float64 // for the bar, capped at 100
+	PercentText string  // "91.2%"
+	Mark        string  // "", "near" (80% or more) or "over" (100% or more)
+}
+
+type limitView struct {
+	Name, Window, Unit, By string
+	Tenants                []tenantView
+}
+
+type pageData struct {
+	Generated time.Time
+	Refresh   int // seconds; 0 never
+	State     *State
+	Limits    []limitView
+	Tokens    []limitView // tokens limits that count by org
+	Error     string
+}
+
+func (u *ui) data(ctx context.Context) pageData {
+	d := pageData{Generated: time.Now(), Refresh: int(u.o.UIRefresh / time.Second)}
+	if u.o.State != nil {
+		st := u.o.State(ctx)
+		d.State = &st
+	}
+	tctx, cancel := context.WithTimeout(ctx, u.o.TopTimeout)
+	defer cancel()
+	lists, err := u.o.Top.Top(tctx, "", uiTenants)
+	if err != nil {
+		u.o.Logger.Warn("usage page: reading the limit store failed", zap.Error(err))
+		d.Error = "The limit store could not be read just now; the page tries again at its next refresh."
+		return d
+	}
+	for _, l := range lists {
+		v := limitView{Name: l.Limit, Window: l.Window, Unit: l.Unit, By: l.By}
+		for _, t := range l.Tenants {
+			pct := t.Fraction * 100
+			tv := tenantView{TopTenant: t, Percent: math.Min(pct, 100), PercentText: strconv.FormatFloat(pct, 'f', 1, 64) + "%"}
+			switch {
+			case t.Fraction >= 1:
+				tv.Mark = "over"
+			case t.Fraction >= 0.8:
+				tv.Mark = "near"
+			}
+			v.Tenants = append(v.Tenants, tv)
+		}
+		d.Limits = append(d.Limits, v)
+		if l.Unit == "tokens" && l.By == "org" {
+			d.Tokens = append(d.Tokens, v)
+		}
+	}
+	return d
+}
+
+// page serves the whole page, or with ?partial=1 only its content, which the page's script
+// swaps in on refresh.
+func (u *ui) page(w http.ResponseWriter, r *http.Request) {
+	name := "page"
+	if r.URL.Query().Get("partial") == "1" {
+		name = "content"
+	}
+	var buf bytes.Buffer
+	if err := u.tmpl.ExecuteTemplate(&buf, name, u.data(r.Context())); err != nil {
+		u.o.Logger.Error("usage page: render", zap.Error(err))
+		writeError(w, http.StatusInternalServerError, "internal", "The usage page could not be rendered.")
+		return
+	}
+	uiHeaders(w.Header())
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	_, _ = w.Write(buf.Bytes())
+}
+
+func (u *ui) assets() http.Handler {
+	sub, _ := fs.Sub(uiFiles, "ui") // "ui" is embedded above: cannot fail
+	files := http.StripPrefix("/ui/assets/", http.FileServerFS(sub))
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		uiHeaders(w.Header())
+		files.ServeHTTP(w, r)
+	})
+}
+
+// uiHeaders: nothing but the gateway's own files may run or load, and nothing is cached (the
+// page holds tenants' usage).
+func uiHeaders(h http.Header) {
+	h.Set("Content-Security-Policy", "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Referrer-Policy", "no-referrer")
+	h.Set("Cache-Control", "no-store")
+}
+
+// thousands writes n with thin-space-free comma grouping: 12,345,678.
+func thousands(n int64) string {
+	s := strconv.FormatInt(n, 10)
+	neg := s[0] == '-'
+	if neg {
+		s = s[1:]
+	}
+	var out []byte
+	for i := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			out = append(out, ',')
+		}
+		out = append(out, s[i])
+	}
+	if neg {
+		return "-" + string(out)
+	}
+	return string(out)
+}
+
+// ago says how far t is from now, in words: "in 42 min", "3 s ago".
+func ago(t time.Time) string {
+	d := time.Until(t)
+	suffix, prefix := "", "in "
+	if d < 0 {
+		d, suffix, prefix = -d, " ago", ""
+	}
+	var v string
+	switch {
+	case d < time.Minute:
+		v = strconv.Itoa(int(d/time.Second)) + " s"
+	case d < time.Hour:
+		v = strconv.Itoa(int(d/time.Minute)) + " min"
+	case d < 48*time.Hour:
+		v = strconv.Itoa(int(d/time.Hour)) + " h"
+	default:
+		v = strconv.Itoa(int(d/(24*time.Hour))) + " days"
+	}
+	return prefix + v + suffix
+}
