@@ -59,15 +59,15 @@ type upstream struct {
 }
 
 type env struct {
-	o                  options
-	dir                string
-	gateway, sim, bare string
-	cpuServer, cpuRest string
-	redis              *redisNode
-	cluster            []*redisNode
+	o                   options
+	dir                 string
+	gateway, sim, bare  string
+	cpuServer, cpuRest  string
+	redis               *redisNode
+	cluster             []*redisNode
 	replMaster, replica *redisNode // for gateway-replicated and gateway-wait1
-	fast, stamp, idle  *upstream
-	scripts            map[string]string
+	fast, stamp, idle   *upstream
+	scripts             map[string]string
 }
 
 const adminToken = "bench-admin-token-0123456789abcdef"
