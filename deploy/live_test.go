@@ -308,9 +308,13 @@ routes:
     path: /discovery/v2/assistant/{domain}/message
     key: assistant
     stream: true
-    limits: [assistant_per_key, assistant_per_org, assistant_per_ip]
+    limits: [assistant_per_key, assistant_per_org, assistant_per_ip, tokens_per_org]
+  - name: assistant_message
+    limits: [assistant_per_key, assistant_per_org, assistant_per_ip, tokens_per_org]
 limits:
   agent_job_per_project: { limit: 1, window: hour, by: project }
+  # One answer (3 tokens) spends it: the next acme request is near the limit (and shadow-denied).
+  tokens_per_org: { limit: 3, window: month, by: org, unit: tokens, mode: shadow }
 `, s.public, s.admin, up.URL)
 	path := filepath.Join(t.TempDir(), "gateway.yaml")
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
@@ -330,7 +334,8 @@ limits:
 
 // drive sends the request mix that makes every series of the dashboard exist: 201s, a 401, a
 // 400, a 429 (and a near-limit event) from a limit of 1, a 502 from a broken upstream
-// connection, streamed assistant answers on v1 and v2, a 404 and a CORS preflight.
+// connection, streamed assistant answers on v1 and v2 with token usage (and a tokens limit
+// they spend), a 404 and a CORS preflight.
 func (s *stack) drive(t *testing.T) {
 	t.Helper()
 	client := &http.Client{Timeout: 10 * time.Second}
@@ -352,7 +357,20 @@ func (s *stack) drive(t *testing.T) {
 		{"GET", "/nowhere", "", "", 404},
 		{"OPTIONS", "/discovery/v1/assistant/acme-docs/message", "", "", 204},
 	}
-	for _, rq := range reqs {
+	for i, rq := range reqs {
+		if i > 0 && reqs[i-1].path == "/discovery/v1/assistant/acme-docs/message" {
+			// The answer's tokens are debited just after it ends: wait for them, so the next
+			// acme request sees the tokens limit spent.
+			waitFor(t, "acme's tokens debited", 5*time.Second, func() bool {
+				resp, err := http.Get("http://" + s.admin + "/usage/orgs/acme")
+				if err != nil {
+					return false
+				}
+				defer resp.Body.Close()
+				b, _ := io.ReadAll(resp.Body)
+				return strings.Contains(string(b), `"name":"tokens_per_org","unit":"tokens","limit":3,"used":3`)
+			})
+		}
 		hr, err := http.NewRequest(rq.method, "http://"+s.public+rq.path, strings.NewReader(rq.body))
 		if err != nil {
 			t.Fatal(err)

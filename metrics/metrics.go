@@ -121,7 +121,7 @@ func New(reg prometheus.Registerer) *Metrics {
 	}, []string{"route", "org", "kind"})
 	m.tokenLimitNear = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "gateway_token_limit_near_total",
-		Help: "Admitted requests whose tokens limit was 90% or more spent, by route and limit.",
+		Help: "Requests decided while their tokens limit was 90% or more spent (admitted, denied or shadow-denied), by route and limit.",
 	}, []string{"route", "limit"})
 	reg.MustRegister(
 		m.orgRequests, m.deprecated, m.streamTokens, m.tokenLimitNear,

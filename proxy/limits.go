@@ -270,6 +270,13 @@ func (g *Gateway) limit(s *scope, r *http.Request) bool {
 		})
 		return false
 	}
+	for i, l := range set.limits {
+		// A tenant at 90% of a tokens budget or past it, whether this request is admitted,
+		// denied, or only shadow-denied: what the token alert watches.
+		if l.metrics.TokensNear != nil && dec.Results[i].Remaining*10 <= l.rule.Limit {
+			l.metrics.TokensNear.Inc()
+		}
+	}
 	h := s.w.Header()
 	h[hdrPolicy] = set.policyValue
 	st.buf = s.rateLimitHeaders(h, st.buf[:0], dec, set.limits)
@@ -286,9 +293,7 @@ func (g *Gateway) limit(s *scope, r *http.Request) bool {
 			if res.Remaining*10 < l.rule.Limit {
 				l.metrics.NearLimit.Inc()
 			}
-			if l.metrics.TokensNear != nil && res.Remaining*10 <= l.rule.Limit {
-				l.metrics.TokensNear.Inc()
-			}
+
 		}
 		return true
 	}
