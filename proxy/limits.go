@@ -306,7 +306,7 @@ func (g *Gateway) limit(s *scope, r *http.Request) bool {
 		s.orgMetrics.Denied.Inc()
 	}
 	denied := &dec.Results[enforcedDenial(set.limits, dec)]
-	retry := seconds(max(denied.RetryAfter, denied.Reset))
+	retry := seconds(untilAdmitted(denied))
 	s.deniedBy = denied.Rule.Name
 	h.Set(hdrRetryAfter, strconv.FormatInt(retry, 10))
 	s.fail(http.StatusTooManyRequests, errorBody{
@@ -391,7 +391,9 @@ func (s *scope) rateLimitHeaders(h http.Header, buf []byte, d *limits.Decision, 
 	ends[1] = len(buf)
 	buf = strconv.AppendInt(buf, res.Remaining, 10)
 	ends[2] = len(buf)
-	buf = strconv.AppendInt(buf, resetSeconds(res), 10)
+	// The legacy header keeps its meaning: when the limit is whole again (a GCRA bucket
+	// full), not when it admits the next request (that is Retry-After).
+	buf = strconv.AppendInt(buf, seconds(res.Reset), 10)
 	ends[3] = len(buf)
 	all := string(buf)
 	s.header(h, slotRateLimit, hdrRateLimit, all[:ends[0]])
@@ -404,9 +406,19 @@ func (s *scope) rateLimitHeaders(h http.Header, buf []byte, d *limits.Decision, 
 // resetSeconds is a limit's t: when it admits again if it denied, else when it resets.
 func resetSeconds(res *limits.Result) int64 {
 	if !res.Allowed {
-		return seconds(max(res.RetryAfter, res.Reset))
+		return seconds(untilAdmitted(res))
 	}
 	return seconds(res.Reset)
+}
+
+// untilAdmitted is how long a denying limit takes to admit a request again: the end of the
+// window for a fixed window, the next emission for GCRA (which refills one unit at a time,
+// long before the bucket is full again).
+func untilAdmitted(res *limits.Result) time.Duration {
+	if res.Rule.Algorithm == limits.GCRA {
+		return res.RetryAfter
+	}
+	return max(res.RetryAfter, res.Reset)
 }
 
 // seconds rounds up, so a client waiting that long is never early.
