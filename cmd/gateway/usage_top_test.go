@@ -84,10 +84,9 @@ func getTop(t *testing.T, p *proc, query string) topJSON {
 }
 
 type wantTenant struct {
-	id         string
-	used, lim  int64
-	plan       string
-	fractionOK float64
+	id        string
+	used, lim int64
+	plan      string
 }
 
 func checkTop(t *testing.T, got topJSON, name, window, unit string, want []wantTenant) {

@@ -270,15 +270,23 @@ func (c *Cluster) MasterOf(t testing.TB, key string) *Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	slots, err := rc.ClusterSlots(context.Background()).Result()
+	shards, err := rc.ClusterShards(context.Background()).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, s := range slots {
-		if int64(s.Start) <= slot && slot <= int64(s.End) {
-			for _, srv := range c.Servers {
-				if srv.Addr == s.Nodes[0].Addr {
-					return srv
+	for _, sh := range shards {
+		for _, r := range sh.Slots {
+			if int64(r.Start) > slot || slot > int64(r.End) {
+				continue
+			}
+			for _, n := range sh.Nodes {
+				if n.Role != "master" {
+					continue
+				}
+				for _, srv := range c.Servers {
+					if srv.Addr == fmt.Sprintf("%s:%d", n.IP, n.Port) {
+						return srv
+					}
 				}
 			}
 		}
