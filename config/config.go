@@ -228,6 +228,7 @@ func Defaults() Config {
 			OnError:   "deny",
 			KeyPrefix: "gw",
 			Breaker:   Breaker{Failures: 5, Cooldown: time.Second},
+			Coalesce:  true,
 		},
 	}
 }

@@ -33,6 +33,9 @@ type Redis struct {
 	// WaitReplicas, when above 0, admits a request only once that many replicas hold its
 	// count: WAIT follows every limiter script in the same pipeline (no extra round trip).
 	WaitReplicas int `yaml:"wait_replicas"`
+	// Coalesce sends concurrent limiter calls bound for the same Redis node as one pipelined
+	// write (go-redis's auto-pipelining); off, each call has its own write and read.
+	Coalesce bool `yaml:"coalesce"`
 }
 
 // Breaker stops calling a failing Redis for a while, so a dead Redis does not add its timeout

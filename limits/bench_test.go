@@ -2,7 +2,11 @@ package limits
 
 import (
 	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/docsgate/gateway/internal/redistest"
 	"github.com/redis/go-redis/v9"
@@ -49,7 +53,7 @@ func BenchmarkTake(b *testing.B) {
 	b.Run("redis", func(b *testing.B) {
 		srv := redistest.Start(b)
 		stats := srv.Client(b)
-		s := NewRedis(srv.Client(b), "gw")
+		s := newRedisT(b, srv.Client(b), "gw")
 		before := scriptCalls(b, []*redis.Client{stats})
 		runTake(b, s, benchHits(b, []string{"proj", "keyhash", "org", "1.2.3.4"}))
 		b.StopTimer()
@@ -64,7 +68,7 @@ func BenchmarkTake(b *testing.B) {
 			b.Cleanup(func() { c.Close() })
 			nodes = append(nodes, c)
 		}
-		s := NewRedis(cl.Client(b), "gw")
+		s := newRedisT(b, cl.Client(b), "gw")
 		hits := benchHits(b, idsOnDistinctNodes(3))
 		var d Decision
 		s.Take(context.Background(), hits, &d) // load scripts before counting
@@ -74,4 +78,48 @@ func BenchmarkTake(b *testing.B) {
 		calls := scriptCalls(b, nodes) - before
 		b.ReportMetric(float64(calls)/float64(b.N+1), "scripts/op")
 	})
+}
+
+// BenchmarkTakeConcurrent: decisions per second of the limiter alone on a real redis-server,
+// at 1, 8, 64 and 256 concurrent callers, with and without coalescing (auto-pipelining).
+//
+//	go test -run '^$' -bench BenchmarkTakeConcurrent -benchtime 20000x ./limits/
+func BenchmarkTakeConcurrent(b *testing.B) {
+	srv := redistest.Start(b)
+	for _, mode := range []string{"plain", "coalesced"} {
+		for _, conc := range []int{1, 8, 64, 256} {
+			b.Run(fmt.Sprintf("%s/conc=%d", mode, conc), func(b *testing.B) {
+				c := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: max(32, conc), MaxRetries: -1})
+				b.Cleanup(func() { c.Close() })
+				var opts []RedisOption
+				if mode == "coalesced" {
+					opts = append(opts, WithCoalescing())
+				}
+				s := newRedisT(b, c, uniquePrefix(), opts...)
+				if err := s.Preload(context.Background()); err != nil {
+					b.Fatal(err)
+				}
+				hits := benchHits(b, []string{"proj", "keyhash", "org", "1.2.3.4"})
+				var next atomic.Int64
+				var wg sync.WaitGroup
+				b.ResetTimer()
+				start := time.Now()
+				for range conc {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						var d Decision
+						for next.Add(1) <= int64(b.N) {
+							if err := s.Take(context.Background(), hits, &d); err != nil || !d.Allowed {
+								b.Error(d, err)
+								return
+							}
+						}
+					}()
+				}
+				wg.Wait()
+				b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "decisions/s")
+			})
+		}
+	}
 }

@@ -104,6 +104,10 @@ func (r *Redis) takeCluster(ctx context.Context, sc *scratch, d *Decision) error
 		}
 		return r.settleCluster(ctx, sc, d, groups)
 	}
+	if r.ap != nil {
+		r.takeGroupsCoalesced(ctx, sc, groups)
+		return r.settleCluster(ctx, sc, d, groups)
+	}
 	pipe := r.cluster.Pipeline()
 	for _, g := range groups {
 		argv := nodeArgs(sc.keys[g.lo:g.hi], sc.args[g.lo:g.hi])

@@ -79,7 +79,7 @@ func TestGuardStalledRedis(t *testing.T) {
 
 	var log stateLog
 	const timeout = 100 * time.Millisecond
-	g := NewGuard(NewRedis(c, "gw"), GuardOptions{Timeout: timeout, FailureThreshold: 3, Cooldown: time.Hour, OnStateChange: log.add})
+	g := NewGuard(newRedisT(t, c, "gw"), GuardOptions{Timeout: timeout, FailureThreshold: 3, Cooldown: time.Hour, OnStateChange: log.add})
 	hits := []Hit{{rule(t, "r", 10, "hour", Fixed), "a"}}
 	var d Decision
 	for i := 0; i < 3; i++ {
@@ -114,7 +114,7 @@ func TestGuardRedisDownAndBack(t *testing.T) {
 	c := srv.Client(t)
 	var log stateLog
 	const timeout, cooldown = 200 * time.Millisecond, 300 * time.Millisecond
-	g := NewGuard(NewRedis(c, "gw"), GuardOptions{Timeout: timeout, FailureThreshold: 3, Cooldown: cooldown, OnStateChange: log.add})
+	g := NewGuard(newRedisT(t, c, "gw"), GuardOptions{Timeout: timeout, FailureThreshold: 3, Cooldown: cooldown, OnStateChange: log.add})
 	r := rule(t, "r", 1000, "hour", Fixed)
 	hits := []Hit{{r, "a"}}
 	var d Decision

@@ -26,6 +26,8 @@ type Redis struct {
 
 	waitReplicas int // see WithWaitReplicas
 	waitTimeout  time.Duration
+	coalesce     bool                  // see WithCoalescing
+	ap           *redis.AutoPipeliner // nil unless coalescing
 }
 
 // scratch holds the per-Take buffers. Entries are parallel slices per key sent
@@ -40,8 +42,9 @@ type scratch struct {
 	gargs []any
 }
 
-// NewRedis returns a Redis store. prefix (e.g. "gw") starts every key name.
-func NewRedis(client redis.UniversalClient, prefix string, opts ...RedisOption) *Redis {
+// NewRedis returns a Redis store. prefix (e.g. "gw") starts every key name. An option the
+// client cannot honour (coalescing on a client go-redis cannot auto-pipeline) is an error.
+func NewRedis(client redis.UniversalClient, prefix string, opts ...RedisOption) (*Redis, error) {
 	r := &Redis{client: client}
 	if cc, ok := client.(*redis.ClusterClient); ok {
 		r.cluster = cc
@@ -53,7 +56,10 @@ func NewRedis(client redis.UniversalClient, prefix string, opts ...RedisOption) 
 	for _, o := range opts {
 		o(r)
 	}
-	return r
+	if err := r.startCoalescing(); err != nil {
+		return nil, err
+	}
+	return r, nil
 }
 
 // Key returns the Redis key of rule r and id (for operators and tests).
@@ -108,7 +114,7 @@ func (r *Redis) Take(ctx context.Context, hits []Hit, d *Decision) error {
 	var cmd *redis.Cmd
 	switch {
 	case r.waitReplicas == 0:
-		cmd = takeScript.Run(ctx, r.client, sc.keys, sc.args...)
+		cmd = takeScript.Run(ctx, r.scripter(), sc.keys, sc.args...)
 	case r.cluster != nil: // WAIT must reach the node that ran the script
 		node, err := r.cluster.MasterForKey(ctx, sc.keys[0])
 		if err != nil {

@@ -70,7 +70,7 @@ func testGCRADifferential(t *testing.T, b backend) {
 func TestKeysAndTTL(t *testing.T) {
 	c := redistest.Start(t).Client(t)
 	ctx := context.Background()
-	s := NewRedis(c, "gw")
+	s := newRedisT(t, c, "gw")
 	rules := []*Rule{
 		rule(t, "per_project", 100, "hour", Fixed),
 		rule(t, "per_key", 10000, "month", Fixed),
@@ -134,7 +134,7 @@ func TestOneRoundTrip(t *testing.T) {
 	c := srv.Client(t)
 	stats := srv.Client(t)
 	ctx := context.Background()
-	s := NewRedis(c, "gw")
+	s := newRedisT(t, c, "gw")
 	hits := []Hit{
 		{rule(t, "a", 100, "hour", Fixed), "p"},
 		{rule(t, "b", 100, "month", Fixed), "k"},
@@ -182,7 +182,7 @@ func TestClusterRoundTrips(t *testing.T) {
 	cl := redistest.StartCluster(t, 3)
 	cc := cl.Client(t)
 	ctx := context.Background()
-	s := NewRedis(cc, "gw")
+	s := newRedisT(t, cc, "gw")
 	ids := idsOnDistinctNodes(3)
 	r1, r2, r3 := rule(t, "a", 1000, "hour", Fixed), rule(t, "b", 1000, "hour", GCRA), rule(t, "c", 1000, "day", Fixed)
 	spread := []Hit{{r1, ids[0]}, {r2, ids[1]}, {r3, ids[2]}}
@@ -237,7 +237,7 @@ func TestClusterRoundTrips(t *testing.T) {
 func TestPreloadAvoidsNoscript(t *testing.T) {
 	srv := redistest.Start(t)
 	client := srv.Client(t)
-	store := NewRedis(client, "gw")
+	store := newRedisT(t, client, "gw")
 	if err := store.Preload(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -24,7 +24,7 @@ func BenchmarkScan(b *testing.B) {
 			c := srv.Client(b)
 			ctx := context.Background()
 			r := rule(b, "per_org", 1_000_000, "hour", Fixed)
-			s := NewRedis(c, "gw")
+			s := newRedisT(b, c, "gw")
 			ws, _ := r.Window.Bounds(time.Now())
 			fill(b, c, r, tenants, ws.Unix())
 			for _, other := range []*Rule{rule(b, "per_key", 10, "month", Fixed), rule(b, "per_ip", 10, "day", Fixed), rule(b, "per_project", 10, "hour", Fixed)} {

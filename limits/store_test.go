@@ -42,7 +42,15 @@ func backends(t *testing.T, withCluster bool) []backend {
 			p := uniquePrefix()
 			out := make([]Store, n)
 			for i := range out {
-				out[i] = NewRedis(srv.Client(t), p)
+				out[i] = newRedisT(t, srv.Client(t), p)
+			}
+			return out
+		}},
+		{name: "redis-coalesced", redis: srv.Client(t), stores: func(t *testing.T, n int) []Store {
+			p := uniquePrefix()
+			out := make([]Store, n)
+			for i := range out {
+				out[i] = newRedisT(t, srv.Client(t), p, WithCoalescing())
 			}
 			return out
 		}},
@@ -56,7 +64,15 @@ func backends(t *testing.T, withCluster bool) []backend {
 			p := uniquePrefix()
 			out := make([]Store, n)
 			for i := range out {
-				out[i] = NewRedis(cl.Client(t), p)
+				out[i] = newRedisT(t, cl.Client(t), p)
+			}
+			return out
+		}, ref: srv.Client(t)})
+		bs = append(bs, backend{name: "cluster-coalesced", redis: cl.Client(t), cluster: true, stores: func(t *testing.T, n int) []Store {
+			p := uniquePrefix()
+			out := make([]Store, n)
+			for i := range out {
+				out[i] = newRedisT(t, cl.Client(t), p, WithCoalescing())
 			}
 			return out
 		}, ref: srv.Client(t)})
@@ -371,4 +387,15 @@ func testGCRAWithFixed(t *testing.T, b backend) {
 	if u, _ := s.Usage(context.Background(), fx, ids[0]); u.Used != 3 {
 		t.Fatalf("fixed used %d, want 3", u.Used)
 	}
+}
+
+// newRedisT is NewRedis for tests: an option error fails the test.
+func newRedisT(tb testing.TB, c redis.UniversalClient, prefix string, opts ...RedisOption) *Redis {
+	tb.Helper()
+	r, err := NewRedis(c, prefix, opts...)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = r.Close() })
+	return r
 }

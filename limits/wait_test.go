@@ -16,7 +16,7 @@ func TestWaitReplicas(t *testing.T) {
 	master := redistest.Start(t)
 	replica := redistest.StartReplica(t, master)
 	ctx := context.Background()
-	s := NewRedis(master.Client(t), uniquePrefix(), WithWaitReplicas(1, 200*time.Millisecond))
+	s := newRedisT(t, master.Client(t), uniquePrefix(), WithWaitReplicas(1, 200*time.Millisecond))
 	r := rule(t, "w", 100, "hour", Fixed)
 	hits := []Hit{{Rule: r, ID: "a"}}
 	var d Decision
@@ -31,7 +31,7 @@ func TestWaitReplicas(t *testing.T) {
 		t.Fatalf("replica count %d %v, want 5", n, err)
 	}
 	// Asking for more replicas than exist fails every decision.
-	s2 := NewRedis(master.Client(t), uniquePrefix(), WithWaitReplicas(2, 50*time.Millisecond))
+	s2 := newRedisT(t, master.Client(t), uniquePrefix(), WithWaitReplicas(2, 50*time.Millisecond))
 	if err := s2.Take(ctx, hits, &d); !errors.Is(err, ErrNotReplicated) {
 		t.Fatalf("two replicas asked, one present: %v", err)
 	}
@@ -46,7 +46,7 @@ func TestWaitReplicas(t *testing.T) {
 func TestWaitReplicasCluster(t *testing.T) {
 	c := redistest.StartClusterWithReplicas(t, 3)
 	ctx := context.Background()
-	s := NewRedis(c.Client(t), uniquePrefix(), WithWaitReplicas(1, 500*time.Millisecond))
+	s := newRedisT(t, c.Client(t), uniquePrefix(), WithWaitReplicas(1, 500*time.Millisecond))
 	ids := idsOnDistinctNodes(3)
 	r := rule(t, "w", 3, "hour", Fixed)
 	hits := []Hit{{Rule: r, ID: ids[0]}, {Rule: r, ID: ids[1]}, {Rule: r, ID: ids[2]}}

@@ -128,7 +128,16 @@ func testLimiter(t *testing.T, cfg *config.Config) Limiter {
 	}
 	client := redis.NewClient(&redis.Options{Addr: cfg.Redis.Addrs[0], MaxRetries: -1, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { client.Close() })
-	return limits.NewGuard(limits.NewRedis(client, cfg.Redis.KeyPrefix), limits.GuardOptions{
+	var opts []limits.RedisOption
+	if cfg.Redis.Coalesce {
+		opts = append(opts, limits.WithCoalescing())
+	}
+	store, err := limits.NewRedis(client, cfg.Redis.KeyPrefix, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	return limits.NewGuard(store, limits.GuardOptions{
 		Timeout: cfg.Redis.Timeout, FailureThreshold: cfg.Redis.Breaker.Failures, Cooldown: cfg.Redis.Breaker.Cooldown,
 	})
 }

@@ -7,7 +7,7 @@
 #
 # Knobs (environment):
 #   ROUNDS=3 DURATION=4s WARMUP=1s CONNS=50 RATE=2000 STREAMS=5000 PROFILE=10s PIN=1
-#   VARIANTS=direct,bare,gateway-memory,gateway-redis,gateway-cluster,gateway-replicated,gateway-wait1
+#   VARIANTS=direct,bare,gateway-memory,gateway-redis,gateway-redis-nocoalesce,gateway-cluster,gateway-replicated,gateway-wait1
 #   WORKLOADS="agent_job,assistant_message,401/429 mix,streams"
 #   GOBENCH=1 (0 skips the go test benchmarks)   BENCHTIME=1s   GOBENCH_COUNT=5
 #   REV=<git revision> builds the gateway from that revision (git archive) instead of the
@@ -25,7 +25,7 @@ RATE=${RATE:-2000}
 STREAMS=${STREAMS:-5000}
 PROFILE=${PROFILE:-10s}
 PIN=${PIN:-1}
-VARIANTS=${VARIANTS:-direct,bare,gateway-memory,gateway-redis,gateway-cluster,gateway-replicated,gateway-wait1}
+VARIANTS=${VARIANTS:-direct,bare,gateway-memory,gateway-redis,gateway-redis-nocoalesce,gateway-cluster,gateway-replicated,gateway-wait1}
 WORKLOADS=${WORKLOADS:-agent_job,assistant_message,401/429 mix,streams}
 GOBENCH=${GOBENCH:-1}
 BENCHTIME=${BENCHTIME:-1s}

@@ -73,7 +73,16 @@ func newLimiter(client redis.UniversalClient, c config.Redis, m *metrics.Metrics
 		// ErrNotReplicated rather than as a timeout.
 		opts = append(opts, limits.WithWaitReplicas(c.WaitReplicas, c.Timeout*3/4))
 	}
-	l := &limiter{client: client, store: limits.NewRedis(client, c.KeyPrefix, opts...)}
+	if c.Coalesce {
+		opts = append(opts, limits.WithCoalescing())
+	}
+	store, err := limits.NewRedis(client, c.KeyPrefix, opts...)
+	if err != nil {
+		// Coalescing is an optimisation: without it every call still works.
+		log.Warn("redis.coalesce is off: the client cannot auto-pipeline", zap.Error(err))
+		store, _ = limits.NewRedis(client, c.KeyPrefix, opts[:len(opts)-1]...)
+	}
+	l := &limiter{client: client, store: store}
 	l.guard = limits.NewGuard(l.store, limits.GuardOptions{
 		Timeout:          c.Timeout,
 		FailureThreshold: c.Breaker.Failures,

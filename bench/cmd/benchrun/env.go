@@ -24,6 +24,8 @@ var variants = []variant{
 	{"bare", "bare", ""},
 	{"gateway-memory", "gateway", "memory"},
 	{"gateway-redis", "gateway", "redis"},
+	// The same without coalescing (redis.coalesce: false): each decision its own write/read.
+	{"gateway-redis-nocoalesce", "gateway", "redis-nocoalesce"},
 	{"gateway-cluster", "gateway", "cluster"},
 	// A master with one replica, without and with redis.wait_replicas: 1: the difference is
 	// what waiting for the replica's acknowledgement costs.
@@ -198,7 +200,7 @@ func (e *env) start(v variant, up *upstream) (*server, error) {
 		s.admin = fmt.Sprintf("http://127.0.0.1:%d", adminPort)
 		var addrs []string
 		switch v.store {
-		case "redis":
+		case "redis", "redis-nocoalesce":
 			s.nodes = []*redisNode{e.redis}
 		case "cluster":
 			s.nodes = e.cluster
@@ -208,12 +210,12 @@ func (e *env) start(v variant, up *upstream) (*server, error) {
 		for _, n := range s.nodes {
 			addrs = append(addrs, n.addr)
 		}
-		wait := 0
+		wait, coalesce := 0, v.store != "redis-nocoalesce"
 		if v.store == "wait1" {
 			wait = 1
 		}
 		cfgPath := filepath.Join(e.dir, fmt.Sprintf("%s-%d.yaml", v.name, port))
-		if err := os.WriteFile(cfgPath, []byte(gatewayConfig(port, adminPort, up.url, addrs, wait)), 0o644); err != nil {
+		if err := os.WriteFile(cfgPath, []byte(gatewayConfig(port, adminPort, up.url, addrs, wait, coalesce)), 0o644); err != nil {
 			return nil, err
 		}
 		s.proc, err = startProc(v.name, e.cpuServer, e.procsEnv(), s.logPath, e.gateway, "-config", cfgPath)
@@ -253,7 +255,7 @@ func tail(b []byte, n int) string {
 // info to stderr, which the bench sends to a file, batched by log.buffer as an operator would
 // run it under load), limits too high to deny, plus a route whose limit is 1 per hour for the
 // 429 path.
-func gatewayConfig(port, adminPort int, upstream string, redisAddrs []string, waitReplicas int) string {
+func gatewayConfig(port, adminPort int, upstream string, redisAddrs []string, waitReplicas int, coalesce bool) string {
 	addrs := "[]"
 	if len(redisAddrs) > 0 {
 		addrs = `["` + strings.Join(redisAddrs, `", "`) + `"]`
@@ -278,13 +280,14 @@ routes:
 redis:
   addrs: %s
   wait_replicas: %d
+  coalesce: %t
 limits:
   agent_job_per_project: { limit: 1000000000 }
   assistant_per_key:     { limit: 1000000000 }
   assistant_per_org:     { limit: 1000000000 }
   assistant_per_ip:      { limit: 1000000000 }
   tiny_per_project:      { limit: 1, window: hour, by: project }
-`, port, adminPort, adminToken, upstream, addrs, waitReplicas)
+`, port, adminPort, adminToken, upstream, addrs, waitReplicas, coalesce)
 }
 
 // httpSample is one (round, workload, variant) measurement.

@@ -1,0 +1,129 @@
+package limits
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/docsgate/gateway/internal/redistest"
+)
+
+// A Redis that stalls while a batch is in flight: every decision in the batch, and every one
+// queued behind it, is answered within redis.timeout plus a margin (the Guard's bound), and
+// once Redis answers again the coalesced store decides exactly again.
+func TestCoalescedStall(t *testing.T) {
+	srv := redistest.Start(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1, ReadTimeout: time.Second, PoolSize: 8})
+	t.Cleanup(func() { c.Close() })
+	const timeout = 100 * time.Millisecond
+	g := NewGuard(newRedisT(t, c, uniquePrefix(), WithCoalescing()), GuardOptions{Timeout: timeout, FailureThreshold: 1 << 30, Cooldown: time.Millisecond})
+	r := rule(t, "stall", 1_000_000, "hour", Fixed)
+	hits := []Hit{{r, "a"}}
+	var d Decision
+	if err := g.Take(context.Background(), hits, &d); err != nil {
+		t.Fatal(err)
+	}
+	// CLIENT PAUSE stops the server answering every other client for 1.5 s: the decisions sent
+	// meanwhile sit in a batch that gets no reply.
+	if err := srv.Client(t).Do(context.Background(), "client", "pause", "1500", "all").Err(); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var slowest time.Duration
+	failed := 0
+	for range 64 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var d Decision
+			start := time.Now()
+			err := g.Take(context.Background(), hits, &d)
+			el := time.Since(start)
+			mu.Lock()
+			defer mu.Unlock()
+			slowest = max(slowest, el)
+			if errors.Is(err, context.DeadlineExceeded) {
+				failed++
+			}
+		}()
+	}
+	wg.Wait()
+	if slowest > timeout+margin {
+		t.Fatalf("a decision in a stalled batch took %v, bound %v", slowest, timeout+margin)
+	}
+	if failed != 64 {
+		t.Fatalf("%d of 64 decisions failed during the stall, want all", failed)
+	}
+	// After the stall (and the client's read timeout on the stuck batch), decisions work again.
+	deadline := time.Now().Add(5 * time.Second)
+	attempts := 0
+	for {
+		attempts++
+		if err := g.Take(context.Background(), hits, &d); err == nil && d.Allowed {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("decisions never recovered after the stall")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	u, err := g.Usage(context.Background(), r, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Decisions that timed out may still have run when Redis woke up (counted, never
+	// admitted: under-admission, never overshoot), but none ran twice.
+	if u.Used < 2 || u.Used > int64(1+64+attempts) {
+		t.Fatalf("used %d after the stall", u.Used)
+	}
+	t.Logf("slowest decision during the stall %v; %d counted", slowest, u.Used)
+}
+
+// Coalesced decisions are exact under concurrency: a limit of 300 under 1,200 concurrent
+// requests admits exactly 300, and each decision is one script call.
+func TestCoalescedExactAndOneScriptEach(t *testing.T) {
+	srv := redistest.Start(t)
+	s := newRedisT(t, srv.Client(t), uniquePrefix(), WithCoalescing())
+	if err := s.Preload(context.Background()); err != nil { // as the gateway does at start
+		t.Fatal(err)
+	}
+	stats := srv.Client(t)
+	r := rule(t, "exact", 300, "hour", Fixed)
+	before := commandCalls(t, stats, "evalsha") + commandCalls(t, stats, "eval")
+	var mu sync.Mutex
+	n := 0
+	var wg sync.WaitGroup
+	for w := range 64 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var d Decision
+			for i := range 20 {
+				hits := []Hit{{r, "tenant"}, {rule(t, "other", 1_000_000, "day", Fixed), fmt.Sprintf("w%d-%d", w, i%3)}}
+				if err := s.Take(context.Background(), hits, &d); err != nil {
+					t.Error(err)
+					return
+				}
+				if d.Allowed {
+					mu.Lock()
+					n++
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if n != 300 {
+		t.Fatalf("admitted %d, want exactly 300", n)
+	}
+	calls := commandCalls(t, stats, "evalsha") + commandCalls(t, stats, "eval") - before
+	if calls != 64*20 {
+		t.Fatalf("%d script calls for %d decisions", calls, 64*20)
+	}
+}
