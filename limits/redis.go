@@ -26,7 +26,7 @@ type Redis struct {
 
 	waitReplicas int // see WithWaitReplicas
 	waitTimeout  time.Duration
-	coalesce     bool                  // see WithCoalescing
+	coalesce     bool                 // see WithCoalescing
 	ap           *redis.AutoPipeliner // nil unless coalescing
 }
 
