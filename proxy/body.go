@@ -71,8 +71,17 @@ func (g *Gateway) readBody(s *scope, r *http.Request) bool {
 			return false
 		}
 	}
-	s.body.reset(body)
-	r.Body = &s.body
+	if rt.stream {
+		s.body.reset(body)
+		r.Body = &s.body
+	} else {
+		// A body net/http knows to be in memory (io.NopCloser over a bytes.Reader) goes out in
+		// the same write as the request's headers; any other is sent after a separate flush
+		// of the headers, one more system call per request. A stream keeps replayBody, which
+		// lets go of the bytes once sent instead of holding them for the stream's life.
+		s.shortBody.Reset(body)
+		r.Body = io.NopCloser(&s.shortBody)
+	}
 	r.GetBody = nil // a request whose body was not read yet is retried without it
 	r.ContentLength = int64(len(body))
 	r.TransferEncoding = nil

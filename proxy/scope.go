@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -56,7 +57,8 @@ type scope struct {
 	upBody       upstreamBody
 	tapStore     finishTap
 	hdrValues    [6]string
-	body         replayBody
+	body         replayBody   // a stream's request body
+	shortBody    bytes.Reader // the request body of other routes
 	answer       replayBody   // a short upstream answer, read whole before it is sent
 	orgMetrics   *metrics.Org // routes with {domain}: the org's series
 	forwarded    time.Time
