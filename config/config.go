@@ -142,27 +142,17 @@ type Org struct {
 	Plan    string   `yaml:"plan"`
 }
 
-// UnmarshalYAML accepts the short form (a list of domains) and the long form.
-func (o *Org) UnmarshalYAML(n *yaml.Node) error {
-	if n.Kind == yaml.SequenceNode {
-		return n.Decode(&o.Domains)
+// decodeShort takes the short form, a list of domains; the long form {domains, plan} is a
+// mapping, which the config decoder reads key by key like any other.
+func (o *Org) decodeShort(n *yaml.Node) error {
+	if n.Kind != yaml.SequenceNode {
+		return fmt.Errorf("want a list of domains or {domains: [...], plan: NAME}")
 	}
-	if n.Kind != yaml.MappingNode {
-		return fmt.Errorf("want a list of domains or {domains, plan}")
-	}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		switch k, v := n.Content[i].Value, n.Content[i+1]; k {
-		case "domains":
-			if err := v.Decode(&o.Domains); err != nil {
-				return fmt.Errorf("domains: %w", err)
-			}
-		case "plan":
-			if err := v.Decode(&o.Plan); err != nil {
-				return fmt.Errorf("plan: %w", err)
-			}
-		default:
-			return fmt.Errorf("unknown key %q (want domains or plan)", k)
+	for _, item := range n.Content {
+		if item.Kind != yaml.ScalarNode {
+			return fmt.Errorf("want a list of domains (strings)")
 		}
+		o.Domains = append(o.Domains, item.Value)
 	}
 	return nil
 }

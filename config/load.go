@@ -131,6 +131,12 @@ func (d *decoder) value(n *yaml.Node, v reflect.Value, path string) {
 	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
 		return // an explicit null keeps the default
 	}
+	if sf, ok := v.Addr().Interface().(shortForm); ok && n.Kind != yaml.MappingNode {
+		if err := sf.decodeShort(n); err != nil {
+			d.fail(path, "%v (line %d)", err, n.Line)
+		}
+		return
+	}
 	switch {
 	case v.Kind() == reflect.Pointer && v.Type().Elem().Kind() == reflect.Struct:
 		if v.IsNil() {
@@ -139,9 +145,11 @@ func (d *decoder) value(n *yaml.Node, v reflect.Value, path string) {
 		d.value(n, v.Elem(), path)
 	case v.Kind() == reflect.Struct:
 		d.mapping(n, v, path)
+	case v.Kind() == reflect.Map && v.Type().Key().Kind() == reflect.String:
+		d.namedEntries(n, v, path)
 	case v.Kind() == reflect.Slice && v.Type().Elem().Kind() == reflect.Struct:
 		if n.Kind != yaml.SequenceNode {
-			d.fail(path, "must be a list")
+			d.fail(path, "must be a list (line %d)", n.Line)
 			return
 		}
 		s := reflect.MakeSlice(v.Type(), len(n.Content), len(n.Content))
@@ -154,9 +162,49 @@ func (d *decoder) value(n *yaml.Node, v reflect.Value, path string) {
 	}
 }
 
+// shortForm is implemented by config types that accept a shorter YAML form besides their
+// mapping (an org as a bare list of domains): the decoder hands them every node but a
+// mapping, and decodes mappings itself, key by key, like any struct.
+type shortForm interface {
+	decodeShort(n *yaml.Node) error
+}
+
+// namedEntries decodes a mapping of names (limits, plans, orgs) to values, each value as
+// strictly as the rest of the file, under its name's path.
+func (d *decoder) namedEntries(n *yaml.Node, v reflect.Value, path string) {
+	if n.Kind != yaml.MappingNode {
+		d.fail(path, "must be a mapping of names to values (line %d)", n.Line)
+		return
+	}
+	if v.IsNil() {
+		v.Set(reflect.MakeMap(v.Type()))
+	}
+	seen := make(map[string]bool, len(n.Content)/2)
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, val := n.Content[i], n.Content[i+1]
+		key := joinKey(path, k.Value)
+		if k.Kind != yaml.ScalarNode {
+			d.fail(path, "a name must be a string (line %d)", k.Line)
+			continue
+		}
+		if seen[k.Value] {
+			d.fail(key, "appears twice (line %d)", k.Line)
+			continue
+		}
+		seen[k.Value] = true
+		name := reflect.ValueOf(k.Value).Convert(v.Type().Key())
+		elem := reflect.New(v.Type().Elem()).Elem()
+		if old := v.MapIndex(name); old.IsValid() {
+			elem.Set(old)
+		}
+		d.value(val, elem, key)
+		v.SetMapIndex(name, elem)
+	}
+}
+
 func (d *decoder) mapping(n *yaml.Node, v reflect.Value, path string) {
 	if n.Kind != yaml.MappingNode {
-		d.fail(path, "must be a mapping of keys to values")
+		d.fail(path, "must be a mapping of keys to values (line %d)", n.Line)
 		return
 	}
 	fields := yamlFields(v.Type())
@@ -165,7 +213,7 @@ func (d *decoder) mapping(n *yaml.Node, v reflect.Value, path string) {
 		k, val := n.Content[i], n.Content[i+1]
 		key := joinKey(path, k.Value)
 		if seen[k.Value] {
-			d.fail(key, "appears twice")
+			d.fail(key, "appears twice (line %d)", k.Line)
 			continue
 		}
 		seen[k.Value] = true

@@ -104,7 +104,7 @@ func (r *Redis) takeCluster(ctx context.Context, sc *scratch, d *Decision) error
 		}
 		return r.settleCluster(ctx, sc, d, groups)
 	}
-	if r.ap != nil {
+	if r.coalescing() {
 		r.takeGroupsCoalesced(ctx, sc, groups)
 		return r.settleCluster(ctx, sc, d, groups)
 	}

@@ -43,7 +43,9 @@ func (r *Redis) startCoalescing() error {
 	case *redis.Client: // standalone, and Sentinel's failover client
 		ap, err = c.AutoPipelineWithOptions(opts)
 	case *redis.ClusterClient:
-		ap, err = c.AutoPipelineWithOptions(opts)
+		// One auto-pipeliner per master, made when the master is first used.
+		r.nodeAPs = &nodePipeliners{opts: opts}
+		return nil
 	default:
 		return fmt.Errorf("limits: coalescing needs a *redis.Client or *redis.ClusterClient, not %T", r.client)
 	}
@@ -54,13 +56,20 @@ func (r *Redis) startCoalescing() error {
 	return nil
 }
 
-// scripter is where decisions' script calls go: the auto-pipeliner when coalescing.
-func (r *Redis) scripter() redis.Scripter {
-	if r.ap != nil {
-		return r.ap
+// runTake runs takeLua for a decision whose keys share one slot: through the auto-pipeliner
+// of the node serving them when coalescing, else on the client.
+func (r *Redis) runTake(ctx context.Context, keys []string, args []any) *redis.Cmd {
+	switch {
+	case r.ap != nil:
+		return takeScript.Run(ctx, r.ap, keys, args...)
+	case r.nodeAPs != nil:
+		return r.runOnNode(ctx, takeScript, keys, args...)
 	}
-	return r.client
+	return takeScript.Run(ctx, r.client, keys, args...)
 }
+
+// coalescing reports whether decisions go through auto-pipeliners.
+func (r *Redis) coalescing() bool { return r.ap != nil || r.nodeAPs != nil }
 
 // takeGroupsCoalesced is takeCluster's first step when coalescing: each node's call goes to
 // that node's batch (the call's first key routes it), the nodes in parallel.
@@ -72,7 +81,7 @@ func (r *Redis) takeGroupsCoalesced(ctx context.Context, sc *scratch, groups []g
 		go func() {
 			defer wg.Done()
 			argv := nodeArgs(sc.keys[g.lo:g.hi], sc.args[g.lo:g.hi])
-			cmds[gi] = nodeTakeScript.Run(ctx, r.ap, sc.keys[g.lo:g.lo+1], argv...)
+			cmds[gi] = r.runOnNode(ctx, nodeTakeScript, sc.keys[g.lo:g.lo+1], argv...)
 		}()
 	}
 	wg.Wait()
@@ -81,6 +90,9 @@ func (r *Redis) takeGroupsCoalesced(ctx context.Context, sc *scratch, groups []g
 
 // Close stops the auto-pipeliner, if any, after the decisions under way.
 func (r *Redis) Close() error {
+	if r.nodeAPs != nil {
+		r.nodeAPs.close()
+	}
 	if r.ap == nil {
 		return nil
 	}

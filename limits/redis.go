@@ -27,7 +27,8 @@ type Redis struct {
 	waitReplicas int // see WithWaitReplicas
 	waitTimeout  time.Duration
 	coalesce     bool                 // see WithCoalescing
-	ap           *redis.AutoPipeliner // nil unless coalescing
+	ap           *redis.AutoPipeliner // coalescing on a standalone or Sentinel client
+	nodeAPs      *nodePipeliners      // coalescing on a Cluster: one per master
 }
 
 // scratch holds the per-Take buffers. Entries are parallel slices per key sent
@@ -114,7 +115,7 @@ func (r *Redis) Take(ctx context.Context, hits []Hit, d *Decision) error {
 	var cmd *redis.Cmd
 	switch {
 	case r.waitReplicas == 0:
-		cmd = takeScript.Run(ctx, r.scripter(), sc.keys, sc.args...)
+		cmd = r.runTake(ctx, sc.keys, sc.args)
 	case r.cluster != nil: // WAIT must reach the node that ran the script
 		node, err := r.cluster.MasterForKey(ctx, sc.keys[0])
 		if err != nil {

@@ -173,8 +173,10 @@ limits:
 					t.Fatalf("without waiting, the 100 unreplicated counts should be lost: overshoot %d", overshoot)
 				}
 			default:
-				if overshoot != 0 {
-					t.Fatalf("with wait_replicas the overshoot must be 0, got %d", overshoot)
+				// Never past the quota. (Below it is possible: a decision the new replica had
+				// not acknowledged yet fails with 503 while its count stays on the master.)
+				if overshoot > 0 {
+					t.Fatalf("with wait_replicas no request may pass the quota, got %d past it", overshoot)
 				}
 				if codes[503] < 100 {
 					t.Fatalf("the unreplicated decisions must fail (503), got %v", codes)
