@@ -175,6 +175,11 @@ func TestBadConfigFailsAtStart(t *testing.T) {
 		{"upstream: {url: 'http://127.0.0.1:1'}\nmax_body_bytes: -5\n", "max_body_bytes:"},
 		{"upstream: {url: 'http://127.0.0.1:1'}\nroutes: [{name: agent_job, path: /other}]\n", "routes[0].path:"},
 		{"upstream: {url: 'http://127.0.0.1:1'}\nroutes: [{name: dup, method: POST, path: '/v2/agent/{p}/job', key: admin}]\n", "routes[0].path:"},
+		// Typos inside maps of names, which once passed silently.
+		{"upstream: {url: 'http://127.0.0.1:1'}\nlimits: {assistant_per_org: {limt: 5}}\n", "limits.assistant_per_org.limt: unknown key (line 2)"},
+		{"upstream: {url: 'http://127.0.0.1:1'}\nlimits: {assistant_per_org: {windw: hour}}\n", "limits.assistant_per_org.windw: unknown key (line 2)"},
+		{"upstream: {url: 'http://127.0.0.1:1'}\nplans: {gold: {assistant_per_org: {limt: 5}}}\n", "plans.gold.assistant_per_org.limt: unknown key (line 2)"},
+		{"upstream: {url: 'http://127.0.0.1:1'}\norgs: {acme: {domians: [a]}}\n", "orgs.acme.domians: unknown key (line 2)"},
 	}
 	for _, c := range cases {
 		for _, flagName := range []string{"-config", "--config"} {
@@ -188,6 +193,12 @@ func TestBadConfigFailsAtStart(t *testing.T) {
 			if strings.Contains(line, "\n") || !strings.Contains(line, c.want) {
 				t.Errorf("%q: output %q, want one line naming %q", c.cfg, out, c.want)
 			}
+		}
+		// -check-config refuses them too, with the config exit code.
+		cmd := exec.Command(gatewayBin, "-check-config", "-config", writeConfig(t, c.cfg))
+		out, err := cmd.CombinedOutput()
+		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), c.want) {
+			t.Errorf("-check-config %q: %v %s, want exit 2 naming %q", c.cfg, err, out, c.want)
 		}
 	}
 }

@@ -13,6 +13,13 @@ import (
 	"os/signal"
 	"runtime"
 	"syscall"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	"github.com/docsgate/gateway/limits"
+	"github.com/docsgate/gateway/metrics"
+	"github.com/docsgate/gateway/proxy"
 )
 
 // version is set at build time: -ldflags "-X main.version=v1.2.3".
@@ -89,6 +96,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	if f.checkConfig {
+		// Compile the routes and limits too, as a start would (route conflicts are found
+		// there), without touching Redis or the network.
+		if _, err := proxy.New(proxy.Options{Config: cfg, Logger: zap.NewNop(), Metrics: metrics.New(prometheus.NewRegistry()), Limiter: limits.NewMemory()}); err != nil {
+			fmt.Fprintf(stderr, "gateway: %v\n", err)
+			return exitUsage
+		}
 		fmt.Fprintf(stdout, "gateway: %s is valid\n", f.config)
 		return exitOK
 	}
