@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"time"
 
 	"gopkg.in/yaml.v3"
 )
@@ -29,7 +30,8 @@ var rawKeyFields = map[string]bool{"key": true, "raw_key": true, "api_key": true
 //	    domains: [acme-docs]
 //	    plan: enterprise
 //	    label: docs site
-//	    created: 2025-01-02T03:04:05Z
+//	    created: 2025-01-02T03:04:05Z   # or a date: 2025-01-02 (midnight UTC)
+//	    revoked: 2026-12-31             # optional; a time to come schedules the revocation
 //
 // Decoding is strict: an unknown field fails, naming the entry index and line. Anything that
 // looks like a raw key (a field such as key:, or any value starting with "svc_") is refused,
@@ -106,6 +108,11 @@ func decodeEntry(n *yaml.Node) (Entry, error) {
 		if err := refuseRawKeys(n.Content[i+1]); err != nil {
 			return Entry{}, fmt.Errorf("%s: %w", k.Value, err)
 		}
+		if k.Value == "created" || k.Value == "revoked" {
+			if err := normalizeTime(n.Content[i+1]); err != nil {
+				return Entry{}, fmt.Errorf("line %d: %s: %w", n.Content[i+1].Line, k.Value, err)
+			}
+		}
 	}
 	var e Entry
 	if err := n.Decode(&e); err != nil {
@@ -115,6 +122,23 @@ func decodeEntry(n *yaml.Node) (Entry, error) {
 		return Entry{}, err
 	}
 	return e, nil
+}
+
+// normalizeTime accepts a date (2025-01-02, midnight UTC) or an RFC 3339 time, quoted or not,
+// like the dates of the config, and leaves the node as an RFC 3339 string for the decoder.
+func normalizeTime(n *yaml.Node) error {
+	if n.Kind != yaml.ScalarNode || n.Tag == "!!null" {
+		return nil // not a time at all: the decoder says so
+	}
+	if t, err := time.Parse(time.DateOnly, n.Value); err == nil {
+		n.Value, n.Tag, n.Style = t.Format(time.RFC3339), "!!str", 0
+		return nil
+	}
+	if _, err := time.Parse(time.RFC3339, n.Value); err != nil {
+		return fmt.Errorf("want a date (2025-01-02) or an RFC 3339 time (2025-01-02T03:04:05Z)")
+	}
+	n.Tag = "!!str"
+	return nil
 }
 
 // refuseRawKeys fails on any scalar under n that looks like a raw key.

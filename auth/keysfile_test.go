@@ -86,3 +86,38 @@ func TestKeysFileStrict(t *testing.T) {
 		t.Fatal("missing file accepted")
 	}
 }
+
+// Keys-file times accept a date (midnight UTC) as well as RFC 3339, quoted or not; a
+// revocation time still to come keeps the key working until then.
+func TestKeysFileDates(t *testing.T) {
+	d := func(s string) string { return Digest("svc_dsc_" + s) }
+	file := "keys:\n" +
+		"  - {digest: " + d("a") + ", kind: assistant, org: acme, domains: ['*'], created: 2025-01-02, revoked: '2025-03-04'}\n" +
+		"  - {digest: " + d("b") + ", kind: assistant, org: acme, domains: ['*'], created: '2025-01-02T03:04:05Z', revoked: 2099-12-31}\n" +
+		"  - {digest: " + d("c") + ", kind: assistant, org: acme, domains: ['*'], created: \"2025-01-02\"}\n"
+	es, err := parseKeysFile([]byte(file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	day := time.Date(2025, 1, 2, 0, 0, 0, 0, time.UTC)
+	if !es[0].Created.Equal(day) || !es[0].Revoked.Equal(time.Date(2025, 3, 4, 0, 0, 0, 0, time.UTC)) || es[0].Active() {
+		t.Fatalf("date-only entry: %+v", es[0])
+	}
+	if !es[1].Created.Equal(time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)) || !es[1].Active() {
+		t.Fatalf("a revocation to come must keep the key active: %+v", es[1])
+	}
+	if !es[2].Created.Equal(day) || es[2].Revoked != nil {
+		t.Fatalf("quoted date: %+v", es[2])
+	}
+	for _, bad := range []string{"2025-13-01", "yesterday", "02/01/2025", "2025-01-02 03:04"} {
+		_, err := parseKeysFile([]byte("keys:\n  - {digest: " + d("x") + ", kind: assistant, org: acme, domains: ['*'], revoked: '" + bad + "'}\n"))
+		if err == nil || !strings.Contains(err.Error(), "revoked: want a date (2025-01-02) or an RFC 3339 time") {
+			t.Errorf("revoked %q: %v", bad, err)
+		}
+	}
+	// Revoking brings a scheduled revocation forward to now.
+	now := time.Now()
+	if r := revokedNow(es[1], now); !r.Revoked.Equal(now.UTC().Round(0)) {
+		t.Fatalf("revokedNow kept the later time: %v", r.Revoked)
+	}
+}

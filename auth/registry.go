@@ -173,9 +173,10 @@ func (e *Entry) Allows(resource string) bool {
 	return false
 }
 
-// Active reports whether the key has not been revoked.
+// Active reports whether the key works now: never revoked, or revoked at a time still to
+// come (a keys file may schedule a revocation, for example revoked: 2026-12-31).
 func (e *Entry) Active() bool {
-	return e.Revoked == nil
+	return e.Revoked == nil || time.Now().Before(*e.Revoked)
 }
 
 // clone returns a copy sharing nothing mutable with e.
@@ -212,9 +213,10 @@ func sortEntries(es []Entry) {
 	})
 }
 
-// revokedNow returns e revoked at now, keeping an earlier revocation time.
+// revokedNow returns e revoked at now, keeping an earlier revocation time (a later, scheduled
+// one is brought forward).
 func revokedNow(e Entry, now time.Time) Entry {
-	if e.Revoked == nil {
+	if e.Revoked == nil || e.Revoked.After(now) {
 		t := now.UTC().Round(0)
 		e.Revoked = &t
 	}

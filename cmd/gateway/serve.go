@@ -65,7 +65,8 @@ func newLogger(c config.Log, dev bool) (log *zap.Logger, level zap.AtomicLevel, 
 	}
 	opts := []zap.Option{zap.AddCaller(), zap.ErrorOutput(zapcore.Lock(os.Stderr))}
 	if dev {
-		opts = append(opts, zap.Development(), zap.AddStacktrace(zapcore.WarnLevel))
+		// Stack traces belong to errors: a warning is something to read, not to debug.
+		opts = append(opts, zap.Development(), zap.AddStacktrace(zapcore.ErrorLevel))
 	}
 	return zap.New(core, opts...), level, stop, nil
 }
