@@ -39,6 +39,7 @@ func (g *Gateway) readBody(s *scope, r *http.Request) bool {
 	var body []byte
 	if r.ContentLength != 0 || len(r.TransferEncoding) > 0 {
 		setReadDeadline(s.rw.ResponseWriter, time.Now().Add(g.readTimeout))
+		s.inBody = nil // read here: a refusal from now on closes the connection, no second drain
 		var err error
 		body, err = readAll(r.Body, r.ContentLength, s.snap.maxBody)
 		switch {

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"encoding/json"
+	"io"
 	"net/http"
 	"strconv"
 	"time"
@@ -63,15 +64,44 @@ func (s *scope) fail(status int, body errorBody) {
 // dropUnreadBody is for answers given while (part of) the request body is still unread.
 // net/http would otherwise read and discard the rest before answering and again when the
 // handler returns, with no deadline: a client that stops sending would never get its answer
-// and would hold the connection and its goroutines for good. Closing the connection after
-// the answer, with the read deadline already past, skips both. HTTP/2 needs neither (the
-// stream is reset) and forbids the Connection header.
+// and would hold the connection and its goroutines for good. A small body that arrives at
+// once is read and discarded, and the connection kept, so browsers and SDKs need not
+// reconnect after a refusal; any other (large, slow, chunked) closes the connection after the
+// answer, with the read deadline already past, which skips both reads. HTTP/2 needs neither
+// (the stream is reset) and forbids the Connection header.
 func (s *scope) dropUnreadBody() {
 	if !s.http1 {
 		return
 	}
+	if s.drainSmallBody() {
+		return
+	}
 	s.closeAfter()
 	setReadDeadline(s.rw.ResponseWriter, time.Now())
+}
+
+// Refused requests keep their connection when the body is at most maxDrain bytes and all of
+// it arrives within drainTimeout.
+const (
+	maxDrain     = 64 << 10
+	drainTimeout = 500 * time.Millisecond
+)
+
+// drainSmallBody reads and discards the rest of a small body of declared length, within
+// drainTimeout, and reports whether all of it came. Chunked bodies are not drained: their
+// connection closes after the answer anyway (see readBody).
+func (s *scope) drainSmallBody() bool {
+	if s.inBody == nil || s.inLength <= 0 || s.inLength > maxDrain {
+		return false
+	}
+	setReadDeadline(s.rw.ResponseWriter, time.Now().Add(drainTimeout))
+	n, err := io.Copy(io.Discard, io.LimitReader(s.inBody, maxDrain+1))
+	if err != nil || n != s.inLength {
+		return false
+	}
+	setReadDeadline(s.rw.ResponseWriter, time.Time{})
+	s.bodyUnread = false
+	return true
 }
 
 // closeAfter asks for the HTTP/1 connection to be closed after this answer.

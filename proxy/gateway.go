@@ -177,6 +177,11 @@ func (g *Gateway) begin(sn *snapshot, rt *route, w http.ResponseWriter, r *http.
 		http1:     r.ProtoMajor == 1,
 		// Go gives bodiless requests http.NoBody; anything else may still be on the wire.
 		bodyUnread: r.Body != nil && r.Body != http.NoBody,
+		inBody:     r.Body,
+		inLength:   r.ContentLength,
+	}
+	if len(r.TransferEncoding) > 0 {
+		s.inLength = -1
 	}
 	s.rw.ResponseWriter = w
 	s.w = &s.rw
