@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
+	"golang.org/x/sync/singleflight"
 )
 
 // RedisRegistryOptions configures a RedisRegistry.
@@ -53,8 +54,9 @@ type RedisRegistry struct {
 	storeMu sync.Mutex
 	gen     uint64
 
-	flightMu sync.Mutex
-	flights  map[string]*flight
+	// flights shares one Redis read among concurrent lookups of one digest, so a burst of
+	// requests with the same uncached (or invented) key costs one GET.
+	flights singleflight.Group
 
 	psMu   sync.Mutex
 	ps     *redis.PubSub
@@ -76,11 +78,10 @@ type cached struct {
 	expires time.Time
 }
 
-type flight struct {
-	done chan struct{}
-	e    Entry
-	ok   bool
-	err  error
+// lookup is what one shared read found.
+type lookup struct {
+	e  Entry
+	ok bool
 }
 
 const (
@@ -132,7 +133,6 @@ func NewRedisRegistry(ctx context.Context, client redis.UniversalClient, o Redis
 		channel:  o.Prefix + ":keys:changed",
 		ttl:      o.CacheTTL,
 		negTTL:   o.NegativeTTL,
-		flights:  make(map[string]*flight),
 		firstSub: make(chan struct{}),
 		cancel:   cancel,
 		done:     make(chan struct{}),
@@ -175,45 +175,40 @@ func (r *RedisRegistry) Lookup(ctx context.Context, digest string) (Entry, bool,
 
 func (r *RedisRegistry) fetch(ctx context.Context, digest string) (Entry, bool, error) {
 	for {
-		r.flightMu.Lock()
-		if f, ok := r.flights[digest]; ok {
-			r.flightMu.Unlock()
-			select {
-			case <-f.done:
-			case <-ctx.Done():
-				return Entry{}, false, ctx.Err()
+		ch := r.flights.DoChan(digest, func() (any, error) {
+			r.storeMu.Lock()
+			gen := r.gen
+			r.storeMu.Unlock()
+			// The first caller's context bounds the shared read.
+			e, ok, err := r.get(ctx, digest)
+			if err != nil {
+				return nil, err
 			}
-			// The leader's own context ended: ours has not, so read for ourselves.
-			if f.err != nil && (errors.Is(f.err, context.Canceled) || errors.Is(f.err, context.DeadlineExceeded)) && ctx.Err() == nil {
-				continue
-			}
-			return f.e, f.ok, f.err
-		}
-		f := &flight{done: make(chan struct{})}
-		r.flights[digest] = f
-		r.flightMu.Unlock()
-
-		r.storeMu.Lock()
-		gen := r.gen
-		r.storeMu.Unlock()
-		f.e, f.ok, f.err = r.get(ctx, digest)
-		if f.err == nil {
 			ttl := r.ttl
-			if !f.ok {
+			if !ok {
 				ttl = r.negTTL
 			}
-			c := &cached{e: f.e, ok: f.ok, expires: time.Now().Add(ttl)}
 			r.storeMu.Lock()
 			if r.gen == gen {
-				r.cache.Store(digest, c)
+				r.cache.Store(digest, &cached{e: e, ok: ok, expires: time.Now().Add(ttl)})
 			}
 			r.storeMu.Unlock()
+			return lookup{e, ok}, nil
+		})
+		select {
+		case res := <-ch:
+			// The first caller's context ended: ours has not, so read for ourselves.
+			if res.Err != nil && (errors.Is(res.Err, context.Canceled) || errors.Is(res.Err, context.DeadlineExceeded)) && ctx.Err() == nil {
+				continue
+			}
+			if res.Err != nil {
+				return Entry{}, false, res.Err
+			}
+			l := res.Val.(lookup)
+			return l.e.clone(), l.ok, nil
+		case <-ctx.Done():
+			return Entry{}, false, ctx.Err()
 		}
-		r.flightMu.Lock()
-		delete(r.flights, digest)
-		r.flightMu.Unlock()
-		close(f.done)
-		return f.e, f.ok, f.err
 	}
 }
 

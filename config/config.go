@@ -63,6 +63,10 @@ type Auth struct {
 	// CacheTTL bounds how long a replica trusts its cached view of a key when Redis
 	// invalidations are lost; revocations normally arrive within a second by pub/sub.
 	CacheTTL time.Duration `yaml:"cache_ttl"`
+	// FailureLimit is how many failed authentications (401s) one client IP (IPv6 per
+	// client_ip.ipv6_prefix) may cause per minute, counted in process; past it the client
+	// gets 429 too_many_auth_failures and its keys are not looked up. 0 disables it.
+	FailureLimit int `yaml:"failure_limit"`
 }
 
 // TLS names the certificate and key files of the public listener.
@@ -211,7 +215,7 @@ func Defaults() Config {
 			ShutdownGrace:     30 * time.Second,
 		},
 		Log:      Log{Level: "info", Format: "json"},
-		Auth:     Auth{Mode: "prefix", CacheTTL: 10 * time.Second},
+		Auth:     Auth{Mode: "prefix", CacheTTL: 10 * time.Second, FailureLimit: 30},
 		ClientIP: ClientIP{IPv6Prefix: 64},
 		Redis: Redis{
 			Timeout:   100 * time.Millisecond,

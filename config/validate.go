@@ -77,6 +77,9 @@ func (c *Config) Validate() error {
 		v.fail("auth.mode", "%q is not prefix or registry", c.Auth.Mode)
 	}
 	v.positive("auth.cache_ttl", c.Auth.CacheTTL)
+	if c.Auth.FailureLimit < 0 {
+		v.fail("auth.failure_limit", "must not be negative (0 disables it)")
+	}
 	v.routes(c.Routes)
 	v.limits(c)
 	if len(v.problems) > 0 {

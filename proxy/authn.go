@@ -21,6 +21,9 @@ type KeyLookup interface {
 // returns false when the key is refused.
 func (g *Gateway) authenticate(s *scope, r *http.Request) bool {
 	rt := s.route
+	if g.authFailuresSpent(s) {
+		return false
+	}
 	header := r.Header.Get("Authorization")
 	if len(r.Header["Authorization"]) > 1 {
 		// Which one would the upstream believe? Refuse rather than guess.
@@ -91,6 +94,9 @@ func grantedResource(rt *route, r *http.Request) string {
 // 403 for a key of the other family. label is the metric's reason.
 func (g *Gateway) rejectAuth(s *scope, label string, reason auth.Reason) {
 	s.route.metrics.AuthRejected(label)
+	if reason != auth.WrongKind { // a 401: a failed authentication
+		g.countAuthFailure(s)
+	}
 	switch reason {
 	case auth.WrongKind:
 		msg := "This endpoint needs an admin API key (svc_...); assistant keys (svc_dsc_...) cannot be used here."

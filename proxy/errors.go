@@ -25,6 +25,7 @@ const (
 	codeLimiterUnavailable   = "limiter_unavailable"
 	codeForbidden            = "forbidden"
 	codeAuthUnavailable      = "auth_unavailable"
+	codeTooManyAuthFailures  = "too_many_auth_failures"
 )
 
 // errorBody keeps the platform's own shape, {"error": "..."}, which existing clients (and the

@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/docsgate/gateway/config"
+	"github.com/docsgate/gateway/limits"
 	"github.com/docsgate/gateway/metrics"
 )
 
@@ -51,6 +52,7 @@ type Gateway struct {
 	limitStates         sync.Pool      // *limitState
 	logFields           sync.Pool      // *[]zap.Field for access-log lines
 	debits              sync.WaitGroup // token debits under way (see Close)
+	authFailures        *limits.Memory // failed authentications per client IP (auth.failure_limit)
 }
 
 var _ http.Handler = (*Gateway)(nil)
@@ -71,6 +73,7 @@ func New(o Options) (*Gateway, error) {
 		registry:            o.Registry,
 		allowOnLimiterError: cfg.Redis.OnError == "allow",
 		limitStates:         sync.Pool{New: func() any { return new(limitState) }},
+		authFailures:        limits.NewMemory(),
 		logFields:           sync.Pool{New: func() any { f := make([]zap.Field, 0, 20); return &f }},
 	}
 	transport := o.Transport

@@ -248,6 +248,8 @@ redis:
   timeout: 200ms
   on_error: deny
   breaker: {failures: 5, cooldown: 500ms}
+# All traffic comes from one address, 5%% of it refused for its key: no failure budget.
+auth: {failure_limit: 0}
 limits:
   agent_job_per_project: {limit: %d, window: %s}
   assistant_per_org: {limit: %d, window: %s}

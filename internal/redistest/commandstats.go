@@ -25,3 +25,19 @@ func ScriptCalls(t testing.TB, client *redis.Client) int {
 	}
 	return total
 }
+
+// CommandCalls returns how many times the server has run cmd (lower case, e.g. "get"), from
+// INFO commandstats; commands a script runs count too.
+func CommandCalls(t testing.TB, client *redis.Client, cmd string) int {
+	t.Helper()
+	info, err := client.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatalf("INFO commandstats: %v", err)
+	}
+	m := regexp.MustCompile(`cmdstat_` + regexp.QuoteMeta(cmd) + `:calls=(\d+)`).FindStringSubmatch(info)
+	if m == nil {
+		return 0
+	}
+	n, _ := strconv.Atoi(m[1])
+	return n
+}
