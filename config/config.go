@@ -50,6 +50,38 @@ type Config struct {
 
 	// Auth says how keys are checked: by prefix alone, or against a registry of keys.
 	Auth Auth `yaml:"auth"`
+
+	// Tracing exports OpenTelemetry traces of every request (OTLP).
+	Tracing Tracing `yaml:"tracing"`
+}
+
+// Tracing configures OpenTelemetry tracing. What the file leaves empty comes from the standard
+// OTEL_* environment variables, then from the defaults; OTEL_SDK_DISABLED=true turns tracing
+// off whatever the file says.
+type Tracing struct {
+	Enabled bool `yaml:"enabled"`
+	// Endpoint of the OTLP receiver: a URL (http://collector:4318 for http/protobuf, where
+	// /v1/traces is added when no path is given; collector:4317 or http://collector:4317 for
+	// grpc). Empty: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, OTEL_EXPORTER_OTLP_ENDPOINT, then the
+	// exporter's default (localhost).
+	Endpoint string `yaml:"endpoint"`
+	// Protocol is http/protobuf or grpc. Empty: OTEL_EXPORTER_OTLP_TRACES_PROTOCOL,
+	// OTEL_EXPORTER_OTLP_PROTOCOL, then http/protobuf.
+	Protocol string `yaml:"protocol"`
+	// SampleRatio of the traces started here (parent-based: a sampled parent is always
+	// followed). Unset: OTEL_TRACES_SAMPLER/OTEL_TRACES_SAMPLER_ARG, then 1.0.
+	SampleRatio *float64 `yaml:"sample_ratio"`
+	// ServiceName of the resource. Empty: OTEL_SERVICE_NAME, then gateway.
+	ServiceName string `yaml:"service_name"`
+	// Headers sent with every export (a collector's auth token, for instance); they add to
+	// and override OTEL_EXPORTER_OTLP_HEADERS.
+	Headers map[string]string `yaml:"headers"`
+	// Insecure sends without TLS (an http:// endpoint is plain anyway).
+	Insecure bool `yaml:"insecure"`
+	// TrustIncoming continues the trace of an incoming traceparent (default true); false
+	// starts a new trace for every request and links it to the incoming context instead,
+	// for gateways facing the open internet.
+	TrustIncoming *bool `yaml:"trust_incoming"`
 }
 
 // Auth configures key checking.

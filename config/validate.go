@@ -77,6 +77,19 @@ func (c *Config) Validate() error {
 		v.fail("auth.mode", "%q is not prefix or registry", c.Auth.Mode)
 	}
 	v.positive("auth.cache_ttl", c.Auth.CacheTTL)
+	switch c.Tracing.Protocol {
+	case "", "http/protobuf", "grpc":
+	default:
+		v.fail("tracing.protocol", "%q is not http/protobuf or grpc", c.Tracing.Protocol)
+	}
+	if r := c.Tracing.SampleRatio; r != nil && (*r < 0 || *r > 1) {
+		v.fail("tracing.sample_ratio", "must be between 0 and 1")
+	}
+	for k := range c.Tracing.Headers {
+		if k == "" || strings.ContainsAny(k, " \t\r\n:") {
+			v.fail("tracing.headers", "%q is not a header name", k)
+		}
+	}
 	if c.Auth.FailureLimit < 0 {
 		v.fail("auth.failure_limit", "must not be negative (0 disables it)")
 	}

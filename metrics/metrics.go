@@ -32,6 +32,7 @@ type Metrics struct {
 	deprecated           *prometheus.CounterVec
 	streamTokens         *prometheus.CounterVec
 	tokenLimitNear       *prometheus.CounterVec
+	spansDropped         prometheus.Counter
 }
 
 // Latency buckets from 1 ms to 30 s: gateway overhead sits at the low end, streamed answers at
@@ -123,8 +124,12 @@ func New(reg prometheus.Registerer) *Metrics {
 		Name: "gateway_token_limit_near_total",
 		Help: "Requests decided while their tokens limit was 90% or more spent (admitted, denied or shadow-denied), by route and limit.",
 	}, []string{"route", "limit"})
+	m.spansDropped = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "gateway_trace_spans_dropped_total",
+		Help: "Trace spans not exported: the export queue was full (the collector is down or slow) or the export failed.",
+	})
 	reg.MustRegister(
-		m.orgRequests, m.deprecated, m.streamTokens, m.tokenLimitNear,
+		m.orgRequests, m.deprecated, m.streamTokens, m.tokenLimitNear, m.spansDropped,
 		m.decisions, m.nearLimit, m.limiterDuration, m.limiterErrors, m.breakerOpen,
 		m.requests, m.requestDuration, m.inflight, m.authRejections, m.validationRejections,
 		m.upstreamErrors, m.upstreamDuration, m.streamFirstByte, m.streamDuration, m.streamFinished,
@@ -270,7 +275,25 @@ func (m *Metrics) Org(name string) *Org {
 	}
 }
 
-// Handler serves the exposition of g (the registry New registered on).
+// Handler serves the exposition of g (the registry New registered on), in OpenMetrics when
+// the scraper asks for it, which carries the request histogram's trace exemplars.
 func Handler(g prometheus.Gatherer) http.Handler {
-	return promhttp.HandlerFor(g, promhttp.HandlerOpts{})
+	return promhttp.HandlerFor(g, promhttp.HandlerOpts{EnableOpenMetrics: true})
+}
+
+// ObserveDuration records a request's duration, with its trace id as an exemplar when it was
+// traced and sampled ("" otherwise).
+func (r *Route) ObserveDuration(seconds float64, traceID string) {
+	if traceID != "" {
+		if eo, ok := r.Duration.(prometheus.ExemplarObserver); ok {
+			eo.ObserveWithExemplar(seconds, prometheus.Labels{"trace_id": traceID})
+			return
+		}
+	}
+	r.Duration.Observe(seconds)
+}
+
+// TraceSpansDropped counts spans the exporter never sent (queue full, or export failed).
+func (m *Metrics) TraceSpansDropped(n int) {
+	m.spansDropped.Add(float64(n))
 }

@@ -18,7 +18,11 @@ func (g *Gateway) finish(s *scope, r *http.Request) {
 		status = 499 // nothing was sent: the client went away first
 	}
 	m.Request(status)
-	m.Duration.Observe(elapsed.Seconds())
+	traceID := ""
+	if s.span != nil && s.span.SpanContext().IsSampled() {
+		traceID = s.span.SpanContext().TraceID().String()
+	}
+	m.ObserveDuration(elapsed.Seconds(), traceID)
 	finish := ""
 	if s.tap != nil {
 		finish = s.tap.result()
@@ -28,6 +32,9 @@ func (g *Gateway) finish(s *scope, r *http.Request) {
 		}
 		m.StreamDuration.Observe(elapsed.Seconds())
 		g.countTokens(s)
+	}
+	if s.span != nil {
+		g.endSpan(s, status, finish)
 	}
 	ce := g.log.Check(zap.InfoLevel, "request")
 	if ce == nil {
@@ -69,6 +76,11 @@ func (g *Gateway) finish(s *scope, r *http.Request) {
 	}
 	if finish != "" {
 		fields = append(fields, zap.String("finish_reason", finish))
+	}
+	if s.span != nil {
+		if sc := s.span.SpanContext(); sc.IsValid() {
+			fields = append(fields, zap.String("trace_id", sc.TraceID().String()), zap.String("span_id", sc.SpanID().String()))
+		}
 	}
 	ce.Write(fields...)
 }

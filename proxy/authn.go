@@ -4,6 +4,8 @@ import (
 	"context"
 	"net/http"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 	"go.uber.org/zap"
 
 	"github.com/docsgate/gateway/auth"
@@ -47,7 +49,14 @@ func (g *Gateway) authenticate(s *scope, r *http.Request) bool {
 		return true
 	}
 
-	e, ok, err := g.registry.Lookup(r.Context(), id.Digest)
+	ctx, span := g.childSpan(r.Context(), "auth", attribute.String("gateway.auth.mode", "registry"))
+	e, ok, err := g.registry.Lookup(ctx, id.Digest)
+	if span != nil {
+		if err != nil {
+			span.SetStatus(codes.Error, "auth_unavailable")
+		}
+		span.End()
+	}
 	switch {
 	case err != nil:
 		g.log.Warn("key registry unavailable", zap.String("request_id", s.requestID), zap.Error(err))

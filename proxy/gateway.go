@@ -32,6 +32,11 @@ type Options struct {
 	// Registry, when set, is the key registry every key must be found in (auth.mode:
 	// registry); nil checks keys by prefix alone.
 	Registry KeyLookup
+	// Tracing, when set, traces every request (server span, child spans, context to the
+	// upstream); Transport should then be instrumented (otelhttp) by the caller.
+	Tracing *Tracing
+	// WrapTransport, when set, wraps the upstream transport (tracing instruments it).
+	WrapTransport func(http.RoundTripper) http.RoundTripper
 }
 
 // Gateway is the public handler.
@@ -53,6 +58,7 @@ type Gateway struct {
 	logFields           sync.Pool      // *[]zap.Field for access-log lines
 	debits              sync.WaitGroup // token debits under way (see Close)
 	authFailures        *limits.Memory // failed authentications per client IP (auth.failure_limit)
+	tracing             *Tracing       // nil: off
 }
 
 var _ http.Handler = (*Gateway)(nil)
@@ -74,11 +80,15 @@ func New(o Options) (*Gateway, error) {
 		allowOnLimiterError: cfg.Redis.OnError == "allow",
 		limitStates:         sync.Pool{New: func() any { return new(limitState) }},
 		authFailures:        limits.NewMemory(),
+		tracing:             o.Tracing,
 		logFields:           sync.Pool{New: func() any { f := make([]zap.Field, 0, 20); return &f }},
 	}
 	transport := o.Transport
 	if transport == nil {
 		transport = newTransport(cfg.Upstream)
+	}
+	if o.WrapTransport != nil {
+		transport = o.WrapTransport(transport)
 	}
 	g.proxy = g.newReverseProxy(transport, false)
 	g.streamProxy = g.newReverseProxy(transport, true)
@@ -113,6 +123,9 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // serve is the whole request path of a routed request, top to bottom.
 func (g *Gateway) serve(sn *snapshot, rt *route, w http.ResponseWriter, r *http.Request) {
 	s := g.begin(sn, rt, w, r)
+	if g.tracing != nil {
+		r = g.startSpan(s, r)
+	}
 	defer g.finish(s, r)
 
 	if rt.cors {
@@ -145,6 +158,9 @@ func (g *Gateway) serve(sn *snapshot, rt *route, w http.ResponseWriter, r *http.
 // servePreflight answers a CORS preflight of an assistant path.
 func (g *Gateway) servePreflight(sn *snapshot, rt *route, methods string, w http.ResponseWriter, r *http.Request) {
 	s := g.begin(sn, rt, w, r)
+	if g.tracing != nil {
+		r = g.startSpan(s, r)
+	}
 	defer g.finish(s, r)
 	sn.cors.preflight(s.w, r, methods)
 }
@@ -152,6 +168,9 @@ func (g *Gateway) servePreflight(sn *snapshot, rt *route, methods string, w http
 // serveUnmatched answers requests no route takes: 405 with Allow for a known path, else 404.
 func (g *Gateway) serveUnmatched(sn *snapshot, t *table, w http.ResponseWriter, r *http.Request) {
 	s := g.begin(sn, sn.unmatched, w, r)
+	if g.tracing != nil {
+		r = g.startSpan(s, r)
+	}
 	defer g.finish(s, r)
 	if t != nil {
 		if allow := t.allowed(r); allow != "" {

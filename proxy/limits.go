@@ -11,6 +11,10 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/docsgate/gateway/auth"
 	"github.com/docsgate/gateway/config"
 	"github.com/docsgate/gateway/limits"
@@ -320,10 +324,38 @@ func (g *Gateway) limit(s *scope, r *http.Request) bool {
 
 // take runs one limiter decision and records its duration.
 func (g *Gateway) take(hits []limits.Hit, d *limits.Decision, r *http.Request) (*limits.Decision, error) {
+	ctx := r.Context()
+	var span trace.Span
+	if g.tracing != nil {
+		ctx, span = g.limitSpan(ctx, hits)
+	}
 	start := time.Now()
-	err := g.limiter.Take(r.Context(), hits, d)
+	err := g.limiter.Take(ctx, hits, d)
 	g.metrics.LimiterCall(time.Since(start).Seconds(), err != nil)
+	if span != nil {
+		if err != nil {
+			span.SetStatus(codes.Error, "limiter_error")
+			span.SetAttributes(attribute.String("error.type", "limiter_error"))
+		} else {
+			span.SetAttributes(attribute.Bool("gateway.ratelimit.allowed", d.Allowed))
+		}
+		span.End()
+	}
 	return d, err
+}
+
+// limitSpan starts the ratelimit span: the store and the limits decided, never a key, an id
+// or the script.
+func (g *Gateway) limitSpan(ctx context.Context, hits []limits.Hit) (context.Context, trace.Span) {
+	names := make([]string, len(hits))
+	for i := range hits {
+		names[i] = hits[i].Rule.Name
+	}
+	attrs := []attribute.KeyValue{attribute.StringSlice("gateway.ratelimit.limits", names)}
+	if g.tracing.Store != "" {
+		attrs = append(attrs, attribute.String("db.system.name", g.tracing.Store))
+	}
+	return g.childSpan(ctx, "ratelimit", attrs...)
 }
 
 func onlyShadowDenied(ls []routeLimit, d *limits.Decision) bool {

@@ -199,3 +199,11 @@ func canonicalPath(p string) bool {
 	return !strings.Contains(p, "//") && !strings.Contains(p, "/./") && !strings.Contains(p, "/../") &&
 		!strings.HasSuffix(p, "/.") && !strings.HasSuffix(p, "/..")
 }
+
+// spanName is the route's server span name: method and path template, never the raw path.
+func (rt *route) spanName() string {
+	if rt.method == "" {
+		return rt.name // the pseudo-route of unmatched requests
+	}
+	return rt.method + " " + rt.path
+}

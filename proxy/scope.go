@@ -11,6 +11,8 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/docsgate/gateway/limits"
 	"github.com/docsgate/gateway/metrics"
 )
@@ -52,6 +54,7 @@ type scope struct {
 	tap            *finishTap // streamed answers: watches for the finish part
 	// tokenHits are the request's tokens limits, debited with its answer's tokens.
 	tokenHits []limits.Hit
+	span      trace.Span // the server span; nil when tracing is off
 
 	// Storage that lives as long as the request, so the hot path allocates less: the
 	// response writer wrapper, the header values, the replayed body and the log fields.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"math"
+	"time"
 )
 
 // finishTap watches an AI SDK v4 data stream as it passes: it remembers the finish reason of
@@ -14,10 +15,11 @@ import (
 type finishTap struct {
 	io.ReadCloser
 	atLineStart bool
-	pending     byte   // 'd' or 'e' began a line at the end of the previous read
-	inPart      byte   // inside a d: or e: line: which one
-	line        []byte // that line so far, capped
-	reason      string // "" until a d: part was seen
+	pending     byte      // 'd' or 'e' began a line at the end of the previous read
+	inPart      byte      // inside a d: or e: line: which one
+	line        []byte    // that line so far, capped
+	reason      string    // "" until a d: part was seen
+	finishAt    time.Time // when the d: part went by (for the span's finish event)
 
 	// Usage: the d: part's (the answer's total) when it had one, else the sum of the e:
 	// parts that passed, because those tokens were spent upstream even if the stream broke.
@@ -120,6 +122,7 @@ func (t *finishTap) part(kind byte, line []byte) {
 	var p finishPart
 	err := json.Unmarshal(line, &p)
 	if kind == 'd' {
+		t.finishAt = time.Now()
 		switch {
 		case err != nil:
 			t.reason = "unknown"

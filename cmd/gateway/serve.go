@@ -112,6 +112,10 @@ func serve(ctx context.Context, path string, cfg *config.Config, dev bool) error
 			keyManager = &fileKeys{path: cfg.Auth.KeysFile, mem: mem}
 		}
 	}
+	stopTracing, err := newTracing(ctx, cfg, m, &opts, log)
+	if err != nil {
+		return err
+	}
 	gw, err := proxy.New(opts)
 	if err != nil {
 		return configError{err}
@@ -210,13 +214,13 @@ func serve(ctx context.Context, path string, cfg *config.Config, dev bool) error
 		}
 		break
 	}
-	return drain(cfg.Server, pub, admin, gw, &draining, log)
+	return drain(cfg.Server, pub, admin, gw, stopTracing, &draining, log)
 }
 
 // drain turns /readyz to 503, waits shutdown_delay for load balancers to notice, then closes
 // the listeners and gives in-flight requests and streams shutdown_grace to finish, and the
 // token debits of the last answers the rest of it.
-func drain(sc config.Server, pub, admin *http.Server, gw *proxy.Gateway, draining *atomic.Bool, log *zap.Logger) error {
+func drain(sc config.Server, pub, admin *http.Server, gw *proxy.Gateway, stopTracing func(context.Context) error, draining *atomic.Bool, log *zap.Logger) error {
 	draining.Store(true)
 	log.Info("shutting down", zap.Duration("delay", sc.ShutdownDelay), zap.Duration("grace", sc.ShutdownGrace))
 	time.Sleep(sc.ShutdownDelay)
@@ -233,6 +237,12 @@ func drain(sc config.Server, pub, admin *http.Server, gw *proxy.Gateway, drainin
 	_ = admin.Close()
 	if err := gw.Close(ctx); err != nil {
 		log.Warn("token debits still under way at the end of the grace period were dropped")
+	}
+	if stopTracing != nil {
+		// The spans still queued are exported within what is left of the grace period.
+		if err := stopTracing(ctx); err != nil {
+			log.Warn("trace spans still queued at the end of the grace period were dropped", zap.Error(err))
+		}
 	}
 	log.Info("stopped")
 	return nil
