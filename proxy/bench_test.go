@@ -11,6 +11,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	"go.opentelemetry.io/otel/propagation"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
 	"io"
 	"net/http"
 	"strconv"
@@ -92,6 +96,12 @@ func (*replayBody) Close() error { return nil }
 
 func benchGateway(b *testing.B, tr http.RoundTripper) *proxy.Gateway {
 	b.Helper()
+	return benchGatewayTraced(b, tr, nil, nil)
+}
+
+// benchGatewayTraced is benchGateway with tracing (nil: off).
+func benchGatewayTraced(b *testing.B, tr http.RoundTripper, tracing *proxy.Tracing, tp trace.TracerProvider) *proxy.Gateway {
+	b.Helper()
 	cfg := config.Defaults()
 	cfg.Upstream.URL = "http://upstream.invalid:9000"
 	never := int64(1) << 40
@@ -114,6 +124,13 @@ func benchGateway(b *testing.B, tr http.RoundTripper) *proxy.Gateway {
 		Metrics:   metrics.New(prometheus.NewRegistry()),
 		Transport: tr,
 		Limiter:   limits.NewMemory(),
+		Tracing:   tracing,
+		WrapTransport: func(rt http.RoundTripper) http.RoundTripper {
+			if tracing == nil {
+				return rt
+			}
+			return otelhttp.NewTransport(rt, otelhttp.WithTracerProvider(tp), otelhttp.WithPropagators(tracing.Propagator))
+		},
 	})
 	if err != nil {
 		b.Fatal(err)
@@ -228,3 +245,22 @@ func conversation20(b *testing.B) []byte {
 	}
 	return out
 }
+
+// BenchmarkGatewayAgentJobTraced is BenchmarkGatewayAgentJob with tracing on at ratio 1.0
+// (server, ratelimit and otelhttp client spans, into a batch processor and an exporter that
+// discards): the CPU and allocations tracing adds per request.
+func BenchmarkGatewayAgentJobTraced(b *testing.B) {
+	tr := newCannedTransport(http.StatusCreated, "application/json",
+		[]byte(`{"id":"job_0123456789","status":"active","createdAt":"2026-01-01T00:00:00Z"}`), -2)
+	tr.resp.ContentLength = int64(len(tr.data))
+	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(discardExporter{}), sdktrace.WithSampler(sdktrace.AlwaysSample()))
+	b.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	gw := benchGatewayTraced(b, tr, &proxy.Tracing{Tracer: tp.Tracer("bench"), Propagator: propagation.TraceContext{}, TrustIncoming: true}, tp)
+	body := []byte(`{"prompt":"Write a migration guide from SDK v1 to v2, with code samples for Go and Python.","model":"default","metadata":{"source":"bench"}}`)
+	runChain(b, gw, http.MethodPost, "/v2/agent/proj-bench/job", benchAdminKey, body, http.StatusCreated)
+}
+
+type discardExporter struct{}
+
+func (discardExporter) ExportSpans(context.Context, []sdktrace.ReadOnlySpan) error { return nil }
+func (discardExporter) Shutdown(context.Context) error                             { return nil }
