@@ -10,6 +10,8 @@
 #   VARIANTS=direct,bare,gateway-memory,gateway-redis,gateway-redis-nocoalesce,gateway-cluster,gateway-replicated,gateway-wait1
 #   WORKLOADS="agent_job,assistant_message,401/429 mix,streams"
 #   GOBENCH=1 (0 skips the go test benchmarks)   BENCHTIME=1s   GOBENCH_COUNT=5
+#   SCALE=1 (0 skips the GOMAXPROCS=2 run of bare and gateway-redis on agent_job, unpinned,
+#     written beside OUT as <name>-gomaxprocs2.md: how the gateway scales to two cores)
 #   REV=<git revision> builds the gateway from that revision (git archive) instead of the
 #     working tree.   OUT=bench/results/latest.md
 # Smoke run: ROUNDS=1 DURATION=1s WARMUP=300ms STREAMS=500 PROFILE=0 GOBENCH_COUNT=1 make bench
@@ -30,6 +32,7 @@ WORKLOADS=${WORKLOADS:-agent_job,assistant_message,401/429 mix,streams}
 GOBENCH=${GOBENCH:-1}
 BENCHTIME=${BENCHTIME:-1s}
 GOBENCH_COUNT=${GOBENCH_COUNT:-5}
+SCALE=${SCALE:-1}
 OUT=${OUT:-bench/results/latest.md}
 GO=${GO:-go}
 
@@ -102,3 +105,13 @@ echo "== benchrun (rounds=$ROUNDS duration=$DURATION conns=$CONNS rate=$RATE str
 start=$(date +%s)
 "${run[@]}"
 echo "bench: $(($(date +%s) - start))s in benchrun; report in $OUT"
+if [[ $SCALE == 1 ]]; then
+	# Both cores for the server under test (the load generators then share them): the
+	# scaling from GOMAXPROCS=1 to 2 on this machine, for the capacity model.
+	scale_out=${OUT%.md}-gomaxprocs2.md
+	echo "== benchrun GOMAXPROCS=2 (bare, gateway-redis; agent_job; unpinned)"
+	"$work/bin/benchrun" -bin "$work/bin" -out "$scale_out" -source "$source_desc" -rounds "$ROUNDS" -duration "$DURATION" -warmup "$WARMUP" \
+		-conns "$CONNS" -rate "$RATE" -streams 0 -profile 0 -pin=false -gomaxprocs 2 \
+		-variants bare,gateway-redis -workloads agent_job >/dev/null
+	echo "bench: GOMAXPROCS=2 report in $scale_out"
+fi

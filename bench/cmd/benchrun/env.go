@@ -302,6 +302,8 @@ type httpSample struct {
 	closed      wrkResult
 	closedErrs  int64
 	closedCPU1k float64 // CPU seconds of the server under test per 1,000 requests
+	// Redis, over the closed loop, per request: CPU µs (every node), bytes in and out.
+	redisCPUus, redisBytesIn, redisBytesOut float64
 	open        openResult
 	openCPU1k   float64
 	openScripts []float64 // per node, per request
@@ -333,11 +335,16 @@ func (e *env) measureHTTP(round int, v variant, w workload) (httpSample, error) 
 	linesBefore := srv.logLines()
 
 	cpu0 := srv.proc.cpuSeconds()
+	rs0 := redisUsage(srv.nodes)
 	s.closed, err = runWrk(srv.url, w, script, e.o.conns, e.o.duration)
 	if err != nil {
 		return s, err
 	}
 	cpu1 := srv.proc.cpuSeconds()
+	if rs := redisUsage(srv.nodes).sub(rs0); s.closed.reqs > 0 && len(srv.nodes) > 0 {
+		n := float64(s.closed.reqs)
+		s.redisCPUus, s.redisBytesIn, s.redisBytesOut = rs.cpu*1e6/n, rs.in/n, rs.out/n
+	}
 	s.closedErrs = s.closed.sockEr
 	if len(w.reqs) == 1 { // the mix answers non-2xx by design; checked exactly in the open loop
 		s.closedErrs += s.closed.non2xx

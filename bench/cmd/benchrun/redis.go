@@ -200,3 +200,38 @@ func startReplicated(dir, cpu string) (*redisNode, *redisNode, error) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// usage is what Redis nodes spent: CPU seconds (user+sys) and network bytes.
+type usage struct{ cpu, in, out float64 }
+
+func (u usage) sub(b usage) usage { return usage{u.cpu - b.cpu, u.in - b.in, u.out - b.out} }
+
+// redisUsage sums INFO cpu and INFO stats over nodes.
+func redisUsage(nodes []*redisNode) usage {
+	var u usage
+	for _, n := range nodes {
+		info, err := n.client.Info(context.Background(), "cpu", "stats").Result()
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(info, "\n") {
+			k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+			if !ok {
+				continue
+			}
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				continue
+			}
+			switch k {
+			case "used_cpu_sys", "used_cpu_user":
+				u.cpu += f
+			case "total_net_input_bytes":
+				u.in += f
+			case "total_net_output_bytes":
+				u.out += f
+			}
+		}
+	}
+	return u
+}

@@ -205,6 +205,26 @@ func (r *report) markdown() string {
 		}
 	}
 	if len(probeRows) > 0 {
+		w("## Capacity inputs\n\nPer request, closed loop (the server under test has GOMAXPROCS=%d, so closed req/s is per core of the gateway): Redis CPU (user+sys of every node, `INFO cpu`) and bytes received and sent by Redis (`INFO stats`), and what one Redis core sustains at that cost (1 s / Redis CPU per request). Median over rounds.\n\n", o.serverProcs)
+		w("| workload | variant | closed req/s (per gateway core) | Redis CPU µs / req | Redis req/s per core | Redis bytes in / req | Redis bytes out / req |\n|---|---|---|---|---|---|---|\n")
+		for _, wl := range allWorkloads {
+			for _, v := range selectVariants(o.variants) {
+				ss := r.samples(wl.name, v.name)
+				if len(ss) == 0 || v.kind == "direct" {
+					continue
+				}
+				cpu := collect(ss, func(s httpSample) float64 { return s.redisCPUus })
+				perCore := "–"
+				if cpu.med > 0 {
+					perCore = fmt.Sprintf("%.0f", 1e6/cpu.med)
+				}
+				w("| %s | %s | %s | %s | %s | %s | %s |\n", wl.name, v.name,
+					collect(ss, func(s httpSample) float64 { return s.closed.rps }).fmt(0), cpu.fmt(1), perCore,
+					collect(ss, func(s httpSample) float64 { return s.redisBytesIn }).fmt(0),
+					collect(ss, func(s httpSample) float64 { return s.redisBytesOut }).fmt(0))
+			}
+		}
+		w("\n")
 		w("## Redis script calls per request\n\n%d requests of one kind at a time; EVAL+EVALSHA calls from `INFO commandstats` before and after, per node (cluster: three masters).\n\n", o.probeN)
 		w("| variant | request | scripts / req per node | total | nodes touched | answers (last round) |\n|---|---|---|---|---|---|\n")
 		w("%s\n\n", strings.Join(probeRows, "\n"))
