@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -362,4 +363,47 @@ func TestTracingCollectorDown(t *testing.T) {
 	}
 	dropped := waitMetric(t, p, "gateway_trace_spans_dropped_total", 20*time.Second, func(v float64) bool { return v > 0 })
 	t.Logf("collector down after 100 of 400 requests: all answered 201, %v spans dropped and counted", dropped)
+}
+
+// The request histogram carries the trace id as an exemplar when the scraper asks for
+// OpenMetrics, and SIGTERM exports the spans still queued before the process exits.
+func TestTracingExemplarsAndShutdownFlush(t *testing.T) {
+	rcv := startOTLPHTTP(t)
+	up := newTraceUpstream(t)
+	p := startGateway(t, up.url, fmt.Sprintf("tracing: {enabled: true, endpoint: %q}\n", "http://"+rcv.addr))
+	sendTraced(t, p, "/v2/agent/exemplar/job", "svc_exemplar0123456789", `{"prompt":"x"}`, "00-"+clientTrace+"-"+clientSpan+"-01")
+
+	req, _ := http.NewRequest("GET", "http://"+p.admin+"/metrics", nil)
+	req.Header.Set("Accept", "application/openmetrics-text; version=1.0.0")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if !strings.Contains(res.Header.Get("Content-Type"), "openmetrics") ||
+		!strings.Contains(string(body), `# {trace_id="`+clientTrace+`"}`) {
+		t.Fatalf("no exemplar with the trace id in the OpenMetrics exposition (%s)", res.Header.Get("Content-Type"))
+	}
+
+	// Spans of requests answered just before SIGTERM reach the collector: the batch timeout
+	// (1 s) has not passed, so only the shutdown flush can send them.
+	for i := range 5 {
+		sendTraced(t, p, fmt.Sprintf("/v2/agent/flush%d/job", i), "svc_exemplar0123456789", `{"prompt":"x"}`, "")
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.wait(t, 30*time.Second); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	n := 0
+	for _, s := range rcv.all() {
+		if s.Kind == tracepb.Span_SPAN_KIND_SERVER {
+			n++
+		}
+	}
+	if n != 6 {
+		t.Fatalf("%d server spans at the collector after shutdown, want 6", n)
+	}
 }
