@@ -16,7 +16,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/docsgate/gateway/config"
-	"github.com/docsgate/gateway/limits"
 	"github.com/docsgate/gateway/metrics"
 )
 
@@ -57,7 +56,7 @@ type Gateway struct {
 	limitStates         sync.Pool      // *limitState
 	logFields           sync.Pool      // *[]zap.Field for access-log lines
 	debits              sync.WaitGroup // token debits under way (see Close)
-	authFailures        *limits.Memory // failed authentications per client IP (auth.failure_limit)
+	authFailures        *failureBudget // failed authentications per client IP (auth.failure_limit)
 	tracing             *Tracing       // nil: off
 }
 
@@ -79,7 +78,7 @@ func New(o Options) (*Gateway, error) {
 		registry:            o.Registry,
 		allowOnLimiterError: cfg.Redis.OnError == "allow",
 		limitStates:         sync.Pool{New: func() any { return new(limitState) }},
-		authFailures:        limits.NewMemory(),
+		authFailures:        newFailureBudget(time.Now),
 		tracing:             o.Tracing,
 		logFields:           sync.Pool{New: func() any { f := make([]zap.Field, 0, 20); return &f }},
 	}

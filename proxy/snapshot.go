@@ -5,7 +5,6 @@ import (
 	"net/http"
 
 	"github.com/docsgate/gateway/config"
-	"github.com/docsgate/gateway/limits"
 	"github.com/docsgate/gateway/metrics"
 )
 
@@ -23,7 +22,9 @@ type snapshot struct {
 	orgOf      map[string]string       // assistant domain -> configured org
 	orgPlan    map[string]string       // configured org -> its plan
 	orgMetrics map[string]*metrics.Org // configured org (and "other") -> series
-	authFail   *limits.Rule            // auth.failure_limit; nil when off
+	// authFailLimit is auth.failure_limit in registry mode; 0 when off (and in prefix mode,
+	// where a refused key costs no lookup).
+	authFailLimit int
 }
 
 // compile turns a validated config into a snapshot, reporting problems with config keys.
@@ -36,7 +37,9 @@ func (g *Gateway) compile(cfg *config.Config) (*snapshot, error) {
 		orgPlan:    map[string]string{},
 		orgMetrics: map[string]*metrics.Org{otherOrg: g.metrics.Org(otherOrg)},
 		unmatched:  &route{name: unmatchedRoute, metrics: g.metrics.Route(unmatchedRoute)},
-		authFail:   authFailRule(cfg.Auth.FailureLimit),
+	}
+	if g.registry != nil {
+		sn.authFailLimit = cfg.Auth.FailureLimit
 	}
 	for _, p := range cfg.ClientIP.TrustedProxies {
 		prefix, err := config.ParsePrefix(p)

@@ -1,0 +1,213 @@
+package proxy
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/docsgate/gateway/auth"
+)
+
+// A client's window starts at its first failure and lasts a minute; past the limit the client
+// is told how long is left, and once the window is over it starts afresh.
+func TestFailureBudgetWindow(t *testing.T) {
+	clock := &fakeClock{t: time.Unix(1_700_000_000, 0)}
+	b := newFailureBudget(clock.now)
+	a := netip.MustParseAddr("198.51.100.7")
+	other := netip.MustParseAddr("198.51.100.8")
+	clock.add(20 * time.Second) // not aligned to a minute: the window is the client's own
+	for i := range 3 {
+		if _, spent := b.spent(a, 3); spent {
+			t.Fatalf("spent after %d failures of 3", i)
+		}
+		b.fail(a)
+		clock.add(time.Second)
+	}
+	left, spent := b.spent(a, 3)
+	if !spent || left != 57*time.Second {
+		t.Fatalf("after 3 failures of 3: spent %t, %v left, want 57s", spent, left)
+	}
+	if _, spent := b.spent(other, 3); spent {
+		t.Fatal("another client shares the budget")
+	}
+	if _, spent := b.spent(a, 4); spent {
+		t.Fatal("a higher limit (after a reload) still refuses")
+	}
+	clock.add(56 * time.Second)
+	if left, spent := b.spent(a, 3); !spent || left != time.Second {
+		t.Fatalf("a second before the end: spent %t, %v left", spent, left)
+	}
+	clock.add(time.Second)
+	if _, spent := b.spent(a, 3); spent {
+		t.Fatal("still spent after the window")
+	}
+	b.fail(a) // a new window from now, with one failure
+	clock.add(59 * time.Second)
+	b.fail(a)
+	b.fail(a)
+	if left, spent := b.spent(a, 3); !spent || left != time.Second {
+		t.Fatalf("new window: spent %t, %v left", spent, left)
+	}
+}
+
+// A flood from more addresses than the table holds keeps it at its bound, and the clients that
+// spent their budget stay blocked while it churns; expired entries make room first.
+func TestFailureBudgetBounded(t *testing.T) {
+	clock := &fakeClock{t: time.Unix(1_700_000_000, 0)}
+	b := newFailureBudget(clock.now)
+	blocked := netip.MustParseAddr("203.0.113.9")
+	for range 30 {
+		b.fail(blocked)
+	}
+	addr := func(i int) netip.Addr {
+		return netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)})
+	}
+	for i := range 3 * maxFailingClients {
+		b.fail(addr(i))
+	}
+	if n := b.len(); n > maxFailingClients || n < maxFailingClients*9/10 {
+		t.Fatalf("%d clients tracked after a flood from %d addresses, want at most %d (and the table used)", n, 3*maxFailingClients, maxFailingClients)
+	}
+	if _, spent := b.spent(blocked, 30); !spent {
+		t.Fatal("a client that spent its budget was forgotten during the flood")
+	}
+	// A minute later everything has expired: new clients take the place of expired ones
+	// and the table stays bounded.
+	clock.add(time.Minute)
+	for i := range maxFailingClients {
+		b.fail(addr(10_000_000 + i))
+	}
+	if n := b.len(); n > maxFailingClients {
+		t.Fatalf("%d clients tracked, want at most %d", n, maxFailingClients)
+	}
+	if _, spent := b.spent(blocked, 30); spent {
+		t.Fatal("blocked past its window")
+	}
+}
+
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *fakeClock) now() time.Time      { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *fakeClock) add(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.Unlock() }
+
+// countingLookup counts the lookups that reach the registry.
+type countingLookup struct {
+	KeyLookup
+	n atomic.Int64
+}
+
+func (c *countingLookup) Lookup(ctx context.Context, digest string) (auth.Entry, bool, error) {
+	c.n.Add(1)
+	return c.KeyLookup.Lookup(ctx, digest)
+}
+
+// Registry mode: past auth.failure_limit failed authentications a client gets 429
+// too_many_auth_failures with Retry-After, and none of its keys is looked up, a valid one
+// included; other clients are not affected; IPv6 clients are grouped by their /64; a key of
+// the wrong family (403) is no failed authentication.
+func TestAuthFailureLimit(t *testing.T) {
+	reg, err := auth.NewMemoryRegistry([]auth.Entry{
+		{Digest: auth.Digest(adminKey), Kind: "admin", Org: "acme", Projects: []string{"p1"}, Created: time.Now()},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lookups := &countingLookup{KeyLookup: reg}
+	up := newUpstream(t, nil)
+	g := newGatewayWith(t, up, lookups, func(c *cfgT) {
+		c.Auth.FailureLimit = 3
+		c.ClientIP.TrustedProxies = []string{"127.0.0.1/32"}
+	})
+	send := func(ip, key string) (int, errorBody, string) {
+		t.Helper()
+		h := jsonHdr(key)
+		h.Set("X-Forwarded-For", ip)
+		res, data := g.do(t, "POST", "/v2/agent/p1/job", h, agentBody)
+		var e errorBody
+		if res.StatusCode >= 400 {
+			decodeError(t, res, data) // the shape every error has
+			if err := json.Unmarshal(data, &e); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return res.StatusCode, e, res.Header.Get("Retry-After")
+	}
+	const ip = "198.51.100.1"
+	for range 3 {
+		if code, _, _ := send(ip, "svc_dsc_wrongfamilySECRET"); code != 403 {
+			t.Fatalf("wrong key type: %d", code)
+		}
+	}
+	for i := range 3 {
+		if code, _, _ := send(ip, fmt.Sprintf("svc_invented%dSECRET", i)); code != 401 {
+			t.Fatalf("invented key %d: %d, want 401", i, code)
+		}
+	}
+	if n := lookups.n.Load(); n != 3 {
+		t.Fatalf("%d lookups, want 3", n)
+	}
+	for _, key := range []string{"svc_invented9SECRET", adminKey} {
+		code, e, retry := send(ip, key)
+		secs, _ := strconv.Atoi(retry)
+		if code != 429 || e.Code != "too_many_auth_failures" || secs < 1 || secs > 60 || e.RetryAfter == nil || *e.RetryAfter != int64(secs) {
+			t.Fatalf("past the limit: %d %+v, Retry-After %q", code, e, retry)
+		}
+	}
+	if n := lookups.n.Load(); n != 3 {
+		t.Fatalf("%d lookups, want 3: keys were looked up past the limit", n)
+	}
+	if code, _, _ := send("198.51.100.2", adminKey); code != 201 {
+		t.Fatalf("another client with a valid key: %d", code)
+	}
+
+	// IPv6: the /64 is one client.
+	for i := range 3 {
+		if code, _, _ := send(fmt.Sprintf("2001:db8::%d", i+1), "svc_inventedSECRET"); code != 401 {
+			t.Fatalf("IPv6 failure %d: %d", i, code)
+		}
+	}
+	if code, e, _ := send("2001:db8::ffff", adminKey); code != 429 || e.Code != "too_many_auth_failures" {
+		t.Fatalf("same /64: %d %+v", code, e)
+	}
+	if code, _, _ := send("2001:db8:0:1::1", adminKey); code != 201 {
+		t.Fatalf("another /64: %d", code)
+	}
+	if n := g.counter(t, "gateway_auth_rejections_total", "reason", "too_many_failures"); n != 3 {
+		t.Fatalf("gateway_auth_rejections_total{reason=too_many_failures} = %v, want 3", n)
+	}
+	if n := g.counter(t, "gateway_auth_rejections_total", "reason", "unknown_key"); n != 6 {
+		t.Fatalf("gateway_auth_rejections_total{reason=unknown_key} = %v, want 6", n)
+	}
+	g.assertNoSecrets(t)
+}
+
+// failure_limit: 0 turns the budget off; prefix mode has none (a refused key costs no lookup).
+func TestAuthFailureLimitOff(t *testing.T) {
+	reg, err := auth.NewMemoryRegistry(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, g := range map[string]*gateway{
+		"failure_limit 0": newGatewayWith(t, newUpstream(t, nil), reg, func(c *cfgT) { c.Auth.FailureLimit = 0 }),
+		"prefix mode":     newGateway(t, newUpstream(t, nil)),
+	} {
+		for i := range 40 {
+			res, data := g.do(t, "POST", "/v2/agent/p1/job", jsonHdr("nope_"+strconv.Itoa(i)), agentBody)
+			if res.StatusCode != 401 {
+				t.Fatalf("%s: failure %d answered %d %s", name, i, res.StatusCode, data)
+			}
+		}
+		if g.gw.authFailures.len() != 0 {
+			t.Fatalf("%s: failures were counted", name)
+		}
+	}
+}
