@@ -252,6 +252,24 @@ func TestRedisRegistrySingleflight(t *testing.T) {
 		t.Fatalf("%d GETs for 50 concurrent misses, want 1", n)
 	}
 
+	// An invented key too: concurrent lookups share one GET, and the negative answer is
+	// cached, so the same key again costs nothing.
+	before = getCalls(t, srv.Addr)
+	invented := Digest("svc_inventedSECRET")
+	for range 2 {
+		for range 50 {
+			wg.Go(func() {
+				if _, ok, err := r.Lookup(context.Background(), invented); ok || err != nil {
+					t.Errorf("invented key: %v %v", ok, err)
+				}
+			})
+		}
+		wg.Wait()
+	}
+	if n := getCalls(t, srv.Addr) - before; n != 1 {
+		t.Fatalf("%d GETs for 2 x 50 concurrent lookups of an invented key, want 1", n)
+	}
+
 	// A follower whose leader gave up (its context ended) reads for itself.
 	r.invalidateAll()
 	short, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
