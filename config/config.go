@@ -96,8 +96,9 @@ type Auth struct {
 	// invalidations are lost; revocations normally arrive within a second by pub/sub.
 	CacheTTL time.Duration `yaml:"cache_ttl"`
 	// FailureLimit is how many failed authentications (401s) one client IP (IPv6 per
-	// client_ip.ipv6_prefix) may cause per minute, counted in process; past it the client
-	// gets 429 too_many_auth_failures and its keys are not looked up. 0 disables it.
+	// client_ip.ipv6_prefix) may cause in a minute from its first one, counted in process, in
+	// registry mode; past it the client gets 429 too_many_auth_failures and its keys are not
+	// looked up. 0 disables it.
 	FailureLimit int `yaml:"failure_limit"`
 }
 
