@@ -304,14 +304,14 @@ type httpSample struct {
 	closedCPU1k float64 // CPU seconds of the server under test per 1,000 requests
 	// Redis, over the closed loop, per request: CPU µs (every node), bytes in and out.
 	redisCPUus, redisBytesIn, redisBytesOut float64
-	open        openResult
-	openCPU1k   float64
-	openScripts []float64 // per node, per request
-	openOther   float64   // other Redis commands per request
-	load        float64   // 1-minute load average at the end of the block
-	logLines    int
-	logExpected int64
-	probes      []probeSample
+	open                                    openResult
+	openCPU1k                               float64
+	openScripts                             []float64 // per node, per request
+	openOther                               float64   // other Redis commands per request
+	load                                    float64   // 1-minute load average at the end of the block
+	logLines                                int
+	logExpected                             int64
+	probes                                  []probeSample
 }
 
 type probeSample struct {
