@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -351,18 +352,31 @@ func TestTracingCollectorDown(t *testing.T) {
 	up := newTraceUpstream(t)
 	p := startGateway(t, up.url, fmt.Sprintf("tracing: {enabled: true, endpoint: %q}\n", "http://"+rcv.addr))
 	codes := map[int]int{}
+	var before, after []time.Duration
 	for i := range 400 {
 		if i == 100 {
 			rcv.stop() // the collector dies
 		}
+		start := time.Now()
 		res := sendTraced(t, p, fmt.Sprintf("/v2/agent/down%d/job", i%10), "svc_collectordown012345", `{"prompt":"x"}`, "")
+		if i < 100 {
+			before = append(before, time.Since(start))
+		} else {
+			after = append(after, time.Since(start))
+		}
 		codes[res.StatusCode]++
 	}
 	if codes[201] != 400 {
 		t.Fatalf("answers with the collector down: %v", codes)
 	}
 	dropped := waitMetric(t, p, "gateway_trace_spans_dropped_total", 20*time.Second, func(v float64) bool { return v > 0 })
-	t.Logf("collector down after 100 of 400 requests: all answered 201, %v spans dropped and counted", dropped)
+	// Reported, not asserted (timing on a shared machine): no request waits for the exporter.
+	median := func(d []time.Duration) time.Duration {
+		slices.Sort(d)
+		return d[len(d)/2]
+	}
+	t.Logf("collector down after 100 of 400 requests: all answered 201, %v spans dropped and counted; median answer %v with the collector, %v without",
+		dropped, median(before), median(after))
 }
 
 // The request histogram carries the trace id as an exemplar when the scraper asks for
