@@ -41,7 +41,11 @@ func (g *Gateway) readBody(s *scope, r *http.Request) bool {
 		setReadDeadline(s.rw.ResponseWriter, time.Now().Add(g.readTimeout))
 		s.inBody = nil // read here: a refusal from now on closes the connection, no second drain
 		var err error
-		body, err = readAll(r.Body, r.ContentLength, s.snap.maxBody)
+		var buf []byte
+		if rt.stream {
+			buf = g.streamBodies.get(bodyBufferSize(r.ContentLength, s.snap.maxBody))
+		}
+		body, err = readAll(r.Body, r.ContentLength, s.snap.maxBody, buf)
 		switch {
 		case errors.Is(err, errTooLarge):
 			g.tooLarge(s)
@@ -73,13 +77,13 @@ func (g *Gateway) readBody(s *scope, r *http.Request) bool {
 		}
 	}
 	if rt.stream {
-		s.body.reset(body)
+		s.body.reset(body, &g.streamBodies)
 		r.Body = &s.body
 	} else {
 		// A body net/http knows to be in memory (io.NopCloser over a bytes.Reader) goes out in
 		// the same write as the request's headers; any other is sent after a separate flush
 		// of the headers, one more system call per request. A stream keeps replayBody, which
-		// lets go of the bytes once sent instead of holding them for the stream's life.
+		// lets go of the bytes once read instead of holding them for the stream's life.
 		s.shortBody.Reset(body)
 		r.Body = io.NopCloser(&s.shortBody)
 	}
@@ -122,14 +126,23 @@ func setReadDeadline(w http.ResponseWriter, t time.Time) {
 	_ = http.NewResponseController(w).SetReadDeadline(t)
 }
 
-// readAll reads at most max bytes; one byte more means the body is too large. A declared
-// Content-Length sizes the buffer exactly, so the common case allocates once.
-func readAll(body io.Reader, declared, max int64) ([]byte, error) {
-	size := declared
-	if size < 0 || size > max {
-		size = 512
+// bodyBufferSize is the capacity readAll needs for a body: its declared length plus the one
+// byte that tells a body longer than declared, or a first guess when the length is unknown.
+func bodyBufferSize(declared, max int64) int64 {
+	if declared < 0 || declared > max {
+		return 512
 	}
-	buf := make([]byte, 0, size+1)
+	return declared + 1
+}
+
+// readAll reads at most max bytes; one byte more means the body is too large. It reads into
+// buf when buf is large enough, else into a buffer sized by the declared Content-Length, so
+// the common case allocates once or not at all.
+func readAll(body io.Reader, declared, max int64, buf []byte) ([]byte, error) {
+	if size := bodyBufferSize(declared, max); int64(cap(buf)) < size {
+		buf = make([]byte, 0, size)
+	}
+	buf = buf[:0]
 	for {
 		if int64(len(buf)) > max {
 			return nil, errTooLarge

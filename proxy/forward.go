@@ -150,12 +150,13 @@ func (g *Gateway) modifyResponse(res *http.Response) error {
 		if err != nil {
 			return fmt.Errorf("reading the upstream's answer: %w", err)
 		}
-		s.answer.reset(body)
+		s.answer.reset(body, nil)
 		res.Body = &s.answer
 	}
 	if s.route.stream {
 		res.Header.Set("X-Accel-Buffering", "no")
 		if res.StatusCode/100 == 2 {
+			s.rw.flushHeader = true
 			s.tapStore.start(res.Body)
 			s.tap = &s.tapStore
 			res.Body = s.tap

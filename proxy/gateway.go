@@ -55,6 +55,7 @@ type Gateway struct {
 	allowOnLimiterError bool
 	limitStates         sync.Pool      // *limitState
 	logFields           sync.Pool      // *[]zap.Field for access-log lines
+	streamBodies        bodyBuffers    // streamed requests' bodies, until the upstream has them
 	debits              sync.WaitGroup // token debits under way (see Close)
 	authFailures        *failureBudget // failed authentications per client IP (auth.failure_limit)
 	tracing             *Tracing       // nil: off
@@ -132,11 +133,7 @@ func (g *Gateway) serve(sn *snapshot, rt *route, w http.ResponseWriter, r *http.
 	}
 	if r.Method != rt.method {
 		// ServeMux lets HEAD into GET routes; only the configured method reaches the upstream.
-		s.w.Header().Set("Allow", rt.method)
-		s.fail(http.StatusMethodNotAllowed, errorBody{
-			Error: fmt.Sprintf("Method %s is not allowed here; allowed: %s.", safeMethod(r.Method), rt.method),
-			Code:  codeMethodNotAllowed,
-		})
+		methodNotAllowed(s, r.Method, rt.method)
 		return
 	}
 	if !g.authenticate(s, r) {
@@ -152,6 +149,16 @@ func (g *Gateway) serve(sn *snapshot, rt *route, w http.ResponseWriter, r *http.
 		return
 	}
 	g.forward(s, r)
+}
+
+// methodNotAllowed answers 405. It is kept out of serve, whose stack frame every request
+// carries down to the upstream exchange: see responseWriter.WriteHeader.
+func methodNotAllowed(s *scope, method, allowed string) {
+	s.w.Header().Set("Allow", allowed)
+	s.fail(http.StatusMethodNotAllowed, errorBody{
+		Error: fmt.Sprintf("Method %s is not allowed here; allowed: %s.", safeMethod(method), allowed),
+		Code:  codeMethodNotAllowed,
+	})
 }
 
 // servePreflight answers a CORS preflight of an assistant path.

@@ -118,6 +118,8 @@ type responseWriter struct {
 	status    int
 	bytes     int64
 	firstByte time.Time
+	// flushHeader sends the headers as soon as they are written: set for a stream's answer.
+	flushHeader bool
 }
 
 var _ http.Flusher = (*responseWriter)(nil)
@@ -127,6 +129,26 @@ func (w *responseWriter) WriteHeader(code int) {
 		w.status = code
 	}
 	w.ResponseWriter.WriteHeader(code)
+	if w.flushHeader && code >= 200 {
+		// A stream's client learns at once that its answer is coming, before the first part
+		// does.
+		w.flushAside()
+	}
+}
+
+// flushAside sends the headers from a goroutine of its own and waits for it. Writing them
+// takes net/http about 4 KiB of stack (its header writer alone has a 2.8 KiB frame, then a
+// sort), and ReverseProxy does it deep in its own call chain: on the handler's goroutine that
+// doubled the stack from 8 to 16 KiB, which a stream then holds, idle, for as long as it
+// stays open. The helper's stack is freed when it exits. The handler waits, so the writer is
+// never used by two goroutines at once.
+func (w *responseWriter) flushAside() {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = w.FlushError()
+	}()
+	<-done
 }
 
 func (w *responseWriter) Write(p []byte) (int, error) {
@@ -141,12 +163,15 @@ func (w *responseWriter) Write(p []byte) (int, error) {
 	return n, err
 }
 
-func (w *responseWriter) Flush() {
-	if f, ok := w.ResponseWriter.(http.Flusher); ok {
-		f.Flush()
-		return
+func (w *responseWriter) Flush() { _ = w.FlushError() }
+
+// FlushError is what http.ResponseController (and through it ReverseProxy) calls first: one
+// frame less on every streamed part than going through Flush.
+func (w *responseWriter) FlushError() error {
+	if f, ok := w.ResponseWriter.(interface{ FlushError() error }); ok {
+		return f.FlushError()
 	}
-	_ = http.NewResponseController(w.ResponseWriter).Flush()
+	return http.NewResponseController(w.ResponseWriter).Flush()
 }
 
 func (w *responseWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
@@ -167,20 +192,25 @@ func (s *scope) header(h http.Header, i int, key, value string) {
 	h[key] = s.hdrValues[i : i+1 : i+1]
 }
 
-// replayBody hands the validated body to the reverse proxy byte for byte. Once closed it
-// drops the bytes, so a long stream does not hold its request body for its whole life. Both
-// the transport and the reverse proxy close it, and the transport may still be reading when
-// the reverse proxy does (an upstream that answers before reading the body): a per-request
-// mutex keeps that from racing.
+// replayBody hands the validated body to the reverse proxy byte for byte, and lets go of the
+// bytes once the last of them is read (back to pool, when they came from one), so a long
+// stream does not hold its request body for its whole life. It cannot wait for Close:
+// httputil.ReverseProxy hands the transport a wrapper whose Close does nothing, so neither
+// side's Close reaches it. Nothing reads the body twice: GetBody is nil, so the transport never
+// replays it, and nothing else keeps a reference (the validators return only an error). The
+// transport may still be reading when the handler's own cleanup runs (an upstream that
+// answers before reading the body): a per-request mutex keeps that from racing.
 type replayBody struct {
 	mu   sync.Mutex
 	data []byte
 	off  int
+	pool *bodyBuffers // where data goes back once read; nil: nowhere
 }
 
-func (b *replayBody) reset(data []byte) {
+// reset makes b hand out data, which goes back to pool (if not nil) once read.
+func (b *replayBody) reset(data []byte, pool *bodyBuffers) {
 	b.mu.Lock()
-	b.data, b.off = data, 0
+	b.data, b.off, b.pool = data, 0, pool
 	b.mu.Unlock()
 }
 
@@ -188,15 +218,30 @@ func (b *replayBody) Read(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.off >= len(b.data) {
+		b.release()
 		return 0, io.EOF
 	}
 	n := copy(p, b.data[b.off:])
 	b.off += n
+	if b.off == len(b.data) {
+		// The last byte is out: let the buffer go now rather than on the EOF read, which a
+		// reader that knows the length (the transport, with ContentLength set) may never make.
+		b.release()
+		return n, io.EOF
+	}
 	return n, nil
 }
 
+// release drops the bytes, into the pool when they came from one. b.mu is held.
+func (b *replayBody) release() {
+	if b.pool != nil && b.data != nil {
+		b.pool.put(b.data)
+	}
+	b.data, b.off, b.pool = nil, 0, nil
+}
+
 func (b *replayBody) Close() error {
-	b.reset(nil)
+	b.reset(nil, nil)
 	return nil
 }
 
