@@ -130,8 +130,9 @@ func (w *responseWriter) WriteHeader(code int) {
 	}
 	w.ResponseWriter.WriteHeader(code)
 	if w.flushHeader && code >= 200 {
-		// A stream's client learns at once that its answer is coming, before the first part
-		// does.
+		// A stream's headers go out at once, before the first part. ReverseProxy would send
+		// them at once too (from a timer, with FlushInterval -1), but when the first part is
+		// already there it writes them from its copy loop, deep in the handler's stack.
 		w.flushAside()
 	}
 }
