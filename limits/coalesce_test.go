@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -125,5 +127,75 @@ func TestCoalescedExactAndOneScriptEach(t *testing.T) {
 	calls := commandCalls(t, stats, "evalsha") + commandCalls(t, stats, "eval") - before
 	if calls != 64*20 {
 		t.Fatalf("%d script calls for %d decisions", calls, 64*20)
+	}
+}
+
+// readsProcessed is Redis's count of read events on client sockets: a pipelined batch
+// arrives in one read, so fewer reads than script calls means calls were coalesced.
+func readsProcessed(t testing.TB, c *redis.Client) int64 {
+	t.Helper()
+	info, err := c.Info(context.Background(), "stats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if rest, ok := strings.CutPrefix(line, "total_reads_processed:"); ok {
+			n, err := strconv.ParseInt(strings.TrimSpace(rest), 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+	}
+	t.Fatal("no total_reads_processed in INFO stats")
+	return 0
+}
+
+// Calls that arrive while another is on the wire are batched: under 64-way concurrency
+// Redis reads far fewer times than it runs scripts. (A call that finds few others in flight
+// goes straight out; that path is the one every sequential decision of the other tests takes.)
+func TestCoalescedBatchesUnderConcurrency(t *testing.T) {
+	srv := redistest.Start(t)
+	stats := srv.Client(t)
+	for _, tc := range []struct {
+		name     string
+		opts     []RedisOption
+		batching bool
+	}{{"coalesce", []RedisOption{WithCoalescing()}, true}, {"plain", nil, false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newRedisT(t, redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 64}), uniquePrefix(), tc.opts...)
+			if err := s.Preload(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			r := rule(t, "batch", 1_000_000, "hour", Fixed)
+			const workers, each = 64, 50
+			scripts0, reads0 := commandCalls(t, stats, "evalsha"), readsProcessed(t, stats)
+			var wg sync.WaitGroup
+			for w := range workers {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					var d Decision
+					for range each {
+						if err := s.Take(context.Background(), []Hit{{r, fmt.Sprint("w", w)}}, &d); err != nil {
+							t.Error(err)
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			scripts, reads := commandCalls(t, stats, "evalsha")-scripts0, readsProcessed(t, stats)-reads0
+			t.Logf("%d script calls in %d reads", scripts, reads)
+			if scripts != workers*each {
+				t.Fatalf("%d script calls for %d decisions", scripts, workers*each)
+			}
+			if tc.batching && reads*2 > scripts {
+				t.Errorf("%d reads for %d script calls: not batched", reads, scripts)
+			}
+			if !tc.batching && reads < scripts {
+				t.Errorf("%d reads for %d script calls without coalescing: the measure is broken", reads, scripts)
+			}
+		})
 	}
 }

@@ -28,6 +28,7 @@ type Redis struct {
 	waitTimeout  time.Duration
 	coalesce     bool                 // see WithCoalescing
 	ap           *redis.AutoPipeliner // coalescing on a standalone or Sentinel client
+	lane         lane                 // the calls of ap's node on the wire
 	nodeAPs      *nodePipeliners      // coalescing on a Cluster: one per master
 }
 

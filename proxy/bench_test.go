@@ -17,7 +17,10 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"io"
 	"net/http"
+	"net/http/httputil"
+	"net/url"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -264,3 +267,28 @@ type discardExporter struct{}
 
 func (discardExporter) ExportSpans(context.Context, []sdktrace.ReadOnlySpan) error { return nil }
 func (discardExporter) Shutdown(context.Context) error                             { return nil }
+
+// BenchmarkBareReverseProxyAgentJob is the reference for BenchmarkGatewayAgentJob: the same
+// request and canned answer through a plain httputil.ReverseProxy (no auth, validation,
+// limits, metrics or log line), so the difference between the two is what the gateway's own
+// checks cost per request, transport and network aside.
+func BenchmarkBareReverseProxyAgentJob(b *testing.B) {
+	tr := newCannedTransport(http.StatusCreated, "application/json",
+		[]byte(`{"id":"job_0123456789","status":"active","createdAt":"2026-01-01T00:00:00Z"}`), -2)
+	tr.resp.ContentLength = int64(len(tr.data))
+	target, err := url.Parse("http://upstream.invalid:9000")
+	if err != nil {
+		b.Fatal(err)
+	}
+	rp := httputil.NewSingleHostReverseProxy(target)
+	rp.Transport = tr
+	rp.BufferPool = &benchBuffers{p: sync.Pool{New: func() any { return new([32 << 10]byte) }}}
+	body := []byte(`{"prompt":"Write a migration guide from SDK v1 to v2, with code samples for Go and Python.","model":"default","metadata":{"source":"bench"}}`)
+	runChain(b, rp, http.MethodPost, "/v2/agent/proj-bench/job", benchAdminKey, body, http.StatusCreated)
+}
+
+// benchBuffers pools fixed-size arrays, so Put does not allocate.
+type benchBuffers struct{ p sync.Pool }
+
+func (p *benchBuffers) Get() []byte  { return p.p.Get().(*[32 << 10]byte)[:] }
+func (p *benchBuffers) Put(b []byte) { p.p.Put((*[32 << 10]byte)(b)) }
