@@ -85,7 +85,7 @@ gobench_out=""
 if [[ $GOBENCH == 1 ]]; then
 	echo "== go test -bench (handler chain, validators), count $GOBENCH_COUNT"
 	gobench_out=$work/gobench.txt
-	(cd "$src" && GOMAXPROCS=1 $GO test -run '^$' -bench '^BenchmarkGateway' -benchmem -benchtime "$BENCHTIME" -count "$GOBENCH_COUNT" ./proxy &&
+	(cd "$src" && GOMAXPROCS=1 $GO test -run '^$' -bench '^Benchmark(Gateway|BareReverseProxy)' -benchmem -benchtime "$BENCHTIME" -count "$GOBENCH_COUNT" ./proxy &&
 		GOMAXPROCS=1 $GO test -run '^$' -bench '^(BenchmarkAssistantMessage100KiB|BenchmarkAgentJob)$' -benchmem -benchtime "$BENCHTIME" -count "$GOBENCH_COUNT" ./validate) |
 		tee "$gobench_out" | grep -E '^(Benchmark|ok|FAIL)' || true
 fi
