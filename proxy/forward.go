@@ -54,8 +54,9 @@ func (g *Gateway) newReverseProxy(t http.RoundTripper, stream bool) *httputil.Re
 		// upstream sends it, whatever its Content-Type or Content-Length. Other routes keep
 		// the default (0), which still flushes answers of unknown length at once but writes
 		// a short JSON answer in one go instead of headers and body separately. A stream
-		// holds its copy buffer as long as it runs, and its parts are small: a smaller
-		// buffer keeps idle streams cheap.
+		// holds its copy buffer as long as it runs, and its parts are small (a token or a
+		// few, a finish part of a hundred bytes): a small buffer keeps idle streams cheap, and
+		// a burst larger than the buffer still goes out whole, in more than one write.
 		p.FlushInterval = -1
 		p.BufferPool = newBufferPool(streamBufferSize)
 	}
@@ -210,7 +211,7 @@ const maxBufferedAnswer = 1 << 20
 // Copy buffer sizes of the two proxies.
 const (
 	copyBufferSize   = 32 << 10
-	streamBufferSize = 4 << 10
+	streamBufferSize = 2 << 10
 )
 
 // bufferPool reuses the reverse proxy's copy buffers across requests. It pools pointers to
