@@ -197,6 +197,9 @@ func (e *env) start(v variant, up *upstream) (*server, error) {
 		}
 	case "gateway":
 		adminPort := freePort()
+		for adminPort == port { // the kernel may hand out a just-closed port again
+			adminPort = freePort()
+		}
 		s.admin = fmt.Sprintf("http://127.0.0.1:%d", adminPort)
 		var addrs []string
 		switch v.store {
