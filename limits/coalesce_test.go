@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -197,5 +198,101 @@ func TestCoalescedBatchesUnderConcurrency(t *testing.T) {
 				t.Errorf("%d reads for %d script calls without coalescing: the measure is broken", reads, scripts)
 			}
 		})
+	}
+}
+
+// pathCounter is a go-redis hook that counts limiter calls sent on their own (a Process) and
+// in batches (a pipeline: the auto-pipeliner's half-duplex batches run through it).
+type pathCounter struct{ direct, batches, batched atomic.Int64 }
+
+func (p *pathCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (p *pathCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if n := cmd.Name(); n == "evalsha" || n == "eval" {
+			p.direct.Add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (p *pathCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		n := 0
+		for _, cmd := range cmds {
+			if name := cmd.Name(); name == "evalsha" || name == "eval" {
+				n++
+			}
+		}
+		if n > 0 {
+			p.batches.Add(1)
+			p.batched.Add(int64(n))
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// poolUses counts the connections taken from the client's main pool and its pipeline pool.
+func poolUses(c *redis.Client) (main, pipeline uint32) {
+	st := c.PoolStats()
+	if st.PipelineStats != nil {
+		pipeline = st.PipelineStats.Hits + st.PipelineStats.Misses
+	}
+	return st.Hits + st.Misses, pipeline
+}
+
+// The lane: decisions made one at a time never go through the auto-pipeliner (its
+// goroutine hand-offs would only add latency), and under concurrency most do, in batches.
+func TestCoalescedLane(t *testing.T) {
+	srv := redistest.Start(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 64})
+	t.Cleanup(func() { c.Close() })
+	var paths pathCounter
+	c.AddHook(&paths)
+	s := newRedisT(t, c, uniquePrefix(), WithCoalescing())
+	if err := s.Preload(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	r := rule(t, "lane", 1_000_000, "hour", Fixed)
+	paths.batches.Store(0) // Preload's own pipeline
+	paths.batched.Store(0)
+	// The auto-pipeliner runs on the client's pipeline pool, a call on its own on the main
+	// pool (a batch of one goes out as a plain command, so the hooks cannot tell them apart).
+	pool0, pipe0 := poolUses(c)
+	var d Decision
+	for i := range 100 {
+		if err := s.Take(context.Background(), []Hit{{r, fmt.Sprint("seq", i)}}, &d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pool1, pipe1 := poolUses(c)
+	if pool1-pool0 < 100 || pipe1 != pipe0 || paths.batched.Load() != 0 {
+		t.Fatalf("100 sequential decisions: %d main-pool and %d pipeline-pool connection uses, %d in batches; want 100, 0 and 0",
+			pool1-pool0, pipe1-pipe0, paths.batched.Load())
+	}
+	paths.direct.Store(0)
+	const workers, each = 64, 50
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var d Decision
+			for range each {
+				if err := s.Take(context.Background(), []Hit{{r, fmt.Sprint("w", w)}}, &d); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	direct, batches, batched := paths.direct.Load(), paths.batches.Load(), paths.batched.Load()
+	t.Logf("%d decisions: %d on their own, %d in %d batches", workers*each, direct, batched, batches)
+	if direct+batched != workers*each {
+		t.Fatalf("%d + %d calls for %d decisions", direct, batched, workers*each)
+	}
+	if batched < workers*each/2 || batches >= batched {
+		t.Errorf("under 64-way concurrency only %d of %d decisions went in %d batches", batched, workers*each, batches)
 	}
 }
