@@ -3,8 +3,6 @@ package limits
 import (
 	"context"
 	"fmt"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -131,21 +129,6 @@ func BenchmarkTakeConcurrent(b *testing.B) {
 
 // redisCPU is the CPU time the Redis server has used (user and system), from INFO cpu.
 func redisCPU(b *testing.B, c *redis.Client) time.Duration {
-	b.Helper()
-	info, err := c.Info(context.Background(), "cpu").Result()
-	if err != nil {
-		b.Fatal(err)
-	}
-	var total float64
-	for _, line := range strings.Split(info, "\n") {
-		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
-		if ok && (k == "used_cpu_sys" || k == "used_cpu_user") {
-			f, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				b.Fatal(err)
-			}
-			total += f
-		}
-	}
-	return time.Duration(total * float64(time.Second))
+	secs := infoValue(b, c, "cpu", "used_cpu_sys") + infoValue(b, c, "cpu", "used_cpu_user")
+	return time.Duration(secs * float64(time.Second))
 }

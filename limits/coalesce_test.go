@@ -134,22 +134,48 @@ func TestCoalescedExactAndOneScriptEach(t *testing.T) {
 // readsProcessed is Redis's count of read events on client sockets: a pipelined batch
 // arrives in one read, so fewer reads than script calls means calls were coalesced.
 func readsProcessed(t testing.TB, c *redis.Client) int64 {
-	t.Helper()
-	info, err := c.Info(context.Background(), "stats").Result()
+	return int64(infoValue(t, c, "stats", "total_reads_processed"))
+}
+
+// infoValue is the number field of one INFO section.
+func infoValue(tb testing.TB, c *redis.Client, section, field string) float64 {
+	tb.Helper()
+	info, err := c.Info(context.Background(), section).Result()
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	for _, line := range strings.Split(info, "\n") {
-		if rest, ok := strings.CutPrefix(line, "total_reads_processed:"); ok {
-			n, err := strconv.ParseInt(strings.TrimSpace(rest), 10, 64)
+		if k, v, ok := strings.Cut(strings.TrimSpace(line), ":"); ok && k == field {
+			f, err := strconv.ParseFloat(v, 64)
 			if err != nil {
-				t.Fatal(err)
+				tb.Fatal(err)
 			}
-			return n
+			return f
 		}
 	}
-	t.Fatal("no total_reads_processed in INFO stats")
+	tb.Fatalf("no %s in INFO %s", field, section)
 	return 0
+}
+
+// takeConcurrently makes workers×each decisions of rule r, workers at a time, each worker
+// on its own id.
+func takeConcurrently(t *testing.T, s *Redis, r *Rule, workers, each int) {
+	t.Helper()
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var d Decision
+			for range each {
+				if err := s.Take(context.Background(), []Hit{{r, fmt.Sprint("w", w)}}, &d); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
 }
 
 // Calls that arrive while another is on the wire are batched: under 64-way concurrency
@@ -171,21 +197,7 @@ func TestCoalescedBatchesUnderConcurrency(t *testing.T) {
 			r := rule(t, "batch", 1_000_000, "hour", Fixed)
 			const workers, each = 64, 50
 			scripts0, reads0 := commandCalls(t, stats, "evalsha"), readsProcessed(t, stats)
-			var wg sync.WaitGroup
-			for w := range workers {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					var d Decision
-					for range each {
-						if err := s.Take(context.Background(), []Hit{{r, fmt.Sprint("w", w)}}, &d); err != nil {
-							t.Error(err)
-							return
-						}
-					}
-				}()
-			}
-			wg.Wait()
+			takeConcurrently(t, s, r, workers, each)
 			scripts, reads := commandCalls(t, stats, "evalsha")-scripts0, readsProcessed(t, stats)-reads0
 			t.Logf("%d script calls in %d reads", scripts, reads)
 			if scripts != workers*each {
@@ -272,21 +284,7 @@ func TestCoalescedLane(t *testing.T) {
 	}
 	paths.direct.Store(0)
 	const workers, each = 64, 50
-	var wg sync.WaitGroup
-	for w := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			var d Decision
-			for range each {
-				if err := s.Take(context.Background(), []Hit{{r, fmt.Sprint("w", w)}}, &d); err != nil {
-					t.Error(err)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
+	takeConcurrently(t, s, r, workers, each)
 	direct, batches, batched := paths.direct.Load(), paths.batches.Load(), paths.batched.Load()
 	t.Logf("%d decisions: %d on their own, %d in %d batches", workers*each, direct, batched, batches)
 	if direct+batched != workers*each {
