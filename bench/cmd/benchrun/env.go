@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/docsgate/gateway/bench/internal/child"
 )
 
 type variant struct {
@@ -57,11 +59,12 @@ func selectVariants(list string) []variant {
 type upstream struct {
 	args []string
 	url  string
-	proc *proc
+	proc *child.Proc
 }
 
 type env struct {
 	o                   options
+	procs               *child.Group // every process it starts
 	dir                 string
 	gateway, sim, bare  string
 	cpuServer, cpuRest  string
@@ -74,8 +77,8 @@ type env struct {
 
 const adminToken = "bench-admin-token-0123456789abcdef"
 
-func newEnv(o options) (*env, error) {
-	e := &env{o: o, scripts: map[string]string{}}
+func newEnv(o options, procs *child.Group) (*env, error) {
+	e := &env{o: o, procs: procs, scripts: map[string]string{}}
 	var err error
 	if e.dir, err = os.MkdirTemp("", "gateway-bench-"); err != nil {
 		return nil, err
@@ -110,15 +113,15 @@ func newEnv(o options) (*env, error) {
 		}
 	}()
 	logf("starting redis-server and a 3-master cluster")
-	if e.redis, err = startRedis(e.dir, e.cpuRest, false); err != nil {
+	if e.redis, err = startRedis(e.procs, e.dir, e.cpuRest, false); err != nil {
 		return nil, err
 	}
-	if e.cluster, err = startCluster(e.dir, e.cpuRest); err != nil {
+	if e.cluster, err = startCluster(e.procs, e.dir, e.cpuRest); err != nil {
 		return nil, err
 	}
 	if strings.Contains(o.variants, "gateway-replicated") || strings.Contains(o.variants, "gateway-wait1") {
 		logf("starting a redis-server with one replica")
-		if e.replMaster, e.replica, err = startReplicated(e.dir, e.cpuRest); err != nil {
+		if e.replMaster, e.replica, err = startReplicated(e.procs, e.dir, e.cpuRest); err != nil {
 			return nil, err
 		}
 	}
@@ -126,13 +129,13 @@ func newEnv(o options) (*env, error) {
 	e.stamp = &upstream{args: []string{"-stamp", "-part-delay", "10ms", "-answer-parts", "10"}}
 	e.idle = &upstream{args: []string{"-part-delay", "10m", "-answer-parts", "1"}}
 	for i, u := range []*upstream{e.fast, e.stamp, e.idle} {
-		port := freePort()
+		port := child.FreePort()
 		u.url = fmt.Sprintf("http://127.0.0.1:%d", port)
 		args := append([]string{"-listen", fmt.Sprintf("127.0.0.1:%d", port)}, u.args...)
-		if u.proc, err = startProc("upstream-sim", e.cpuRest, e.procsEnv(), filepath.Join(e.dir, fmt.Sprintf("upstream-%d.log", i)), e.sim, args...); err != nil {
+		if u.proc, err = e.procs.Start("upstream-sim", e.cpuRest, e.procsEnv(), filepath.Join(e.dir, fmt.Sprintf("upstream-%d.log", i)), e.sim, args...); err != nil {
 			return nil, err
 		}
-		if err := waitHTTP(u.proc, u.url+"/healthz", 10*time.Second); err != nil {
+		if err := child.WaitHTTP(u.proc, u.url+"/healthz", 10*time.Second); err != nil {
 			return nil, err
 		}
 	}
@@ -152,7 +155,7 @@ func (e *env) procsEnv() []string {
 func (e *env) close() {
 	for _, u := range []*upstream{e.fast, e.stamp, e.idle} {
 		if u != nil {
-			u.proc.stop()
+			u.proc.Stop()
 		}
 	}
 	e.redis.stop()
@@ -169,7 +172,7 @@ func (e *env) close() {
 // server is one started server under test.
 type server struct {
 	v       variant
-	proc    *proc
+	proc    *child.Proc
 	url     string
 	admin   string
 	logPath string
@@ -177,29 +180,26 @@ type server struct {
 }
 
 func (e *env) start(v variant, up *upstream) (*server, error) {
-	port := freePort()
+	ports := child.FreePorts(2) // public and (gateway) admin
+	port, adminPort := ports[0], ports[1]
 	s := &server{v: v, url: fmt.Sprintf("http://127.0.0.1:%d", port)}
 	s.logPath = filepath.Join(e.dir, fmt.Sprintf("%s-%d.log", v.name, port))
 	var err error
 	switch v.kind {
 	case "direct":
 		args := append([]string{"-listen", fmt.Sprintf("127.0.0.1:%d", port)}, up.args...)
-		s.proc, err = startProc(v.name, e.cpuServer, e.procsEnv(), s.logPath, e.sim, args...)
+		s.proc, err = e.procs.Start(v.name, e.cpuServer, e.procsEnv(), s.logPath, e.sim, args...)
 		if err == nil {
-			err = waitHTTP(s.proc, s.url+"/healthz", 10*time.Second)
+			err = child.WaitHTTP(s.proc, s.url+"/healthz", 10*time.Second)
 		}
 	case "bare":
 		s.nodes = []*redisNode{e.redis}
-		s.proc, err = startProc(v.name, e.cpuServer, e.procsEnv(), s.logPath, e.bare,
+		s.proc, err = e.procs.Start(v.name, e.cpuServer, e.procsEnv(), s.logPath, e.bare,
 			"-listen", fmt.Sprintf("127.0.0.1:%d", port), "-upstream", up.url, "-redis", e.redis.addr)
 		if err == nil {
-			err = waitHTTP(s.proc, s.url+"/healthz", 10*time.Second)
+			err = child.WaitHTTP(s.proc, s.url+"/healthz", 10*time.Second)
 		}
 	case "gateway":
-		adminPort := freePort()
-		for adminPort == port { // the kernel may hand out a just-closed port again
-			adminPort = freePort()
-		}
 		s.admin = fmt.Sprintf("http://127.0.0.1:%d", adminPort)
 		var addrs []string
 		switch v.store {
@@ -221,14 +221,14 @@ func (e *env) start(v variant, up *upstream) (*server, error) {
 		if err := os.WriteFile(cfgPath, []byte(gatewayConfig(port, adminPort, up.url, addrs, wait, coalesce)), 0o644); err != nil {
 			return nil, err
 		}
-		s.proc, err = startProc(v.name, e.cpuServer, e.procsEnv(), s.logPath, e.gateway, "-config", cfgPath)
+		s.proc, err = e.procs.Start(v.name, e.cpuServer, e.procsEnv(), s.logPath, e.gateway, "-config", cfgPath)
 		if err == nil {
-			err = waitHTTP(s.proc, s.admin+"/readyz", 10*time.Second)
+			err = child.WaitHTTP(s.proc, s.admin+"/readyz", 10*time.Second)
 		}
 	}
 	if err != nil {
 		if s.proc != nil {
-			s.proc.stop()
+			s.proc.Stop()
 		}
 		b, _ := os.ReadFile(s.logPath)
 		return nil, fmt.Errorf("%v\n%s", err, tail(b, 2000))
@@ -237,7 +237,7 @@ func (e *env) start(v variant, up *upstream) (*server, error) {
 }
 
 func (s *server) stop() {
-	s.proc.stop()
+	s.proc.Stop()
 	os.Remove(s.logPath)
 }
 
@@ -337,13 +337,13 @@ func (e *env) measureHTTP(round int, v variant, w workload) (httpSample, error) 
 	}
 	linesBefore := srv.logLines()
 
-	cpu0 := srv.proc.cpuSeconds()
+	cpu0 := srv.proc.CPUSeconds()
 	rs0 := redisUsage(srv.nodes)
 	s.closed, err = runWrk(srv.url, w, script, e.o.conns, e.o.duration)
 	if err != nil {
 		return s, err
 	}
-	cpu1 := srv.proc.cpuSeconds()
+	cpu1 := srv.proc.CPUSeconds()
 	if rs := redisUsage(srv.nodes).sub(rs0); s.closed.reqs > 0 && len(srv.nodes) > 0 {
 		n := float64(s.closed.reqs)
 		s.redisCPUus, s.redisBytesIn, s.redisBytesOut = rs.cpu*1e6/n, rs.in/n, rs.out/n
@@ -357,9 +357,9 @@ func (e *env) measureHTTP(round int, v variant, w workload) (httpSample, error) 
 	}
 
 	rc0 := snapshot(srv.nodes)
-	cpu0 = srv.proc.cpuSeconds()
+	cpu0 = srv.proc.CPUSeconds()
 	s.open = runOpen(srv.url, v.kind, w, e.o.rate, e.o.duration)
-	cpu1 = srv.proc.cpuSeconds()
+	cpu1 = srv.proc.CPUSeconds()
 	d := snapshot(srv.nodes).sub(rc0)
 	if s.open.n > 0 {
 		s.openCPU1k = (cpu1 - cpu0) / float64(s.open.n) * 1000

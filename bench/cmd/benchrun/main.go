@@ -18,6 +18,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/docsgate/gateway/bench/internal/child"
 )
 
 type options struct {
@@ -61,22 +63,23 @@ func main() {
 	flag.StringVar(&o.source, "source", "", "what was measured (revision), for the report")
 	flag.Parse()
 
+	procs := &child.Group{}
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
 	go func() {
 		<-sig
 		fmt.Fprintln(os.Stderr, "bench: interrupted; stopping children")
-		stopAll()
+		procs.StopAll()
 		os.Exit(130)
 	}()
-	code := run(o)
-	stopAll()
+	code := run(o, procs)
+	procs.StopAll()
 	os.Exit(code)
 }
 
-func run(o options) int {
+func run(o options, procs *child.Group) int {
 	start := time.Now()
-	e, err := newEnv(o)
+	e, err := newEnv(o, procs)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "bench: %v\n", err)
 		return 1

@@ -11,17 +11,19 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/docsgate/gateway/bench/internal/child"
 )
 
 // redisNode is one redis-server process and a client for its INFO.
 type redisNode struct {
 	addr   string
-	proc   *proc
+	proc   *child.Proc
 	client *redis.Client
 }
 
-func startRedis(dir, cpu string, cluster bool) (*redisNode, error) {
-	port := freePort()
+func startRedis(procs *child.Group, dir, cpu string, cluster bool) (*redisNode, error) {
+	port := child.FreePort()
 	nd := filepath.Join(dir, fmt.Sprintf("redis-%d", port))
 	if err := os.MkdirAll(nd, 0o755); err != nil {
 		return nil, err
@@ -30,9 +32,9 @@ func startRedis(dir, cpu string, cluster bool) (*redisNode, error) {
 		"--save", "", "--appendonly", "no", "--daemonize", "no", "--protected-mode", "no", "--loglevel", "warning"}
 	if cluster {
 		args = append(args, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-			"--cluster-port", strconv.Itoa(freePort()), "--cluster-node-timeout", "5000")
+			"--cluster-port", strconv.Itoa(child.FreePort()), "--cluster-node-timeout", "5000")
 	}
-	p, err := startProc("redis-server", cpu, nil, filepath.Join(nd, "redis.log"), "redis-server", args...)
+	p, err := procs.Start("redis-server", cpu, nil, filepath.Join(nd, "redis.log"), "redis-server", args...)
 	if err != nil {
 		return nil, err
 	}
@@ -46,8 +48,8 @@ func startRedis(dir, cpu string, cluster bool) (*redisNode, error) {
 		if err == nil {
 			return n, nil
 		}
-		if p.exited() || time.Now().After(deadline) {
-			p.stop()
+		if p.Exited() || time.Now().After(deadline) {
+			p.Stop()
 			return nil, fmt.Errorf("redis-server on %s not ready: %v", n.addr, err)
 		}
 		time.Sleep(20 * time.Millisecond)
@@ -59,11 +61,11 @@ func (n *redisNode) stop() {
 		return
 	}
 	n.client.Close()
-	n.proc.stop()
+	n.proc.Stop()
 }
 
 // startCluster starts three masters and joins them with redis-cli --cluster create.
-func startCluster(dir, cpu string) ([]*redisNode, error) {
+func startCluster(procs *child.Group, dir, cpu string) ([]*redisNode, error) {
 	var nodes []*redisNode
 	fail := func(err error) ([]*redisNode, error) {
 		for _, n := range nodes {
@@ -72,7 +74,7 @@ func startCluster(dir, cpu string) ([]*redisNode, error) {
 		return nil, err
 	}
 	for i := 0; i < 3; i++ {
-		n, err := startRedis(dir, cpu, true)
+		n, err := startRedis(procs, dir, cpu, true)
 		if err != nil {
 			return fail(err)
 		}
@@ -169,12 +171,12 @@ func sum(v []int64) int64 {
 
 // startReplicated starts a master and one replica of it, and waits until the replica is in
 // sync.
-func startReplicated(dir, cpu string) (*redisNode, *redisNode, error) {
-	m, err := startRedis(dir, cpu, false)
+func startReplicated(procs *child.Group, dir, cpu string) (*redisNode, *redisNode, error) {
+	m, err := startRedis(procs, dir, cpu, false)
 	if err != nil {
 		return nil, nil, err
 	}
-	r, err := startRedis(dir, cpu, false)
+	r, err := startRedis(procs, dir, cpu, false)
 	if err != nil {
 		m.stop()
 		return nil, nil, err

@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/docsgate/gateway/bench/internal/child"
 )
 
 func streamRequest(ctx context.Context, base string) *http.Request {
@@ -98,20 +100,20 @@ type idleResult struct {
 // runIdle opens n streams against an upstream that sends the headers and the first part,
 // then waits minutes before the next: all n stay open and idle. RSS of the server under
 // test is read before and with all of them open; every stream is then cancelled.
-func runIdle(p *proc, base string, n int, timeout time.Duration) idleResult {
+func runIdle(p *child.Proc, base string, n int, timeout time.Duration) idleResult {
 	var res idleResult
 	// Warm up the pools with a few streams that are opened and closed.
 	warm := openStreams(base, 20, 5*time.Second)
 	warm.closeAll()
 	time.Sleep(300 * time.Millisecond)
-	res.before = p.rssKiB()
+	res.before = p.RSSKiB()
 	start := time.Now()
 	s := openStreams(base, n, timeout)
 	res.openTime = time.Since(start)
 	res.opened = s.opened
 	res.firstErr = s.firstErr
 	time.Sleep(500 * time.Millisecond) // let the server settle (goroutines parked, buffers touched)
-	res.after = p.rssKiB()
+	res.after = p.RSSKiB()
 	if s.opened > 0 {
 		res.perStreamKiB = float64(res.after-res.before) / float64(s.opened)
 	}

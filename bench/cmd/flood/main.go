@@ -39,8 +39,9 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
+
+	"github.com/docsgate/gateway/bench/internal/child"
 )
 
 type options struct {
@@ -65,8 +66,9 @@ func main() {
 		fmt.Fprintln(os.Stderr, "flood: -gateway is required")
 		os.Exit(2)
 	}
-	if err := run(o); err != nil {
-		stopAll()
+	procs := &child.Group{}
+	if err := run(o, procs); err != nil {
+		procs.StopAll()
 		fmt.Fprintln(os.Stderr, "flood:", err)
 		os.Exit(1)
 	}
@@ -74,17 +76,17 @@ func main() {
 
 const legitKey = "svc_dsc_legitimatetenant0001"
 
-func run(o options) error {
+func run(o options, procs *child.Group) error {
 	dir, err := os.MkdirTemp("", "flood-")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	defer stopAll()
+	defer procs.StopAll()
 
-	redisAddr := fmt.Sprintf("127.0.0.1:%d", freePort())
+	redisAddr := fmt.Sprintf("127.0.0.1:%d", child.FreePort())
 	_, port, _ := net.SplitHostPort(redisAddr)
-	if _, err := start(filepath.Join(dir, "redis.log"), o.redisServer, "--port", port, "--bind", "127.0.0.1",
+	if _, err := procs.Start("redis-server", "", nil, filepath.Join(dir, "redis.log"), o.redisServer, "--port", port, "--bind", "127.0.0.1",
 		"--dir", dir, "--save", "", "--appendonly", "no", "--protected-mode", "no"); err != nil {
 		return err
 	}
@@ -120,7 +122,7 @@ func run(o options) error {
 		{"flood, failure_limit 30 (default)", true, 30},
 		{"flood, failure_limit 0 (off)", true, 0},
 	} {
-		row, err := scenario(o, dir, up, redisAddr, sc.flood, sc.limit)
+		row, err := scenario(o, procs, dir, up, redisAddr, sc.flood, sc.limit)
 		if err != nil {
 			return fmt.Errorf("%s: %w", sc.name, err)
 		}
@@ -129,18 +131,19 @@ func run(o options) error {
 	return nil
 }
 
-func scenario(o options, dir, up, redisAddr string, flood bool, limit int) (string, error) {
-	pub, adm := freePort(), freePort()
+func scenario(o options, procs *child.Group, dir, up, redisAddr string, flood bool, limit int) (string, error) {
+	ports := child.FreePorts(2)
+	pub, adm := ports[0], ports[1]
 	cfg, err := writeConfig(dir, fmt.Sprintf("gw-%d.yaml", pub), pub, adm, up, redisAddr, limit)
 	if err != nil {
 		return "", err
 	}
-	gw, err := start(filepath.Join(dir, fmt.Sprintf("gw-%d.log", pub)), o.gateway, "-config", cfg)
+	gw, err := procs.Start("gateway", "", nil, filepath.Join(dir, fmt.Sprintf("gw-%d.log", pub)), o.gateway, "-config", cfg)
 	if err != nil {
 		return "", err
 	}
-	defer gw.stop()
-	if err := waitHTTP(fmt.Sprintf("http://127.0.0.1:%d/readyz", adm)); err != nil {
+	defer gw.Stop()
+	if err := child.WaitHTTP(gw, fmt.Sprintf("http://127.0.0.1:%d/readyz", adm), 10*time.Second); err != nil {
 		return "", err
 	}
 	base := fmt.Sprintf("http://127.0.0.1:%d", pub)
@@ -253,7 +256,8 @@ func scenario(o options, dir, up, redisAddr string, flood bool, limit int) (stri
 
 func writeConfig(dir, name string, pub, adm int, up, redisAddr string, limit int) (string, error) {
 	if pub == 0 {
-		pub, adm = freePort(), freePort()
+		ports := child.FreePorts(2)
+		pub, adm = ports[0], ports[1]
 	}
 	// Limits far above the load: the flood and the tenant are told apart by auth only.
 	cfg := fmt.Sprintf(`listen: "127.0.0.1:%d"
@@ -399,90 +403,7 @@ func waitRedis(addr string) error {
 	}
 }
 
-// --- processes, stopped by PID.
-
-type proc struct {
-	cmd  *exec.Cmd
-	done chan struct{}
-}
-
-var (
-	procsMu sync.Mutex
-	procs   = map[*proc]bool{}
-)
-
-func start(logPath, bin string, args ...string) (*proc, error) {
-	out, err := os.Create(logPath)
-	if err != nil {
-		return nil, err
-	}
-	cmd := exec.Command(bin, args...)
-	cmd.Stdout, cmd.Stderr = out, out
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		out.Close()
-		return nil, fmt.Errorf("start %s: %w", bin, err)
-	}
-	p := &proc{cmd: cmd, done: make(chan struct{})}
-	go func() { _ = cmd.Wait(); out.Close(); close(p.done) }()
-	procsMu.Lock()
-	procs[p] = true
-	procsMu.Unlock()
-	return p, nil
-}
-
-func (p *proc) stop() {
-	procsMu.Lock()
-	delete(procs, p)
-	procsMu.Unlock()
-	_ = syscall.Kill(p.cmd.Process.Pid, syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(5 * time.Second):
-		_ = syscall.Kill(p.cmd.Process.Pid, syscall.SIGKILL)
-		<-p.done
-	}
-}
-
-func stopAll() {
-	procsMu.Lock()
-	ps := make([]*proc, 0, len(procs))
-	for p := range procs {
-		ps = append(ps, p)
-	}
-	procsMu.Unlock()
-	for _, p := range ps {
-		p.stop()
-	}
-}
-
-func waitHTTP(url string) error {
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		res, err := http.Get(url)
-		if err == nil {
-			res.Body.Close()
-			if res.StatusCode == 200 {
-				return nil
-			}
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%s not ready: %v", url, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // --- small helpers.
-
-func freePort() int {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		panic(err) // no loopback port at all: nothing can be measured
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
 
 func sha256hex(s string) string {
 	sum := sha256.Sum256([]byte(s))
