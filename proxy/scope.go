@@ -198,9 +198,10 @@ func (s *scope) header(h http.Header, i int, key, value string) {
 // stream does not hold its request body for its whole life. It cannot wait for Close:
 // httputil.ReverseProxy hands the transport a wrapper whose Close does nothing, so neither
 // side's Close reaches it. Nothing reads the body twice: GetBody is nil, so the transport never
-// replays it, and nothing else keeps a reference (the validators return only an error). The
-// transport may still be reading when the handler's own cleanup runs (an upstream that
-// answers before reading the body): a per-request mutex keeps that from racing.
+// replays it, and nothing else keeps a reference (the validators return only an error). Close
+// may come from another goroutine than Read (a transport used without ReverseProxy closes
+// the body when its write fails while the handler goes on): a per-request mutex keeps that
+// from racing.
 type replayBody struct {
 	mu   sync.Mutex
 	data []byte
