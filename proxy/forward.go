@@ -111,6 +111,13 @@ func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
 		pr.Out.Header["X-Forwarded-For"] = pr.In.Header["X-Forwarded-For"]
 	}
 	pr.SetXForwarded()
+	if !s.route.stream {
+		// ReverseProxy wraps the outgoing body in its own no-op closer, which hides from
+		// net/http that readBody's body is in memory: the headers would then be flushed in a
+		// write of their own before the body. The body's Close already does nothing, so it
+		// goes out unwrapped, headers and body in one write.
+		pr.Out.Body = pr.In.Body
+	}
 	pr.Out.Header[requestIDHeader] = s.hdrValues[slotRequestID : slotRequestID+1 : slotRequestID+1]
 }
 
