@@ -36,7 +36,7 @@ func (g *Gateway) finish(s *scope, r *http.Request) {
 	if s.span != nil {
 		g.endSpan(s, status, finish)
 	}
-	ce := g.log.Check(zap.InfoLevel, "request")
+	ce := g.accessLog.Check(zap.InfoLevel, "request")
 	if ce == nil {
 		return
 	}
