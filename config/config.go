@@ -117,6 +117,9 @@ type Upstream struct {
 	DialTimeout time.Duration `yaml:"dial_timeout"`
 	// MaxIdleConns is the number of idle keep-alive connections kept to the upstream.
 	MaxIdleConns int `yaml:"max_idle_conns"`
+	// Transport is "pool", the gateway's own HTTP/1.1 connection pool (package upstream), or
+	// "standard", net/http's Transport (which also speaks HTTP/2 to an https upstream).
+	Transport string `yaml:"transport"`
 }
 
 // ClientIP says how the client address is derived.
@@ -235,6 +238,7 @@ func Defaults() Config {
 			Timeout:      30 * time.Second,
 			DialTimeout:  5 * time.Second,
 			MaxIdleConns: 512,
+			Transport:    "pool",
 		},
 		CORS: CORS{
 			AllowedOrigins: []string{"*"},

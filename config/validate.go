@@ -140,6 +140,9 @@ func (v *validator) upstream(u *Upstream) {
 	if u.MaxIdleConns < 0 {
 		v.fail("upstream.max_idle_conns", "must not be negative")
 	}
+	if u.Transport != "pool" && u.Transport != "standard" {
+		v.fail("upstream.transport", "%q is not pool or standard", u.Transport)
+	}
 }
 
 var (

@@ -17,11 +17,30 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/docsgate/gateway/config"
+	"github.com/docsgate/gateway/h1"
 )
 
-// newTransport is a cloned-default transport tuned for one upstream: many idle connections,
-// no environment proxies, and no transparent compression, which would re-frame streams.
-func newTransport(u config.Upstream) *http.Transport {
+// newTransport is the transport upstream.transport names: the gateway's own HTTP/1.1 pool,
+// or net/http's (see newStandardTransport).
+func newTransport(u config.Upstream) http.RoundTripper {
+	if u.Transport == "standard" {
+		return newStandardTransport(u)
+	}
+	return h1.New(h1.Options{
+		DialTimeout:           u.DialTimeout,
+		ResponseHeaderTimeout: u.Timeout,
+		MaxIdleConns:          u.MaxIdleConns,
+		IdleConnTimeout:       idleConnTimeout,
+	})
+}
+
+// idleConnTimeout closes keep-alive connections to the upstream idle this long.
+const idleConnTimeout = 90 * time.Second
+
+// newStandardTransport is a cloned-default transport tuned for one upstream: many idle
+// connections, no environment proxies, and no transparent compression, which would re-frame
+// streams.
+func newStandardTransport(u config.Upstream) *http.Transport {
 	return &http.Transport{
 		Proxy: nil,
 		DialContext: (&net.Dialer{
@@ -31,7 +50,7 @@ func newTransport(u config.Upstream) *http.Transport {
 		ForceAttemptHTTP2:     true,
 		MaxIdleConns:          u.MaxIdleConns,
 		MaxIdleConnsPerHost:   u.MaxIdleConns,
-		IdleConnTimeout:       90 * time.Second,
+		IdleConnTimeout:       idleConnTimeout,
 		TLSHandshakeTimeout:   10 * time.Second,
 		ExpectContinueTimeout: time.Second,
 		ResponseHeaderTimeout: u.Timeout,

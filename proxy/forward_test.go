@@ -40,7 +40,7 @@ func TestShortRequestGoesOutInOneWrite(t *testing.T) {
 		t.Fatal(err)
 	}
 	var writes atomic.Int64
-	tr := newTransport(cfg.Upstream)
+	tr := newStandardTransport(cfg.Upstream)
 	dial := tr.DialContext
 	tr.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
 		c, err := dial(ctx, network, addr)
