@@ -117,8 +117,9 @@ type Upstream struct {
 	DialTimeout time.Duration `yaml:"dial_timeout"`
 	// MaxIdleConns is the number of idle keep-alive connections kept to the upstream.
 	MaxIdleConns int `yaml:"max_idle_conns"`
-	// Transport is "pool", the gateway's own HTTP/1.1 connection pool (package upstream), or
-	// "standard", net/http's Transport (which also speaks HTTP/2 to an https upstream).
+	// Transport is "pool", the gateway's own HTTP/1.1 connection pool (package h1) for an
+	// http:// upstream, or "standard", net/http's Transport, which an https:// upstream
+	// always gets (TLS, and HTTP/2 when the upstream offers it).
 	Transport string `yaml:"transport"`
 }
 

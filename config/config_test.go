@@ -69,6 +69,7 @@ func TestErrorsNameTheKey(t *testing.T) {
 		{"upstream: {url: ':::'}\n", "upstream.url:"},
 		{"upstream: {url: 'http://a', timeout: soon}\n", "upstream.timeout: cannot use \"soon\" here: want a duration"},
 		{"upstream: {url: 'http://a', timeout: -1s}\n", "upstream.timeout: must be a positive duration"},
+		{"upstream: {url: 'http://a', transport: fast}\n", "upstream.transport: \"fast\" is not pool or standard"},
 		{"upstream: {url: 'http://a'}\nmax_body_bytes: lots\n", "max_body_bytes: cannot use \"lots\" here: want a whole number"},
 		{"upstream: {url: 'http://a'}\nmax_body_bytes: 0\n", "max_body_bytes: must be a positive"},
 		{"upstream: {url: 'http://a'}\nlisten: 8080\n", "listen: \"8080\" is not host:port"},

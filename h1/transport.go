@@ -8,21 +8,21 @@
 // format stays the standard library's: requests go out with (*http.Request).Write and
 // responses are parsed by http.ReadResponse.
 //
-// What it does not do, and net/http's Transport does: HTTP/2, proxies from the environment,
-// transparent compression, retries, 100-continue waits, and protocol switches (101). The
-// gateway needs none of them on its upstream leg; upstream.transport: standard selects
-// net/http's Transport instead.
+// What it does not do, and net/http's Transport does: TLS and HTTP/2, proxies from the
+// environment, transparent compression, retries, 100-continue waits, and protocol switches
+// (101). The gateway needs none of them on a cleartext upstream leg; for an https upstream,
+// or with upstream.transport: standard, it uses net/http's Transport.
 package h1
 
 import (
 	"bufio"
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -39,8 +39,11 @@ type Options struct {
 	MaxIdleConns int
 	// IdleConnTimeout closes connections idle this long; default 90s.
 	IdleConnTimeout time.Duration
-	// TLSClientConfig is used for https upstreams; nil uses the system's roots.
-	TLSClientConfig *tls.Config
+	// MaxResponseHeaderBytes bounds the response headers (interim 1xx answers included);
+	// default 1 MiB.
+	MaxResponseHeaderBytes int64
+	// DialContext opens connections; nil uses a net.Dialer with DialTimeout.
+	DialContext func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
 // Transport is an http.RoundTripper over HTTP/1.1 keep-alive connections.
@@ -49,7 +52,7 @@ type Transport struct {
 	dialer net.Dialer
 
 	mu     sync.Mutex
-	idle   map[string][]*conn // by scheme://host:port, most recently used last
+	idle   map[string][]*conn // by host[:port], most recently used last
 	sweep  *time.Timer        // closes connections idle past IdleConnTimeout; nil when none are
 	closed bool
 }
@@ -65,6 +68,9 @@ func New(o Options) *Transport {
 	if o.IdleConnTimeout <= 0 {
 		o.IdleConnTimeout = 90 * time.Second
 	}
+	if o.MaxResponseHeaderBytes <= 0 {
+		o.MaxResponseHeaderBytes = 1 << 20
+	}
 	return &Transport{
 		o:      o,
 		dialer: net.Dialer{Timeout: o.DialTimeout, KeepAlive: 30 * time.Second},
@@ -75,12 +81,37 @@ func New(o Options) *Transport {
 // conn is one connection to an upstream host.
 type conn struct {
 	key    string
-	nc     net.Conn // the TLS connection for https
-	probe  *prober  // liveness check of the TCP connection under nc
-	br     *bufio.Reader
+	nc     net.Conn
+	probe  *prober // liveness check of nc
+	lr     limitedReader
+	br     *bufio.Reader // reads nc through lr
 	bw     *bufio.Writer
 	idleAt time.Time
 }
+
+// limitedReader reads from a connection at most n more bytes, then fails: it bounds the
+// response headers, as net/http's Transport does with MaxResponseHeaderBytes. The limit is
+// lifted once the headers are in.
+type limitedReader struct {
+	r     io.Reader
+	n     int64
+	limit int64 // for the error message
+}
+
+func (l *limitedReader) Read(p []byte) (int, error) {
+	if l.n <= 0 {
+		return 0, fmt.Errorf("response headers larger than %d bytes", l.limit)
+	}
+	if int64(len(p)) > l.n {
+		p = p[:l.n]
+	}
+	n, err := l.r.Read(p)
+	l.n -= int64(n)
+	return n, err
+}
+
+// unlimited is limitedReader's n while a body is read.
+const unlimited = 1<<63 - 1
 
 func (c *conn) close() { _ = c.nc.Close() }
 
@@ -98,16 +129,16 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			_ = req.Body.Close()
 		}
 	}
-	if req.URL == nil || req.URL.Host == "" || (req.URL.Scheme != "http" && req.URL.Scheme != "https") {
+	if req.URL == nil || req.URL.Host == "" || req.URL.Scheme != "http" {
 		closeBody()
-		return nil, fmt.Errorf("upstream: unsupported URL %v", req.URL)
+		return nil, fmt.Errorf("upstream: unsupported URL %v (http:// only)", req.URL)
 	}
 	ctx := req.Context()
 	if err := ctx.Err(); err != nil {
 		closeBody()
 		return nil, err
 	}
-	c, err := t.getConn(ctx, req.URL.Scheme, req.URL.Host)
+	c, err := t.getConn(ctx, req.URL.Host)
 	if err != nil {
 		closeBody()
 		return nil, err
@@ -145,7 +176,14 @@ func (t *Transport) exchange(ctx context.Context, c *conn, req *http.Request) (*
 	if req.Body != nil {
 		_ = req.Body.Close() // a RoundTripper closes the request body, even on errors
 	}
+	if werr != nil {
+		// Only an answer already on its way can stand (an early 413); a request body that
+		// failed mid-write leaves the upstream waiting for the rest, and no answer comes.
+		_ = c.nc.SetReadDeadline(time.Now().Add(earlyAnswerWait))
+	}
+	c.lr.n = t.o.MaxResponseHeaderBytes
 	res, err := readResponse(c.br, req)
+	c.lr.n = unlimited
 	if err != nil {
 		if werr != nil {
 			err = werr
@@ -159,18 +197,21 @@ func (t *Transport) exchange(ctx context.Context, c *conn, req *http.Request) (*
 	}
 
 	// The headers are in; the body may take as long as the client keeps reading (streams).
-	if t.o.ResponseHeaderTimeout > 0 && !buffered(res, c.br) {
+	if (t.o.ResponseHeaderTimeout > 0 || werr != nil) && !buffered(res, c.br) {
 		// (A body already in the buffer is read without touching the connection, and the
 		// next exchange sets its own deadline: one runtime timer update saved per
 		// short answer.)
 		_ = c.nc.SetReadDeadline(time.Time{})
 	}
-	if ctx.Err() != nil {
+	// ctx.Err() turns non-nil before the cancellation hook runs: a request cancelled by now
+	// never gives its connection back, whether or not the hook has run.
+	cancelled := ctx.Err() != nil
+	if cancelled {
 		// Cancelled between the read and the line above, whose deadline undid the hook's:
 		// put it back. (A later cancellation runs the hook after this point.)
 		_ = c.nc.SetDeadline(aLongTimeAgo)
 	}
-	b := &body{ReadCloser: res.Body, t: t, c: c, stop: stop, reuse: !res.Close && !req.Close && werr == nil}
+	b := &body{ReadCloser: res.Body, t: t, c: c, stop: stop, reuse: !res.Close && !req.Close && werr == nil && !cancelled}
 	if res.Body == http.NoBody {
 		b.release(true)
 		return res, nil
@@ -184,10 +225,16 @@ func buffered(res *http.Response, br *bufio.Reader) bool {
 	return res.Body == http.NoBody || (res.ContentLength >= 0 && len(res.TransferEncoding) == 0 && int64(br.Buffered()) >= res.ContentLength)
 }
 
+// earlyAnswerWait is how long an answer is awaited after writing the request failed.
+const earlyAnswerWait = 50 * time.Millisecond
+
+// maxInterim bounds the interim 1xx answers skipped before the final one (net/http's number).
+const maxInterim = 5
+
 // readResponse reads the response to req, skipping interim 1xx responses (100 Continue, 103
 // Early Hints). A protocol switch is an error: the gateway never asks for one.
 func readResponse(br *bufio.Reader, req *http.Request) (*http.Response, error) {
-	for {
+	for interim := 0; ; interim++ {
 		res, err := http.ReadResponse(br, req)
 		if err != nil {
 			return nil, err
@@ -196,6 +243,9 @@ func readResponse(br *bufio.Reader, req *http.Request) (*http.Response, error) {
 		case res.StatusCode == http.StatusSwitchingProtocols:
 			return nil, errors.New("unexpected 101 Switching Protocols")
 		case res.StatusCode >= 100 && res.StatusCode < 200:
+			if interim == maxInterim {
+				return nil, fmt.Errorf("more than %d interim 1xx answers", maxInterim)
+			}
 			continue
 		}
 		return res, nil
@@ -228,12 +278,14 @@ func (b *body) Close() error {
 }
 
 // release ends the exchange once: the connection goes back to the pool when the body was
-// read whole, the upstream keeps it open and the request was not cancelled; else it closes.
+// read whole with nothing after it (bytes past the answer's end, a body sent with a HEAD
+// answer say, would be read as the next request's answer), the upstream keeps it open and
+// the request was not cancelled; else it closes.
 func (b *body) release(whole bool) {
 	if b.released.Swap(true) {
 		return
 	}
-	if b.stop() && whole && b.reuse {
+	if b.stop() && whole && b.reuse && b.c.br.Buffered() == 0 {
 		b.t.putConn(b.c)
 		return
 	}
@@ -241,11 +293,10 @@ func (b *body) release(whole bool) {
 }
 
 // getConn returns a live idle connection to host, or dials one.
-func (t *Transport) getConn(ctx context.Context, scheme, host string) (*conn, error) {
-	key := scheme + "://" + host
+func (t *Transport) getConn(ctx context.Context, host string) (*conn, error) {
 	for {
 		t.mu.Lock()
-		list := t.idle[key]
+		list := t.idle[host]
 		n := len(list)
 		if n == 0 {
 			t.mu.Unlock()
@@ -253,7 +304,7 @@ func (t *Transport) getConn(ctx context.Context, scheme, host string) (*conn, er
 		}
 		c := list[n-1]
 		list[n-1] = nil
-		t.idle[key] = list[:n-1]
+		t.idle[host] = list[:n-1]
 		t.mu.Unlock()
 		if time.Since(c.idleAt) < t.o.IdleConnTimeout && c.probe.alive() {
 			return c, nil
@@ -262,44 +313,26 @@ func (t *Transport) getConn(ctx context.Context, scheme, host string) (*conn, er
 		// something unasked: never write a request to it.
 		c.close()
 	}
-	return t.dial(ctx, scheme, host, key)
+	return t.dial(ctx, host)
 }
 
-func (t *Transport) dial(ctx context.Context, scheme, host, key string) (*conn, error) {
+func (t *Transport) dial(ctx context.Context, host string) (*conn, error) {
 	addr := host
 	if _, _, err := net.SplitHostPort(host); err != nil {
-		port := "80"
-		if scheme == "https" {
-			port = "443"
-		}
-		addr = net.JoinHostPort(host, port)
+		addr = net.JoinHostPort(strings.Trim(host, "[]"), "80")
 	}
-	tcp, err := t.dialer.DialContext(ctx, "tcp", addr)
+	dial := t.o.DialContext
+	if dial == nil {
+		dial = t.dialer.DialContext
+	}
+	nc, err := dial(ctx, "tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("upstream: %w", err)
 	}
-	c := &conn{key: key, nc: tcp, probe: newProber(tcp)}
-	if scheme == "https" {
-		cfg := &tls.Config{}
-		if t.o.TLSClientConfig != nil {
-			cfg = t.o.TLSClientConfig.Clone()
-		}
-		if cfg.ServerName == "" {
-			cfg.ServerName, _, _ = net.SplitHostPort(addr)
-		}
-		cfg.NextProtos = []string{"http/1.1"}
-		tc := tls.Client(tcp, cfg)
-		hctx, cancel := context.WithTimeout(ctx, t.o.DialTimeout)
-		err := tc.HandshakeContext(hctx)
-		cancel()
-		if err != nil {
-			_ = tcp.Close()
-			return nil, fmt.Errorf("upstream: TLS handshake with %s: %w", addr, err)
-		}
-		c.nc = tc
-	}
-	c.br = bufio.NewReaderSize(c.nc, 4<<10)
-	c.bw = bufio.NewWriterSize(c.nc, 4<<10)
+	c := &conn{key: host, nc: nc, probe: newProber(nc)}
+	c.lr = limitedReader{r: nc, n: unlimited, limit: t.o.MaxResponseHeaderBytes}
+	c.br = bufio.NewReaderSize(&c.lr, 4<<10)
+	c.bw = bufio.NewWriterSize(nc, 4<<10)
 	return c, nil
 }
 

@@ -3,12 +3,9 @@ package h1
 import (
 	"bufio"
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
-	"log"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -396,32 +393,16 @@ func TestIdleConnectionsSweptAndCapped(t *testing.T) {
 	waitFor(t, "the two idle ones closed after the idle timeout", func() bool { return srv.closed.Load() == 5 })
 }
 
-func TestTLSUpstream(t *testing.T) {
-	srv := httptest.NewUnstartedServer(http.HandlerFunc(echo))
-	var opened atomic.Int64
-	srv.Config.ConnState = func(_ net.Conn, st http.ConnState) {
-		if st == http.StateNew {
-			opened.Add(1)
-		}
+// https is net/http's Transport's job (the gateway picks it for https upstreams): refused.
+func TestHTTPSRefused(t *testing.T) {
+	tr := newTransport(t, Options{})
+	b := &closeRecorder{Reader: strings.NewReader("x")}
+	req, _ := http.NewRequest(http.MethodPost, "https://127.0.0.1:1/", b)
+	if _, err := tr.RoundTrip(req); err == nil || !strings.Contains(err.Error(), "http:// only") {
+		t.Fatalf("got %v, want an error naming http:// only", err)
 	}
-	srv.Config.ErrorLog = log.New(io.Discard, "", 0) // the refused handshake below
-	srv.StartTLS()
-	defer srv.Close()
-	roots := x509.NewCertPool()
-	roots.AddCert(srv.Certificate())
-	tr := newTransport(t, Options{TLSClientConfig: &tls.Config{RootCAs: roots}})
-	for i := range 3 {
-		if status, body := do(t, tr, srv.URL, strconv.Itoa(i), "x"); status != 200 || body != strconv.Itoa(i)+":x" {
-			t.Fatalf("got %d %q", status, body)
-		}
-	}
-	if n := opened.Load(); n != 1 {
-		t.Fatalf("%d TLS connections for 3 requests, want 1", n)
-	}
-	// An upstream whose certificate is not trusted is refused.
-	bad := newTransport(t, Options{})
-	if _, err := roundTrip(context.Background(), bad, srv.URL, "1", ""); err == nil {
-		t.Fatal("an untrusted certificate was accepted")
+	if !b.closed.Load() {
+		t.Fatal("the request body was not closed")
 	}
 }
 
@@ -463,5 +444,203 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// rawServer runs serve on every connection accepted on 127.0.0.1, each bounded to 5 s; it
+// stops with the test.
+func rawServer(t *testing.T, serve func(c net.Conn, br *bufio.Reader)) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	t.Cleanup(func() { ln.Close(); wg.Wait() })
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer c.Close()
+				_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+				serve(c, bufio.NewReader(c))
+			}()
+		}
+	}()
+	return "http://" + ln.Addr().String()
+}
+
+// Bytes past the end of an answer (here a second answer in the same write) must not answer
+// the next request: the connection they came on is not reused.
+func TestBytesPastTheAnswerAreNotTheNextAnswer(t *testing.T) {
+	var conns atomic.Int32
+	url := rawServer(t, func(c net.Conn, br *bufio.Reader) {
+		first := conns.Add(1) == 1
+		for {
+			if _, err := http.ReadRequest(br); err != nil {
+				return
+			}
+			if first {
+				first = false
+				io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"+
+					"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nWRONG")
+				continue
+			}
+			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nright")
+		}
+	})
+	tr := newTransport(t, Options{})
+	if _, b := do(t, tr, url, "1", ""); b != "ok" {
+		t.Fatalf("first answer %q", b)
+	}
+	if _, b := do(t, tr, url, "2", ""); b != "right" {
+		t.Fatalf("second request answered with %q, want %q", b, "right")
+	}
+	if n := conns.Load(); n != 2 {
+		t.Fatalf("%d connections, want 2 (the first closed)", n)
+	}
+}
+
+// An upstream that sends a body with its answer to HEAD: the next request still gets its own
+// answer.
+func TestHeadAnsweredWithABody(t *testing.T) {
+	url := rawServer(t, func(c net.Conn, br *bufio.Reader) {
+		for {
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				return
+			}
+			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n"+req.Method[:1]+"ello") // a body even for HEAD
+		}
+	})
+	tr := newTransport(t, Options{})
+	req, _ := http.NewRequest(http.MethodHead, url, nil)
+	res, err := tr.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	req, _ = http.NewRequest(http.MethodGet, url, nil)
+	res, err = tr.RoundTrip(req)
+	if err != nil {
+		t.Fatalf("GET after a HEAD answered with a body: %v", err)
+	}
+	b, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != 200 || string(b) != "Gello" {
+		t.Fatalf("GET got %d %q, want 200 Gello", res.StatusCode, b)
+	}
+}
+
+// failingBody gives n bytes, then fails.
+type failingBody struct{ n int }
+
+func (b *failingBody) Read(p []byte) (int, error) {
+	if b.n == 0 {
+		return 0, errors.New("client body broke")
+	}
+	n := copy(p, strings.Repeat("x", min(b.n, len(p))))
+	b.n -= n
+	return n, nil
+}
+
+func (*failingBody) Close() error { return nil }
+
+// A request body that fails mid-write fails the exchange at once: the upstream waits for the
+// rest of the body, so no answer can come.
+func TestRequestBodyFailingMidWrite(t *testing.T) {
+	url := rawServer(t, func(c net.Conn, br *bufio.Reader) {
+		req, err := http.ReadRequest(br)
+		if err != nil {
+			return
+		}
+		io.Copy(io.Discard, req.Body) // waits for the declared 100 bytes
+	})
+	tr := newTransport(t, Options{ResponseHeaderTimeout: 3 * time.Second})
+	req, _ := http.NewRequest(http.MethodPost, url, &failingBody{n: 10})
+	req.ContentLength = 100
+	start := time.Now()
+	_, err := tr.RoundTrip(req)
+	if err == nil || !strings.Contains(err.Error(), "client body broke") {
+		t.Fatalf("got %v, want the body's error", err)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Fatalf("the exchange took %v after the body failed", d)
+	}
+}
+
+// Response headers are bounded, and so are interim answers.
+func TestResponseHeaderLimits(t *testing.T) {
+	url := rawServer(t, func(c net.Conn, br *bufio.Reader) {
+		req, err := http.ReadRequest(br)
+		if err != nil {
+			return
+		}
+		if req.URL.Path == "/interim" {
+			io.WriteString(c, strings.Repeat("HTTP/1.1 103 Early Hints\r\n\r\n", 6)+"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+			return
+		}
+		io.WriteString(c, "HTTP/1.1 200 OK\r\nX-Big: "+strings.Repeat("a", 8<<10)+"\r\nContent-Length: 0\r\n\r\n")
+	})
+	tr := newTransport(t, Options{MaxResponseHeaderBytes: 4 << 10})
+	if _, err := roundTrip(context.Background(), tr, url+"/big", "1", ""); err == nil || !strings.Contains(err.Error(), "larger than 4096 bytes") {
+		t.Fatalf("8 KiB of headers with a 4 KiB limit: %v", err)
+	}
+	if _, err := roundTrip(context.Background(), tr, url+"/interim", "2", ""); err == nil || !strings.Contains(err.Error(), "interim") {
+		t.Fatalf("six interim answers: %v", err)
+	}
+}
+
+// Cancellations racing the end of exchanges (with and without a header timeout): every answer
+// is its own request's, and no request that was not cancelled fails (a connection given back
+// with a cancelled exchange's past deadline would fail the next one). Run with -race.
+func TestCancellationsRacingReuse(t *testing.T) {
+	for _, timeout := range []time.Duration{0, time.Second} {
+		srv := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+			id := r.Header.Get("X-Id")
+			if strings.HasSuffix(id, "0") {
+				w.WriteHeader(http.StatusNoContent)
+				return
+			}
+			io.WriteString(w, id+"."+strings.Repeat(".", len(id)*500))
+		})
+		tr := newTransport(t, Options{MaxIdleConns: 4, ResponseHeaderTimeout: timeout})
+		var wg sync.WaitGroup
+		for g := range 16 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range 200 {
+					id := strconv.Itoa(g*1000 + i)
+					ctx, cancel := context.WithCancel(context.Background())
+					cancelled := i%3 == 0
+					if cancelled {
+						time.AfterFunc(time.Duration(i%7)*50*time.Microsecond, cancel)
+					}
+					res, err := roundTrip(ctx, tr, srv.URL, id, "")
+					if err != nil {
+						cancel()
+						if !cancelled {
+							t.Errorf("timeout %v, request %s (not cancelled): %v", timeout, id, err)
+						}
+						continue
+					}
+					b, err := io.ReadAll(res.Body)
+					res.Body.Close()
+					cancel()
+					if err == nil && res.StatusCode == 200 && !strings.HasPrefix(string(b), id+".") {
+						t.Errorf("request %s got %q", id, b[:min(len(b), 20)])
+					}
+				}
+			}()
+		}
+		wg.Wait()
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
+	"net/url"
 	"strings"
 	"sync"
 	"syscall"
@@ -20,10 +21,11 @@ import (
 	"github.com/docsgate/gateway/h1"
 )
 
-// newTransport is the transport upstream.transport names: the gateway's own HTTP/1.1 pool,
-// or net/http's (see newStandardTransport).
-func newTransport(u config.Upstream) http.RoundTripper {
-	if u.Transport == "standard" {
+// newTransport is the transport upstream.transport names: the gateway's own HTTP/1.1 pool
+// for a cleartext upstream, or net/http's (see newStandardTransport), which an https
+// upstream always gets: TLS and HTTP/2 stay the standard library's.
+func newTransport(u config.Upstream, upstream *url.URL) http.RoundTripper {
+	if u.Transport == "standard" || upstream.Scheme != "http" {
 		return newStandardTransport(u)
 	}
 	return h1.New(h1.Options{
@@ -125,11 +127,7 @@ func (g *Gateway) bodyBroke(s *scope, r *http.Request) {
 func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
 	s := scopeFrom(pr.In.Context())
 	pr.SetURL(g.upstream)
-	if s.trustedPeer {
-		// A trusted proxy's chain is extended; anyone else's is dropped, not believed.
-		pr.Out.Header["X-Forwarded-For"] = pr.In.Header["X-Forwarded-For"]
-	}
-	pr.SetXForwarded()
+	s.setXForwarded(pr)
 	if !s.route.stream {
 		// ReverseProxy wraps the outgoing body in its own no-op closer, which hides from
 		// net/http that readBody's body is in memory: the headers would then be flushed in a
@@ -138,6 +136,28 @@ func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
 		pr.Out.Body = pr.In.Body
 	}
 	pr.Out.Header[requestIDHeader] = s.hdrValues[slotRequestID : slotRequestID+1 : slotRequestID+1]
+}
+
+// setXForwarded sets X-Forwarded-For, -Host and -Proto as ProxyRequest.SetXForwarded does,
+// except that a chain sent by a peer that is not a trusted proxy is dropped, not believed
+// and extended; the values live in the scope, so the common case allocates nothing.
+func (s *scope) setXForwarded(pr *httputil.ProxyRequest) {
+	h := pr.Out.Header
+	peer, _, err := net.SplitHostPort(pr.In.RemoteAddr)
+	switch {
+	case err != nil:
+		delete(h, "X-Forwarded-For")
+	case s.trustedPeer && len(pr.In.Header["X-Forwarded-For"]) > 0:
+		s.header(h, slotForwardedFor, "X-Forwarded-For", strings.Join(pr.In.Header["X-Forwarded-For"], ", ")+", "+peer)
+	default:
+		s.header(h, slotForwardedFor, "X-Forwarded-For", peer)
+	}
+	s.header(h, slotForwardedHost, "X-Forwarded-Host", pr.In.Host)
+	proto := "http"
+	if pr.In.TLS != nil {
+		proto = "https"
+	}
+	s.header(h, slotForwardedProto, "X-Forwarded-Proto", proto)
 }
 
 var rateLimitHeaders = [...]string{hdrRateLimit, hdrPolicy, hdrLimit, hdrRemaining, hdrReset}

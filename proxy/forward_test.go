@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"sync/atomic"
 	"testing"
 
@@ -12,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/docsgate/gateway/config"
+	"github.com/docsgate/gateway/h1"
 	"github.com/docsgate/gateway/limits"
 	"github.com/docsgate/gateway/metrics"
 )
@@ -29,27 +31,47 @@ func (c writeCountingConn) Write(p []byte) (int, error) {
 }
 
 // A request with a short, validated body reaches the upstream in one write, headers and body
-// together, through the gateway's own transport. Sending the headers first costs a system
-// call per request on the busiest route (net/http does so for any body it does not know to
-// be in memory).
+// together, through either transport. Sending the headers first costs a system call per
+// request on the busiest route (net/http does so for any body it does not know to be in
+// memory).
 func TestShortRequestGoesOutInOneWrite(t *testing.T) {
+	for _, transport := range []string{"pool", "standard"} {
+		t.Run(transport, func(t *testing.T) { testShortRequestInOneWrite(t, transport) })
+	}
+}
+
+func testShortRequestInOneWrite(t *testing.T, transport string) {
 	up := newUpstream(t, nil)
 	cfg := config.Defaults()
 	cfg.Upstream.URL = up.URL
+	cfg.Upstream.Transport = transport
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
 	var writes atomic.Int64
-	tr := newStandardTransport(cfg.Upstream)
-	dial := tr.DialContext
-	tr.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
-		c, err := dial(ctx, network, addr)
+	dialer := &net.Dialer{}
+	countingDial := func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := dialer.DialContext(ctx, network, addr)
 		if err != nil {
 			return nil, err
 		}
 		return writeCountingConn{Conn: c, writes: &writes}, nil
 	}
-	t.Cleanup(tr.CloseIdleConnections)
+	u, _ := url.Parse(up.URL)
+	var tr http.RoundTripper
+	switch rt := newTransport(cfg.Upstream, u).(type) {
+	case *http.Transport:
+		rt.DialContext = countingDial
+		t.Cleanup(rt.CloseIdleConnections)
+		tr = rt
+	default:
+		if transport != "pool" {
+			t.Fatalf("upstream.transport %s gave a %T", transport, rt)
+		}
+		p := h1.New(h1.Options{DialContext: countingDial})
+		t.Cleanup(p.Close)
+		tr = p
+	}
 	gw, err := New(Options{Config: &cfg, Logger: zap.NewNop(), Metrics: metrics.New(prometheus.NewRegistry()),
 		Limiter: limits.NewMemory(), Transport: tr})
 	if err != nil {
@@ -76,5 +98,31 @@ func TestShortRequestGoesOutInOneWrite(t *testing.T) {
 	}
 	if got := writes.Load(); got != n {
 		t.Fatalf("%d writes to the upstream for %d requests, want one each", got, n)
+	}
+}
+
+// upstream.transport picks the gateway's own pool for an http:// upstream only: an https://
+// upstream, or standard, gets net/http's Transport.
+func TestTransportChoice(t *testing.T) {
+	for _, c := range []struct {
+		transport, url string
+		pool           bool
+	}{
+		{"pool", "http://up.internal:8080", true},
+		{"pool", "https://api.example.com", false},
+		{"standard", "http://up.internal:8080", false},
+		{"standard", "https://api.example.com", false},
+	} {
+		cfg := config.Defaults()
+		cfg.Upstream.Transport = c.transport
+		u, _ := url.Parse(c.url)
+		rt := newTransport(cfg.Upstream, u)
+		_, isPool := rt.(*h1.Transport)
+		if isPool != c.pool {
+			t.Errorf("transport %s, upstream %s: got %T", c.transport, c.url, rt)
+		}
+		if std, ok := rt.(*http.Transport); ok && (!std.ForceAttemptHTTP2 || std.ResponseHeaderTimeout != cfg.Upstream.Timeout) {
+			t.Errorf("transport %s, upstream %s: net/http Transport without HTTP/2 or the header timeout", c.transport, c.url)
+		}
 	}
 }

@@ -89,7 +89,7 @@ func New(o Options) (*Gateway, error) {
 	}
 	transport := o.Transport
 	if transport == nil {
-		transport = newTransport(cfg.Upstream)
+		transport = newTransport(cfg.Upstream, up)
 	}
 	if o.WrapTransport != nil {
 		transport = o.WrapTransport(transport)

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -90,6 +91,10 @@ func newGatewayWith(t *testing.T, up *upstream, reg KeyLookup, opts ...gatewayOp
 	t.Helper()
 	cfg := config.Defaults()
 	cfg.Upstream.URL = up.URL
+	if tr := os.Getenv("GATEWAY_TEST_UPSTREAM_TRANSPORT"); tr != "" {
+		// scripts/test.sh runs the package again on net/http's Transport: both stay tested.
+		cfg.Upstream.Transport = tr
+	}
 	cfg.Routes = []config.Route{
 		{Name: "agent_job_status", Method: "GET", Path: "/v2/agent/{projectId}/job/{jobId}", Key: "admin"},
 		{Name: "assistant_message_v2", Method: "POST", Path: "/discovery/v2/assistant/{domain}/message", Key: "assistant", Stream: ptr(true),

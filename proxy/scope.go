@@ -61,7 +61,7 @@ type scope struct {
 	rw           responseWriter
 	upBody       upstreamBody
 	tapStore     finishTap
-	hdrValues    [6]string
+	hdrValues    [9]string
 	body         replayBody   // a stream's request body
 	shortBody    bytes.Reader // the request body of other routes
 	answer       replayBody   // a short upstream answer, read whole before it is sent
@@ -185,6 +185,9 @@ const (
 	slotLimit
 	slotRemaining
 	slotReset
+	slotForwardedFor
+	slotForwardedHost
+	slotForwardedProto
 )
 
 // header sets a canonical header key to one value, backed by the scope's storage.

@@ -18,6 +18,10 @@ fi
 "$staticcheck" ./...
 echo "== go test -race"
 go test -race -count=1 -timeout 15m ./...
+# The proxy's tests again with net/http's Transport to the upstream (upstream.transport:
+# standard) instead of the gateway's own pool, so both stay tested.
+echo "== go test -race ./proxy (upstream.transport: standard)"
+GATEWAY_TEST_UPSTREAM_TRANSPORT=standard go test -race -count=1 -timeout 5m ./proxy
 # deploy/kubernetes/check is its own module (Kubernetes API types stay out of the gateway's
 # go.mod): it decodes the manifests strictly.
 echo "== deploy/kubernetes/check"
