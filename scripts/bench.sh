@@ -7,7 +7,7 @@
 #
 # Knobs (environment):
 #   ROUNDS=3 DURATION=4s WARMUP=1s CONNS=50 RATE=2000 STREAMS=5000 PROFILE=10s PIN=1
-#   VARIANTS=direct,bare,gateway-memory,gateway-redis,gateway-redis-nocoalesce,gateway-cluster,gateway-replicated,gateway-wait1
+#   VARIANTS=direct,bare,gateway-memory,gateway-redis,gateway-redis-nocoalesce,gateway-redis-stdtransport,gateway-cluster,gateway-replicated,gateway-wait1
 #   WORKLOADS="agent_job,assistant_message,401/429 mix,streams"
 #   GOBENCH=1 (0 skips the go test benchmarks)   BENCHTIME=1s   GOBENCH_COUNT=5
 #   SCALE=1 (0 skips the GOMAXPROCS=2 run of bare and gateway-redis on agent_job, unpinned,
@@ -27,7 +27,7 @@ RATE=${RATE:-2000}
 STREAMS=${STREAMS:-5000}
 PROFILE=${PROFILE:-10s}
 PIN=${PIN:-1}
-VARIANTS=${VARIANTS:-direct,bare,gateway-memory,gateway-redis,gateway-redis-nocoalesce,gateway-cluster,gateway-replicated,gateway-wait1}
+VARIANTS=${VARIANTS:-direct,bare,gateway-memory,gateway-redis,gateway-redis-nocoalesce,gateway-redis-stdtransport,gateway-cluster,gateway-replicated,gateway-wait1}
 WORKLOADS=${WORKLOADS:-agent_job,assistant_message,401/429 mix,streams}
 GOBENCH=${GOBENCH:-1}
 BENCHTIME=${BENCHTIME:-1s}
@@ -90,12 +90,25 @@ if [[ $GOBENCH == 1 ]]; then
 		tee "$gobench_out" | grep -E '^(Benchmark|ok|FAIL)' || true
 fi
 
+alloc_args=()
+if [[ $GOBENCH == 1 ]]; then
+	# Every allocation of agent_job requests sampled, to split the gateway's own from
+	# net/http's (benchrun reads the stacks).
+	echo "== allocations per agent_job request (BenchmarkGatewayAgentJob, -memprofilerate 1)"
+	alloc_n=20000
+	(cd "$src" && GOMAXPROCS=1 $GO test -run '^$' -bench '^BenchmarkGatewayAgentJob$' -benchtime "${alloc_n}x" \
+		-memprofile "$work/mem.out" -memprofilerate 1 -o "$work/proxy.test" ./proxy >/dev/null &&
+		$GO tool pprof -sample_index=alloc_objects -traces "$work/proxy.test" "$work/mem.out" >"$work/alloc-traces.txt" 2>/dev/null)
+	# b.N is 1 in the benchmark's first run, then alloc_n.
+	alloc_args=(-alloc-traces "$work/alloc-traces.txt" -alloc-n $((alloc_n + 1)))
+fi
+
 pin=true
 [[ $PIN == 1 ]] || pin=false
 case $OUT in /*) ;; *) OUT=$root/$OUT ;; esac
 run=("$work/bin/benchrun" -bin "$work/bin" -out "$OUT" -source "$source_desc" -rounds "$ROUNDS" -duration "$DURATION" -warmup "$WARMUP"
 	-conns "$CONNS" -rate "$RATE" -streams "$STREAMS" -profile "$PROFILE" -pin="$pin"
-	-variants "$VARIANTS" -workloads "$WORKLOADS" -gobench "$gobench_out")
+	-variants "$VARIANTS" -workloads "$WORKLOADS" -gobench "$gobench_out" "${alloc_args[@]}")
 if [[ $pin == true ]]; then
 	# The load generators (wrk, vegeta, stream clients) share CPU 1 with upstream-sim and
 	# Redis; benchrun pins each server under test to CPU 0.

@@ -28,6 +28,9 @@ var variants = []variant{
 	{"gateway-redis", "gateway", "redis"},
 	// The same without coalescing (redis.coalesce: false): each decision its own write/read.
 	{"gateway-redis-nocoalesce", "gateway", "redis-nocoalesce"},
+	// The same with net/http's Transport to the upstream (upstream.transport: standard)
+	// instead of the gateway's own pool: what the pool is worth.
+	{"gateway-redis-stdtransport", "gateway", "redis-stdtransport"},
 	{"gateway-cluster", "gateway", "cluster"},
 	// A master with one replica, without and with redis.wait_replicas: 1: the difference is
 	// what waiting for the replica's acknowledgement costs.
@@ -203,7 +206,7 @@ func (e *env) start(v variant, up *upstream) (*server, error) {
 		s.admin = fmt.Sprintf("http://127.0.0.1:%d", adminPort)
 		var addrs []string
 		switch v.store {
-		case "redis", "redis-nocoalesce":
+		case "redis", "redis-nocoalesce", "redis-stdtransport":
 			s.nodes = []*redisNode{e.redis}
 		case "cluster":
 			s.nodes = e.cluster
@@ -213,12 +216,15 @@ func (e *env) start(v variant, up *upstream) (*server, error) {
 		for _, n := range s.nodes {
 			addrs = append(addrs, n.addr)
 		}
-		wait, coalesce := 0, v.store != "redis-nocoalesce"
+		wait, coalesce, transport := 0, v.store != "redis-nocoalesce", "pool"
+		if v.store == "redis-stdtransport" {
+			transport = "standard"
+		}
 		if v.store == "wait1" {
 			wait = 1
 		}
 		cfgPath := filepath.Join(e.dir, fmt.Sprintf("%s-%d.yaml", v.name, port))
-		if err := os.WriteFile(cfgPath, []byte(gatewayConfig(port, adminPort, up.url, addrs, wait, coalesce)), 0o644); err != nil {
+		if err := os.WriteFile(cfgPath, []byte(gatewayConfig(port, adminPort, up.url, addrs, wait, coalesce, transport)), 0o644); err != nil {
 			return nil, err
 		}
 		s.proc, err = e.procs.Start(v.name, e.cpuServer, e.procsEnv(), s.logPath, e.gateway, "-config", cfgPath)
@@ -258,7 +264,7 @@ func tail(b []byte, n int) string {
 // info to stderr, which the bench sends to a file, batched by log.buffer as an operator would
 // run it under load), limits too high to deny, plus a route whose limit is 1 per hour for the
 // 429 path.
-func gatewayConfig(port, adminPort int, upstream string, redisAddrs []string, waitReplicas int, coalesce bool) string {
+func gatewayConfig(port, adminPort int, upstream string, redisAddrs []string, waitReplicas int, coalesce bool, transport string) string {
 	addrs := "[]"
 	if len(redisAddrs) > 0 {
 		addrs = `["` + strings.Join(redisAddrs, `", "`) + `"]`
@@ -268,6 +274,7 @@ admin_listen: "127.0.0.1:%d"
 admin_token: %q
 upstream:
   url: %q
+  transport: %s
 server:
   shutdown_grace: 2s
 log:
@@ -293,7 +300,7 @@ limits:
   assistant_per_org:     { limit: 1000000000 }
   assistant_per_ip:      { limit: 1000000000 }
   tiny_per_project:      { limit: 1, window: hour, by: project }
-`, port, adminPort, adminToken, upstream, addrs, waitReplicas, coalesce)
+`, port, adminPort, adminToken, upstream, transport, addrs, waitReplicas, coalesce)
 }
 
 // httpSample is one (round, workload, variant) measurement.

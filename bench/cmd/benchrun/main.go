@@ -26,6 +26,8 @@ type options struct {
 	bin         string
 	out         string
 	goBench     string
+	allocTraces string
+	allocN      int
 	rounds      int
 	duration    time.Duration
 	warmup      time.Duration
@@ -47,6 +49,8 @@ func main() {
 	flag.StringVar(&o.bin, "bin", "bin", "directory holding gateway, upstream-sim and bare")
 	flag.StringVar(&o.out, "out", "bench/results/latest.md", "Markdown report to write")
 	flag.StringVar(&o.goBench, "gobench", "", "go test -bench output to include (optional)")
+	flag.StringVar(&o.allocTraces, "alloc-traces", "", "`go tool pprof -sample_index=alloc_objects -traces` of BenchmarkGatewayAgentJob run with -memprofilerate 1 (optional)")
+	flag.IntVar(&o.allocN, "alloc-n", 0, "iterations of BenchmarkGatewayAgentJob in -alloc-traces (b.N of every run, summed)")
 	flag.IntVar(&o.rounds, "rounds", 3, "interleaved rounds")
 	flag.DurationVar(&o.duration, "duration", 4*time.Second, "length of each closed-loop and open-loop run")
 	flag.DurationVar(&o.warmup, "warmup", time.Second, "closed-loop warm-up before each measurement (not counted)")
@@ -120,6 +124,13 @@ func run(o options, procs *child.Group) int {
 	if o.profile > 0 && hasVariant(vs, "gateway-redis") {
 		if err := e.profile(o.profile, filepath.Dir(o.out), rep); err != nil {
 			fmt.Fprintf(os.Stderr, "bench: profile: %v\n", err)
+		}
+	}
+	if o.allocTraces != "" && o.allocN > 0 {
+		if a, err := readAllocTraces(o.allocTraces, o.allocN); err == nil {
+			rep.allocs = &a
+		} else {
+			fmt.Fprintf(os.Stderr, "bench: allocation traces: %v\n", err)
 		}
 	}
 	if o.goBench != "" {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"regexp"
 	"slices"
@@ -17,6 +18,7 @@ type report struct {
 	http          []httpSample
 	streams       []streamSample
 	goBench       string
+	allocs        *allocSplit // nil: not measured
 	profileCPU    string
 	profileCPUCum string
 	profileAllocs string
@@ -84,6 +86,11 @@ func ratio(a, b float64) string {
 
 // perRound pairs the samples of two variants by round and applies f.
 func (r *report) perRound(workload, a, b string, f func(x, y httpSample) float64) stat {
+	return statOf(r.eachRound(workload, a, b, f))
+}
+
+// eachRound is f of variants a and b in each round, in round order.
+func (r *report) eachRound(workload, a, b string, f func(x, y httpSample) float64) []float64 {
 	sa, sb := r.samples(workload, a), r.samples(workload, b)
 	var v []float64
 	for _, x := range sa {
@@ -93,7 +100,16 @@ func (r *report) perRound(workload, a, b string, f func(x, y httpSample) float64
 			}
 		}
 	}
-	return statOf(v)
+	return v
+}
+
+// list formats every value, in order.
+func list(v []float64, prec int) string {
+	s := make([]string, len(v))
+	for i, x := range v {
+		s[i] = strconv.FormatFloat(x, 'f', prec, 64)
+	}
+	return strings.Join(s, ", ")
 }
 
 func (r *report) markdown() string {
@@ -282,6 +298,19 @@ func (r *report) markdown() string {
 		w("\n")
 	}
 
+	if a := r.allocs; a != nil {
+		w("## Allocations per agent_job request\n\n`BenchmarkGatewayAgentJob` with every allocation sampled (`-memprofilerate 1`), setup left out. The gateway's own: allocated in its packages, or by a library function its code calls (`context.WithValue`, ...) with no framework in between; the rest is `net/http`'s and `httputil.ReverseProxy`'s own work.\n\n")
+		w("| allocating function | whose | per request |\n|---|---|---|\n")
+		for _, s := range a.sites {
+			whose := "net/http, ReverseProxy"
+			if s.own {
+				whose = "gateway"
+			}
+			w("| `%s` | %s | %.2f |\n", s.fn, whose, s.perOp)
+		}
+		w("| **total** | gateway %.1f, net/http and ReverseProxy %.1f | **%.1f** |\n\n", a.own, a.lib, a.own+a.lib)
+	}
+
 	w("## Targets\n\n| target | measured | |\n|---|---|---|\n")
 	for _, t := range r.targets(benches) {
 		w("| %s | %s | %s |\n", t[0], t[1], t[2])
@@ -390,9 +419,16 @@ func (r *report) targets(benches []goBench) [][3]string {
 	if len(gr) > 0 && len(br) > 0 {
 		g := collect(gr, func(s httpSample) float64 { return s.closed.rps }).med
 		b := collect(br, func(s httpSample) float64 { return s.closed.rps }).med
-		pr := r.perRound(wl, "gateway-redis", "bare", func(x, y httpSample) float64 { return x.closed.rps / y.closed.rps })
-		t = append(t, [3]string{"gateway-redis throughput ≥ 0.9 × bare (agent_job); stretch ≥ 1.0",
-			fmt.Sprintf("%.0f / %.0f req/s = %.2f × (per round %s)", g, b, g/b, pr.fmt(2)), verdict(g/b >= 0.9)})
+		rounds := r.eachRound(wl, "gateway-redis", "bare", func(x, y httpSample) float64 { return x.closed.rps / y.closed.rps })
+		below := 0
+		for _, x := range rounds {
+			if x < 1 {
+				below++
+			}
+		}
+		t = append(t, [3]string{"gateway-redis throughput ≥ 1.0 × bare (agent_job, closed loop)",
+			fmt.Sprintf("%.0f / %.0f req/s = %.2f × (every round: %s; %d of %d rounds below 1.0)", g, b, g/b, list(rounds, 2), below, len(rounds)),
+			verdict(g/b >= 1)})
 		gp50 := collect(gr, func(s httpSample) float64 { return s.open.p50 }).med
 		bp50 := collect(br, func(s httpSample) float64 { return s.open.p50 }).med
 		gp99 := collect(gr, func(s httpSample) float64 { return s.open.p99 }).med
@@ -406,6 +442,20 @@ func (r *report) targets(benches []goBench) [][3]string {
 		t = append(t, [3]string{fmt.Sprintf("open loop %d req/s: p99 ≤ bare + 1 ms", r.opts.rate),
 			fmt.Sprintf("%.2f vs %.2f ms (+%.2f)", gp99, bp99, gp99-bp99), verdict(gp99 <= bp99+1)})
 		t = append(t, [3]string{"open loop: no errors (gateway-redis, agent_job)", fmt.Sprintf("%d errors", errs), verdict(errs == 0)})
+	}
+	// Coalescing must not buy throughput with latency: in the same run, the open loop's p50
+	// and p99 with coalescing on are no worse than with it off, within the spread of the
+	// rounds with it off (p99 over a few thousand requests moves by a millisecond or more
+	// between rounds on this machine).
+	if nr := r.samples(wl, "gateway-redis-nocoalesce"); len(gr) > 0 && len(nr) > 0 {
+		for _, q := range []struct {
+			name string
+			f    func(s httpSample) float64
+		}{{"p50", func(s httpSample) float64 { return s.open.p50 }}, {"p99", func(s httpSample) float64 { return s.open.p99 }}} {
+			on, off := collect(gr, q.f), collect(nr, q.f)
+			t = append(t, [3]string{fmt.Sprintf("open loop %d req/s: %s with coalescing ≤ without (agent_job)", r.opts.rate, q.name),
+				fmt.Sprintf("%.2f vs %.2f ms (without: rounds %s)", on.med, off.med, off.fmt(2)), verdict(on.med <= off.max)})
+		}
 	}
 	// Redis calls.
 	for _, v := range []string{"gateway-redis", "gateway-cluster"} {
@@ -465,12 +515,15 @@ func (r *report) targets(benches []goBench) [][3]string {
 		}
 	}
 	for _, bb := range benches {
-		if strings.HasPrefix(bb.name, "BenchmarkGatewayAgentJob") {
-			t = append(t, [3]string{"≤ 10 allocs per agent_job request (" + bb.name + ")", fmt.Sprintf("%.0f allocs/op, %.0f B/op", bb.allocs, bb.bytes), verdict(bb.allocs <= 10)})
-		}
+
 		if strings.HasPrefix(bb.name, "BenchmarkAssistantMessage100KiB") {
 			t = append(t, [3]string{"validate a 100 KiB conversation ≥ 200 MB/s", fmt.Sprintf("%.0f MB/s, %.0f allocs/op", bb.mbs, bb.allocs), verdict(bb.mbs >= 200)})
 		}
+	}
+	if a := r.allocs; a != nil {
+		own := math.Round(a.own*10) / 10 // a one-off pool refill shows as 0.01
+		t = append(t, [3]string{"≤ 10 allocations per agent_job request in the gateway's own code",
+			fmt.Sprintf("%.1f own, %.1f in all with net/http's and ReverseProxy's", own, a.own+a.lib), verdict(own <= 10)})
 	}
 	return t
 }
