@@ -8,69 +8,43 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// nodePipeliners holds one auto-pipeliner per Cluster master, so that a batch carries only one
-// node's calls: a slow or dead master then delays only its own tenants' decisions. (go-redis's
-// cluster auto-pipeliner batches by slot shard, which mixes nodes in one batch.)
-type nodePipeliners struct {
-	opts *redis.AutoPipelineOptions
-	mu   sync.Mutex
-	m    map[*redis.Client]*nodeLane
+// nodeCombiners holds one combiner per Cluster master, so that a batch carries only one node's
+// calls: a slow or dead master then delays only its own tenants' decisions.
+type nodeCombiners struct {
+	mu sync.Mutex
+	m  map[*redis.Client]*combiner
 }
 
-// nodeLane is one master's auto-pipeliner and the count of its calls on the wire.
-type nodeLane struct {
-	ap   *redis.AutoPipeliner
-	lane lane
-}
-
-// of returns the auto-pipeliner of master node, creating it the first time the node is seen
-// (after a failover the promoted replica is a new node client).
-func (n *nodePipeliners) of(node *redis.Client) (*nodeLane, error) {
+// of returns the combiner of master node, creating it the first time the node is seen (after
+// a failover the promoted replica is a new node client).
+func (n *nodeCombiners) of(node *redis.Client) *combiner {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if nl, ok := n.m[node]; ok {
-		return nl, nil
-	}
-	ap, err := node.AutoPipelineWithOptions(n.opts)
-	if err != nil {
-		return nil, fmt.Errorf("limits: auto-pipeliner: %w", err)
+	if c, ok := n.m[node]; ok {
+		return c
 	}
 	if n.m == nil {
-		n.m = map[*redis.Client]*nodeLane{}
+		n.m = map[*redis.Client]*combiner{}
 	}
-	nl := &nodeLane{ap: ap}
-	n.m[node] = nl
-	return nl, nil
+	c := newCombiner(node, coalesceBatch, coalesceQueue)
+	n.m[node] = c
+	return c
 }
 
-func (n *nodePipeliners) close() {
+func (n *nodeCombiners) close() {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	for node, nl := range n.m {
-		_ = nl.ap.Close()
+	for node, c := range n.m {
+		c.close()
 		delete(n.m, node)
 	}
 }
 
-// runOnNode runs script on the master serving firstKey: through that master's batch once
-// several calls to it are on the wire, before that straight out (see lane).
+// runOnNode runs script on the master serving firstKey, through that master's combiner.
 func (r *Redis) runOnNode(ctx context.Context, script *redis.Script, firstKey []string, args ...any) *redis.Cmd {
 	node, err := r.cluster.MasterForKey(ctx, firstKey[0])
 	if err != nil {
-		cmd := redis.NewCmd(ctx)
-		cmd.SetErr(fmt.Errorf("limits: cluster node of %s: %w", firstKey[0], err))
-		return cmd
+		return failedCmd(ctx, fmt.Errorf("limits: cluster node of %s: %w", firstKey[0], err))
 	}
-	nl, err := r.nodeAPs.of(node)
-	if err != nil {
-		cmd := redis.NewCmd(ctx)
-		cmd.SetErr(err)
-		return cmd
-	}
-	direct := nl.lane.enter()
-	defer nl.lane.leave()
-	if direct {
-		return script.Run(ctx, node, firstKey, args...)
-	}
-	return script.Run(ctx, nl.ap, firstKey, args...)
+	return r.nodeCombs.of(node).run(ctx, script, firstKey, args...)
 }

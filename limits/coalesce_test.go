@@ -18,13 +18,24 @@ import (
 
 // A Redis that stalls while a batch is in flight: every decision in the batch, and every one
 // queued behind it, is answered within redis.timeout plus a margin (the Guard's bound), and
-// once Redis answers again the coalesced store decides exactly again.
+// once Redis answers again the coalesced store decides exactly again. Both ways the Guard
+// bounds a call: on the caller's goroutine when the client ends calls by their deadline
+// (ContextTimeoutEnabled, as the gateway builds it), else from a goroutine of its own.
 func TestCoalescedStall(t *testing.T) {
+	for _, byDeadline := range []bool{true, false} {
+		t.Run(fmt.Sprintf("ContextTimeoutEnabled=%t", byDeadline), func(t *testing.T) { testCoalescedStall(t, byDeadline) })
+	}
+}
+
+func testCoalescedStall(t *testing.T, byDeadline bool) {
 	srv := redistest.Start(t)
-	c := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1, ReadTimeout: time.Second, PoolSize: 8})
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1, ReadTimeout: time.Second, PoolSize: 8, ContextTimeoutEnabled: byDeadline})
 	t.Cleanup(func() { c.Close() })
 	const timeout = 100 * time.Millisecond
 	g := NewGuard(newRedisT(t, c, uniquePrefix(), WithCoalescing()), GuardOptions{Timeout: timeout, FailureThreshold: 1 << 30, Cooldown: time.Millisecond})
+	if g.inline != byDeadline {
+		t.Fatalf("Guard inline %t with ContextTimeoutEnabled %t", g.inline, byDeadline)
+	}
 	r := rule(t, "stall", 1_000_000, "hour", Fixed)
 	hits := []Hit{{r, "a"}}
 	var d Decision
@@ -179,8 +190,8 @@ func takeConcurrently(t *testing.T, s *Redis, r *Rule, workers, each int) {
 }
 
 // Calls that arrive while another is on the wire are batched: under 64-way concurrency
-// Redis reads far fewer times than it runs scripts. (A call that finds few others in flight
-// goes straight out; that path is the one every sequential decision of the other tests takes.)
+// Redis reads far fewer times than it runs scripts. (A call that finds its node idle goes
+// straight out; that path is the one every sequential decision of the other tests takes.)
 func TestCoalescedBatchesUnderConcurrency(t *testing.T) {
 	srv := redistest.Start(t)
 	stats := srv.Client(t)
@@ -214,7 +225,7 @@ func TestCoalescedBatchesUnderConcurrency(t *testing.T) {
 }
 
 // pathCounter is a go-redis hook that counts limiter calls sent on their own (a Process) and
-// in batches (a pipeline: the auto-pipeliner's half-duplex batches run through it).
+// in batches (a pipeline).
 type pathCounter struct{ direct, batches, batched atomic.Int64 }
 
 func (p *pathCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
@@ -253,9 +264,9 @@ func poolUses(c *redis.Client) (main, pipeline uint32) {
 	return st.Hits + st.Misses, pipeline
 }
 
-// The lane: decisions made one at a time never go through the auto-pipeliner (its
-// goroutine hand-offs would only add latency), and under concurrency most do, in batches.
-func TestCoalescedLane(t *testing.T) {
+// No batching window: decisions made one at a time each go out at once, on their own, and
+// under concurrency most go in batches.
+func TestCoalescedLoneCallsGoAtOnce(t *testing.T) {
 	srv := redistest.Start(t)
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 64})
 	t.Cleanup(func() { c.Close() })
@@ -268,8 +279,7 @@ func TestCoalescedLane(t *testing.T) {
 	r := rule(t, "lane", 1_000_000, "hour", Fixed)
 	paths.batches.Store(0) // Preload's own pipeline
 	paths.batched.Store(0)
-	// The auto-pipeliner runs on the client's pipeline pool, a call on its own on the main
-	// pool (a batch of one goes out as a plain command, so the hooks cannot tell them apart).
+	// Batches run on the client's pipeline pool, a call on its own on the main pool.
 	pool0, pipe0 := poolUses(c)
 	var d Decision
 	for i := range 100 {

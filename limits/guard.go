@@ -29,12 +29,15 @@ type GuardOptions struct {
 // context deadlines unless Options.ContextTimeoutEnabled is set): the call
 // runs in a goroutine into a private Decision, and Guard stops waiting at the
 // deadline. The abandoned call finishes in the background within the
-// client's own read/write timeouts; enable ContextTimeoutEnabled on the client
-// so it is also cancelled promptly.
+// client's own read/write timeouts. A store that ends its calls by their
+// deadline itself (DeadlineBound: the Redis store on a client with
+// ContextTimeoutEnabled, as the gateway builds it) runs on the caller's
+// goroutine instead: no goroutine and no hand-off per call.
 type Guard struct {
-	s    Store
-	o    GuardOptions
-	pool sync.Pool // *guardCall
+	s      Store
+	o      GuardOptions
+	inline bool      // s is DeadlineBound
+	pool   sync.Pool // *guardCall
 
 	mu        sync.Mutex
 	state     breakerState
@@ -63,6 +66,9 @@ func NewGuard(s Store, o GuardOptions) *Guard {
 		o.Cooldown = time.Second
 	}
 	g := &Guard{s: s, o: o}
+	if b, ok := s.(DeadlineBound); ok && b.BoundByDeadline() {
+		g.inline = true
+	}
 	g.pool.New = func() any { return &guardCall{done: make(chan struct{}, 1)} }
 	return g
 }
@@ -85,6 +91,11 @@ type guardCall struct {
 	done chan struct{}
 }
 
+// DeadlineBound is a Store whose calls end by their context's deadline on their own.
+type DeadlineBound interface {
+	BoundByDeadline() bool
+}
+
 // Take implements Store.
 func (g *Guard) Take(ctx context.Context, hits []Hit, d *Decision) error {
 	if err := g.admit(); err != nil {
@@ -93,11 +104,17 @@ func (g *Guard) Take(ctx context.Context, hits []Hit, d *Decision) error {
 	c := g.pool.Get().(*guardCall)
 	c.hits = append(c.hits[:0], hits...)
 	cctx, cancel := context.WithTimeout(ctx, g.o.Timeout)
-	go func() {
-		c.err = g.s.Take(cctx, c.hits, &c.d)
-		c.done <- struct{}{}
-	}()
-	err, finished := g.wait(ctx, cctx, c)
+	var err error
+	finished := true
+	if g.inline {
+		err = g.timedOut(ctx, cctx, g.s.Take(cctx, c.hits, &c.d))
+	} else {
+		go func() {
+			c.err = g.s.Take(cctx, c.hits, &c.d)
+			c.done <- struct{}{}
+		}()
+		err, finished = g.wait(ctx, cctx, c)
+	}
 	cancel()
 	if finished {
 		if err == nil {
@@ -146,6 +163,23 @@ func (g *Guard) wait(ctx, cctx context.Context, c *guardCall) (err error, finish
 		}
 		return fmt.Errorf("limits: guard: store call exceeded %v: %w", g.o.Timeout, context.DeadlineExceeded), false
 	}
+}
+
+// timedOut is the error of an inline call: past the deadline, whatever the store's error
+// says (an i/o timeout, say), the same as wait's.
+func (g *Guard) timedOut(ctx, cctx context.Context, err error) error {
+	if err == nil {
+		return err
+	}
+	// The connection's deadline (go-redis sets it from cctx's) can fire a moment before
+	// cctx's own timer does: the clock decides.
+	if dl, _ := cctx.Deadline(); cctx.Err() == nil && time.Now().Before(dl) {
+		return err
+	}
+	if ctx.Err() != nil {
+		return fmt.Errorf("limits: guard: %w", ctx.Err())
+	}
+	return fmt.Errorf("limits: guard: store call exceeded %v: %w", g.o.Timeout, context.DeadlineExceeded)
 }
 
 // admit decides whether a call may go to the store.

@@ -26,10 +26,9 @@ type Redis struct {
 
 	waitReplicas int // see WithWaitReplicas
 	waitTimeout  time.Duration
-	coalesce     bool                 // see WithCoalescing
-	ap           *redis.AutoPipeliner // coalescing on a standalone or Sentinel client
-	lane         lane                 // the calls of ap's node on the wire
-	nodeAPs      *nodePipeliners      // coalescing on a Cluster: one per master
+	coalesce     bool           // see WithCoalescing
+	comb         *combiner      // coalescing on a standalone or Sentinel client
+	nodeCombs    *nodeCombiners // coalescing on a Cluster: one per master
 }
 
 // scratch holds the per-Take buffers. Entries are parallel slices per key sent
@@ -62,6 +61,18 @@ func NewRedis(client redis.UniversalClient, prefix string, opts ...RedisOption) 
 		return nil, err
 	}
 	return r, nil
+}
+
+// BoundByDeadline implements DeadlineBound: go-redis ends a call by its context's deadline
+// when the client has ContextTimeoutEnabled (combiners always do for queued calls).
+func (r *Redis) BoundByDeadline() bool {
+	switch c := r.client.(type) {
+	case *redis.Client:
+		return c.Options().ContextTimeoutEnabled
+	case *redis.ClusterClient:
+		return c.Options().ContextTimeoutEnabled
+	}
+	return false
 }
 
 // Key returns the Redis key of rule r and id (for operators and tests).

@@ -7,6 +7,8 @@
 #
 # Knobs (environment):
 #   ROUNDS=3 DURATION=4s WARMUP=1s CONNS=50 RATE=2000 STREAMS=5000 PROFILE=10s PIN=1
+#   PAIRS=10 PAIR_DURATION=3s (back-to-back closed-loop runs of bare and gateway-redis on
+#     agent_job, the throughput ratio's measurement; 0 skips them)
 #   VARIANTS=direct,bare,gateway-memory,gateway-redis,gateway-redis-nocoalesce,gateway-redis-stdtransport,gateway-cluster,gateway-replicated,gateway-wait1
 #   WORKLOADS="agent_job,assistant_message,401/429 mix,streams"
 #   GOBENCH=1 (0 skips the go test benchmarks)   BENCHTIME=1s   GOBENCH_COUNT=5
@@ -27,6 +29,8 @@ RATE=${RATE:-2000}
 STREAMS=${STREAMS:-5000}
 PROFILE=${PROFILE:-10s}
 PIN=${PIN:-1}
+PAIRS=${PAIRS:-10}
+PAIR_DURATION=${PAIR_DURATION:-3s}
 VARIANTS=${VARIANTS:-direct,bare,gateway-memory,gateway-redis,gateway-redis-nocoalesce,gateway-redis-stdtransport,gateway-cluster,gateway-replicated,gateway-wait1}
 WORKLOADS=${WORKLOADS:-agent_job,assistant_message,401/429 mix,streams}
 GOBENCH=${GOBENCH:-1}
@@ -86,7 +90,10 @@ if [[ $GOBENCH == 1 ]]; then
 	echo "== go test -bench (handler chain, validators), count $GOBENCH_COUNT"
 	gobench_out=$work/gobench.txt
 	(cd "$src" && GOMAXPROCS=1 $GO test -run '^$' -bench '^Benchmark(Gateway|BareReverseProxy)' -benchmem -benchtime "$BENCHTIME" -count "$GOBENCH_COUNT" ./proxy &&
-		GOMAXPROCS=1 $GO test -run '^$' -bench '^(BenchmarkAssistantMessage100KiB|BenchmarkAgentJob)$' -benchmem -benchtime "$BENCHTIME" -count "$GOBENCH_COUNT" ./validate) |
+		GOMAXPROCS=1 $GO test -run '^$' -bench '^(BenchmarkAssistantMessage100KiB|BenchmarkAgentJob)$' -benchmem -benchtime "$BENCHTIME" -count "$GOBENCH_COUNT" ./validate &&
+		# The limiter alone on a real redis-server (started by the test harness), with and
+		# without coalescing, at 1, 8, 64 and 256 concurrent callers.
+		GOMAXPROCS=1 $GO test -run '^$' -bench '^BenchmarkTakeConcurrent$' -benchtime 20000x -count 1 ./limits) |
 		tee "$gobench_out" | grep -E '^(Benchmark|ok|FAIL)' || true
 fi
 
@@ -107,6 +114,7 @@ pin=true
 [[ $PIN == 1 ]] || pin=false
 case $OUT in /*) ;; *) OUT=$root/$OUT ;; esac
 run=("$work/bin/benchrun" -bin "$work/bin" -out "$OUT" -source "$source_desc" -rounds "$ROUNDS" -duration "$DURATION" -warmup "$WARMUP"
+	-pairs "$PAIRS" -pair-duration "$PAIR_DURATION"
 	-conns "$CONNS" -rate "$RATE" -streams "$STREAMS" -profile "$PROFILE" -pin="$pin"
 	-variants "$VARIANTS" -workloads "$WORKLOADS" -gobench "$gobench_out" "${alloc_args[@]}")
 if [[ $pin == true ]]; then
@@ -124,7 +132,7 @@ if [[ $SCALE == 1 ]]; then
 	scale_out=${OUT%.md}-gomaxprocs2.md
 	echo "== benchrun GOMAXPROCS=2 (bare, gateway-redis; agent_job; unpinned)"
 	"$work/bin/benchrun" -bin "$work/bin" -out "$scale_out" -source "$source_desc" -rounds "$ROUNDS" -duration "$DURATION" -warmup "$WARMUP" \
-		-conns "$CONNS" -rate "$RATE" -streams 0 -profile 0 -pin=false -gomaxprocs 2 \
+		-conns "$CONNS" -rate "$RATE" -streams 0 -profile 0 -pin=false -gomaxprocs 2 -pairs 0 \
 		-variants bare,gateway-redis -workloads agent_job >/dev/null
 	echo "bench: GOMAXPROCS=2 report in $scale_out"
 fi

@@ -23,25 +23,27 @@ import (
 )
 
 type options struct {
-	bin         string
-	out         string
-	goBench     string
-	allocTraces string
-	allocN      int
-	rounds      int
-	duration    time.Duration
-	warmup      time.Duration
-	conns       int
-	rate        int
-	streams     int
-	delayConc   int
-	probeN      int
-	pin         bool
-	profile     time.Duration
-	variants    string
-	workloads   string
-	serverProcs int
-	source      string
+	bin          string
+	out          string
+	goBench      string
+	allocTraces  string
+	allocN       int
+	rounds       int
+	pairs        int
+	pairDuration time.Duration
+	duration     time.Duration
+	warmup       time.Duration
+	conns        int
+	rate         int
+	streams      int
+	delayConc    int
+	probeN       int
+	pin          bool
+	profile      time.Duration
+	variants     string
+	workloads    string
+	serverProcs  int
+	source       string
 }
 
 func main() {
@@ -52,6 +54,8 @@ func main() {
 	flag.StringVar(&o.allocTraces, "alloc-traces", "", "`go tool pprof -sample_index=alloc_objects -traces` of BenchmarkGatewayAgentJob run with -memprofilerate 1 (optional)")
 	flag.IntVar(&o.allocN, "alloc-n", 0, "iterations of BenchmarkGatewayAgentJob in -alloc-traces (b.N of every run, summed)")
 	flag.IntVar(&o.rounds, "rounds", 3, "interleaved rounds")
+	flag.IntVar(&o.pairs, "pairs", 10, "back-to-back pairs of bare and gateway-redis closed-loop runs on agent_job (0: skip)")
+	flag.DurationVar(&o.pairDuration, "pair-duration", 3*time.Second, "length of each paired run")
 	flag.DurationVar(&o.duration, "duration", 4*time.Second, "length of each closed-loop and open-loop run")
 	flag.DurationVar(&o.warmup, "warmup", time.Second, "closed-loop warm-up before each measurement (not counted)")
 	flag.IntVar(&o.conns, "conns", 50, "closed-loop connections (wrk -t1)")
@@ -120,6 +124,14 @@ func run(o options, procs *child.Group) int {
 				rep.streams = append(rep.streams, s)
 			}
 		}
+	}
+	if o.pairs > 0 && wls["agent_job"] && hasVariant(vs, "gateway-redis") && hasVariant(vs, "bare") {
+		pairs, err := e.measurePairs(o.pairs, o.pairDuration)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "bench: pairs: %v\n", err)
+			return 1
+		}
+		rep.pairs = pairs
 	}
 	if o.profile > 0 && hasVariant(vs, "gateway-redis") {
 		if err := e.profile(o.profile, filepath.Dir(o.out), rep); err != nil {

@@ -1,0 +1,109 @@
+package main
+
+import (
+	"fmt"
+	"time"
+)
+
+// pairSample is one pair of back-to-back closed-loop runs on agent_job: bare and gateway-redis,
+// one right after the other (alternating which goes first), so that the machine's slower and
+// faster spells hit both alike. On a shared machine whose speed drifts by tens of percent
+// within a minute, the ratio within a pair is far steadier than the ratio of runs a round
+// apart.
+type pairSample struct {
+	gatewayFirst       bool
+	bare, gateway      float64 // closed-loop req/s
+	bareCPU, gwCPU     float64 // CPU µs per request of the server under test
+	bareErrs, gwErrors int64
+}
+
+func (p pairSample) ratio() float64 {
+	if p.bare == 0 {
+		return 0
+	}
+	return p.gateway / p.bare
+}
+
+// measurePairs runs n pairs of d each. Both servers stay up for all pairs (each idle while the
+// other is loaded), each warmed up before its run.
+func (e *env) measurePairs(n int, d time.Duration) ([]pairSample, error) {
+	w := allWorkloads[0] // agent_job
+	script := e.scripts[w.name]
+	var servers [2]*server
+	for i, name := range []string{"bare", "gateway-redis"} {
+		srv, err := e.start(selectVariants(name)[0], e.fast)
+		if err != nil {
+			return nil, err
+		}
+		defer srv.stop()
+		servers[i] = srv
+	}
+	run := func(srv *server) (rps, cpuUS float64, errs int64, err error) {
+		if _, err := runWrk(srv.url, w, script, e.o.conns, e.o.warmup); err != nil {
+			return 0, 0, 0, err
+		}
+		cpu0 := srv.proc.CPUSeconds()
+		r, err := runWrk(srv.url, w, script, e.o.conns, d)
+		if err != nil {
+			return 0, 0, 0, err
+		}
+		if r.reqs > 0 {
+			cpuUS = (srv.proc.CPUSeconds() - cpu0) / float64(r.reqs) * 1e6
+		}
+		return r.rps, cpuUS, r.sockEr + r.non2xx, nil
+	}
+	var out []pairSample
+	for i := range n {
+		p := pairSample{gatewayFirst: i%2 == 1}
+		order := []int{0, 1}
+		if p.gatewayFirst {
+			order = []int{1, 0}
+		}
+		for _, k := range order {
+			rps, cpu, errs, err := run(servers[k])
+			if err != nil {
+				return out, fmt.Errorf("pair %d: %w", i+1, err)
+			}
+			if k == 0 {
+				p.bare, p.bareCPU, p.bareErrs = rps, cpu, errs
+			} else {
+				p.gateway, p.gwCPU, p.gwErrors = rps, cpu, errs
+			}
+		}
+		logf("pair %d: bare %.0f req/s (%.1f µs CPU/req), gateway-redis %.0f req/s (%.1f µs CPU/req): %.3f×",
+			i+1, p.bare, p.bareCPU, p.gateway, p.gwCPU, p.ratio())
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+// pairsTable writes every pair and the summary.
+func (r *report) pairsTable(w func(string, ...any)) {
+	if len(r.pairs) == 0 {
+		return
+	}
+	w("## gateway-redis against bare, paired runs\n\n%d pairs of closed-loop agent_job runs (%s each after a %s warm-up, wrk 1 thread %d connections), bare and gateway-redis back to back, alternating which goes first; both servers pinned to CPU 0 with GOMAXPROCS=%d. Every pair:\n\n",
+		len(r.pairs), r.opts.pairDuration, r.opts.warmup, r.opts.conns, r.opts.serverProcs)
+	w("| pair | first | bare req/s | gateway-redis req/s | × bare | bare CPU µs / req | gateway CPU µs / req | errors (bare / gateway) |\n|---|---|---|---|---|---|---|---|\n")
+	for i, p := range r.pairs {
+		first := "bare"
+		if p.gatewayFirst {
+			first = "gateway"
+		}
+		w("| %d | %s | %.0f | %.0f | %.3f | %.1f | %.1f | %d / %d |\n", i+1, first, p.bare, p.gateway, p.ratio(), p.bareCPU, p.gwCPU, p.bareErrs, p.gwErrors)
+	}
+	st, below := r.pairStats()
+	w("\nRatio over the pairs: median %.3f, min %.3f, max %.3f; %d of %d pairs below 1.0.\n\n", st.med, st.min, st.max, below, len(r.pairs))
+}
+
+func (r *report) pairStats() (stat, int) {
+	var v []float64
+	below := 0
+	for _, p := range r.pairs {
+		v = append(v, p.ratio())
+		if p.ratio() < 1 {
+			below++
+		}
+	}
+	return statOf(v), below
+}

@@ -1,0 +1,152 @@
+package limits
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/docsgate/gateway/internal/redistest"
+)
+
+// Tests of the combiner on its own, on a real redis-server. A script that keeps Redis busy
+// holds the node, so that the calls made meanwhile queue up behind it.
+
+// countScript counts one call per key.
+var countScript = redis.NewScript(`return redis.call('INCR', KEYS[1])`)
+
+// busyScript keeps Redis busy for ARGV[1] microseconds.
+var busyScript = redis.NewScript(`local t0 = redis.call('TIME') local now = t0
+while (now[1] - t0[1]) * 1000000 + (now[2] - t0[2]) < tonumber(ARGV[1]) do now = redis.call('TIME') end
+return 1`)
+
+// newTestCombiner is a combiner on a fresh redis-server, and that server.
+func newTestCombiner(t *testing.T) (*combiner, *redistest.Server) {
+	t.Helper()
+	srv := redistest.Start(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { c.Close() })
+	cb := newCombiner(c, coalesceBatch, coalesceQueue)
+	t.Cleanup(cb.close)
+	return cb, srv
+}
+
+// hold sends a busy script for d (it goes out at once: the node is idle) and returns once it
+// is on the wire; its error arrives on the channel when it is done.
+func hold(t *testing.T, cb *combiner, d time.Duration) <-chan error {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- cb.run(context.Background(), busyScript, []string{"busy"}, d.Microseconds()).Err() }()
+	waitQueued(t, cb, 0)
+	return done
+}
+
+// waitQueued waits until the node is busy with n calls queued.
+func waitQueued(t *testing.T, cb *combiner, n int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		cb.mu.Lock()
+		ok := cb.busy && len(cb.queue) == n
+		cb.mu.Unlock()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %d calls queued behind a busy node", n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// countAll makes n counting calls (keys k0, k1, ...) concurrently and returns their errors.
+func countAll(cb *combiner, n int) <-chan error {
+	results := make(chan error, n)
+	for i := range n {
+		go func() {
+			v, err := cb.run(context.Background(), countScript, []string{fmt.Sprint("k", i)}).Int()
+			if err == nil && v != 1 {
+				err = fmt.Errorf("k%d counted %d times", i, v)
+			}
+			results <- err
+		}()
+	}
+	return results
+}
+
+// A decision whose deadline passes while it waits for the wire is never sent: it cannot count
+// against the tenant after its request was answered. A call queued behind a 300 ms script
+// gives up after 20 ms, and the key it would have counted stays absent.
+func TestCombinerAbandonedCallNeverSent(t *testing.T) {
+	cb, srv := newTestCombiner(t)
+	slow := hold(t, cb, 300*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	err := cb.run(ctx, countScript, []string{"abandoned"}).Err()
+	if !errors.Is(err, context.DeadlineExceeded) || time.Since(start) > 200*time.Millisecond {
+		t.Fatalf("queued call: %v after %v, want its deadline's error at about 20ms", err, time.Since(start))
+	}
+	if err := <-slow; err != nil {
+		t.Fatal(err)
+	}
+	// The next call is sent at once and shows the flusher went past the abandoned one.
+	if n, err := cb.run(context.Background(), countScript, []string{"after"}).Int(); err != nil || n != 1 {
+		t.Fatalf("call after the stall: %d, %v", n, err)
+	}
+	if n, err := srv.Client(t).Exists(context.Background(), "abandoned").Result(); err != nil || n != 0 {
+		t.Fatalf("the abandoned call ran: EXISTS %d, %v", n, err)
+	}
+}
+
+// A batch is not cut short by the deadline of the request that queued first: it runs until
+// the latest deadline among its calls, and each caller stops waiting at its own. Here the
+// first call of a batch is a 100 ms script with a 150 ms deadline; the calls behind it in the
+// same pipeline, without a deadline, still get their replies.
+func TestCombinerBatchOutlivesFirstDeadline(t *testing.T) {
+	cb, _ := newTestCombiner(t)
+	slow := hold(t, cb, 100*time.Millisecond)
+	first := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 150*time.Millisecond)
+		defer cancel()
+		first <- cb.run(ctx, busyScript, []string{"first"}, 100_000).Err()
+	}()
+	waitQueued(t, cb, 1)
+	results := countAll(cb, 7)
+	waitQueued(t, cb, 8)
+	if err := <-slow; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-first; !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("the first call of the batch: %v, want its own deadline's error", err)
+	}
+	for range 7 {
+		if err := <-results; err != nil {
+			t.Errorf("a call behind the first in its batch: %v", err)
+		}
+	}
+}
+
+// Calls batched after the node lost its scripts (a restart, SCRIPT FLUSH) load them again and
+// run once each.
+func TestCombinerBatchAfterScriptFlush(t *testing.T) {
+	cb, srv := newTestCombiner(t)
+	if err := srv.Client(t).ScriptFlush(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	slow := hold(t, cb, 100*time.Millisecond)
+	results := countAll(cb, 5)
+	waitQueued(t, cb, 5)
+	if err := <-slow; err != nil {
+		t.Fatal(err)
+	}
+	for range 5 {
+		if err := <-results; err != nil {
+			t.Error(err)
+		}
+	}
+}
