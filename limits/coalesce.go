@@ -14,12 +14,17 @@ import (
 // Guard's redis.timeout) bounds how long it waits, and a batch that fails fails only the
 // decisions it carried.
 
-// coalesceBatch bounds one batch; coalesceQueue bounds the decisions waiting for a node (past
-// it a decision fails at once, as a Redis error does). A batch of 64 already costs Redis one
-// read per 64 calls.
+// coalesceDirect is how many calls to one node go out on their own at once before calls
+// queue for a batch: at moderate load a lone call gains nothing from waiting for one on the
+// wire, and sending it at once keeps the latency of no coalescing (measured by make bench in
+// open loop at 2,000 req/s: with one call out at a time, p50 was 0.63 ms against 0.51 without
+// coalescing). coalesceBatch bounds one batch (64 calls already cost Redis one read per 64);
+// coalesceQueue bounds the decisions waiting for a node (past it a decision fails at once, as
+// a Redis error does).
 const (
-	coalesceBatch = 64
-	coalesceQueue = 4096
+	coalesceDirect = 4
+	coalesceBatch  = 64
+	coalesceQueue  = 4096
 )
 
 // WithCoalescing coalesces concurrent decisions per node. It has no effect together with
@@ -35,9 +40,9 @@ func (r *Redis) startCoalescing() error {
 	}
 	switch c := r.client.(type) {
 	case *redis.Client: // standalone, and Sentinel's failover client
-		r.comb = newCombiner(c, coalesceBatch, coalesceQueue)
+		r.comb = newCombiner(c, coalesceDirect, coalesceBatch, coalesceQueue)
 	case *redis.ClusterClient:
-		r.nodeCombs = &nodeCombiners{} // made as masters are first used
+		r.nodeCombs = &nodeCombiners{cluster: c} // made as masters are first used
 	default:
 		return fmt.Errorf("limits: coalescing needs a *redis.Client or *redis.ClusterClient, not %T", r.client)
 	}
@@ -62,6 +67,12 @@ func (r *Redis) coalescing() bool { return r.comb != nil || r.nodeCombs != nil }
 // takeGroupsCoalesced is takeCluster's first step when coalescing: each node's call goes to
 // that node's combiner (the call's first key routes it), the nodes in parallel.
 func (r *Redis) takeGroupsCoalesced(ctx context.Context, sc *scratch, groups []group) {
+	if len(groups) == 1 {
+		g := groups[0]
+		argv := nodeArgs(sc.keys[g.lo:g.hi], sc.args[g.lo:g.hi])
+		sc.cmds = append(sc.cmds, r.runOnNode(ctx, nodeTakeScript, sc.keys[g.lo:g.lo+1], argv...))
+		return
+	}
 	cmds := make([]*redis.Cmd, len(groups))
 	var wg sync.WaitGroup
 	for gi, g := range groups {

@@ -11,29 +11,58 @@ import (
 // nodeCombiners holds one combiner per Cluster master, so that a batch carries only one node's
 // calls: a slow or dead master then delays only its own tenants' decisions.
 type nodeCombiners struct {
-	mu sync.Mutex
-	m  map[*redis.Client]*combiner
+	cluster *redis.ClusterClient
+	mu      sync.Mutex
+	m       map[*redis.Client]*combiner
+	closed  bool
 }
 
-// of returns the combiner of master node, creating it the first time the node is seen (after
-// a failover the promoted replica is a new node client).
-func (n *nodeCombiners) of(node *redis.Client) *combiner {
+// of returns the combiner of master node, creating it the first time the node is seen. A new
+// node means a new layout (a failover, a resharding: go-redis then makes new node clients), so
+// the combiners of nodes that are no longer masters are closed then.
+func (n *nodeCombiners) of(ctx context.Context, node *redis.Client) *combiner {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if c, ok := n.m[node]; ok {
-		return c
+	if c, ok := n.m[node]; ok || n.closed {
+		return c // nil once closed: runOnNode fails the call
 	}
 	if n.m == nil {
 		n.m = map[*redis.Client]*combiner{}
 	}
-	c := newCombiner(node, coalesceBatch, coalesceQueue)
+	c := newCombiner(node, coalesceDirect, coalesceBatch, coalesceQueue)
 	n.m[node] = c
+	if len(n.m) > 1 {
+		n.prune(ctx)
+	}
 	return c
+}
+
+// prune closes, in the background, the combiners of nodes that are not masters in the
+// cluster layout go-redis holds now.
+func (n *nodeCombiners) prune(ctx context.Context) {
+	var mu sync.Mutex
+	masters := map[*redis.Client]bool{}
+	err := n.cluster.ForEachMaster(context.WithoutCancel(ctx), func(_ context.Context, c *redis.Client) error {
+		mu.Lock()
+		masters[c] = true
+		mu.Unlock()
+		return nil
+	})
+	if err != nil {
+		return // the layout is not known now; the next new node tries again
+	}
+	for node, c := range n.m {
+		if !masters[node] {
+			delete(n.m, node)
+			go c.close() // what it has queued is sent (or fails) first
+		}
+	}
 }
 
 func (n *nodeCombiners) close() {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	n.closed = true
 	for node, c := range n.m {
 		c.close()
 		delete(n.m, node)
@@ -46,5 +75,9 @@ func (r *Redis) runOnNode(ctx context.Context, script *redis.Script, firstKey []
 	if err != nil {
 		return failedCmd(ctx, fmt.Errorf("limits: cluster node of %s: %w", firstKey[0], err))
 	}
-	return r.nodeCombs.of(node).run(ctx, script, firstKey, args...)
+	c := r.nodeCombs.of(ctx, node)
+	if c == nil {
+		return failedCmd(ctx, errCombinerClosed)
+	}
+	return c.run(ctx, script, firstKey, args...)
 }

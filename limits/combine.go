@@ -2,6 +2,7 @@ package limits
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -12,26 +13,30 @@ import (
 )
 
 // combiner coalesces the limiter calls bound for one Redis node (auto-pipelining without a
-// batching window). A call that finds the node idle goes out at once, on its own goroutine,
-// as a plain command. Calls that arrive while one is on the wire queue up, and go out together
-// as the next batch, in one pipeline (one write, one read), as soon as the wire is free: the
-// node has at most one write of limiter calls in flight, and nothing ever waits for a timer.
-// Each call is still its own script call. A call waits no longer than its context allows; a
-// call whose context ends before its batch is sent is never sent; a failed batch fails only
-// the calls it carried.
+// batching window). While fewer than maxDirect calls are on the wire, a call goes out at once,
+// on its own goroutine and connection, as a plain command: at moderate load every call does,
+// with the latency of no coalescing at all. Past that, calls queue, and a flusher sends the
+// queue as one pipeline (one write, one read) at once, or as soon as its previous batch is
+// answered: batches form only from the calls that arrive while a batch is on the wire, and
+// nothing ever waits for a timer. Each call is still its own script call. A call waits no
+// longer than its context allows; a call whose context ends before its batch is sent is never
+// sent; a failed batch fails only the calls it carried.
 //
 // It is built on go-redis's pipelines rather than its AutoPipeliner, whose batching holds
-// stragglers on timers and hands every call to a flusher goroutine even when it is alone.
+// stragglers on timers.
 type combiner struct {
-	node     *redis.Client
-	maxBatch int // calls per pipeline
-	maxQueue int // calls waiting; past it a call fails at once, as a Redis error does
-	calls    sync.Pool
+	node      *redis.Client
+	maxDirect int // calls on the wire on their own before calls queue
+	maxBatch  int // calls per pipeline
+	maxQueue  int // calls waiting; past it a call fails at once, as a Redis error does
+	calls     sync.Pool
 
-	mu    sync.Mutex
-	busy  bool    // a call or batch is on the wire; whoever set it sends the queue after it
-	queue []*call // in arrival order
-	batch []*call // the flusher's buffer
+	mu       sync.Mutex
+	direct   int     // calls on the wire on their own
+	flushing bool    // the flusher has the queue (a batch is on the wire or about to be)
+	closed   bool    // no calls from now on
+	queue    []*call // in arrival order
+	batch    []*call // the flusher's buffer
 
 	wake chan struct{} // hands the queue to the flusher
 	quit chan struct{}
@@ -56,23 +61,29 @@ const (
 	callAbandoned
 )
 
-func newCombiner(node *redis.Client, maxBatch, maxQueue int) *combiner {
-	c := &combiner{node: node, maxBatch: maxBatch, maxQueue: maxQueue,
+func newCombiner(node *redis.Client, maxDirect, maxBatch, maxQueue int) *combiner {
+	c := &combiner{node: node, maxDirect: maxDirect, maxBatch: maxBatch, maxQueue: maxQueue,
 		wake: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{})}
 	c.calls.New = func() any { return &call{ready: make(chan struct{}, 1)} }
 	go c.flusher()
 	return c
 }
 
-// run runs script with keys and args on the node: at once when the node is idle, else in the
-// next batch.
+// run runs script with keys and args on the node: at once while few calls are on the wire,
+// else in the next batch.
 func (c *combiner) run(ctx context.Context, script *redis.Script, keys []string, args ...any) *redis.Cmd {
 	c.mu.Lock()
-	if !c.busy {
-		c.busy = true
+	if c.closed {
+		c.mu.Unlock()
+		return failedCmd(ctx, errCombinerClosed)
+	}
+	if c.direct < c.maxDirect && len(c.queue) == 0 {
+		c.direct++
 		c.mu.Unlock()
 		cmd := script.Run(ctx, c.node, keys, args...)
-		c.release()
+		c.mu.Lock()
+		c.direct--
+		c.mu.Unlock()
 		return cmd
 	}
 	if len(c.queue) >= c.maxQueue {
@@ -84,7 +95,14 @@ func (c *combiner) run(ctx context.Context, script *redis.Script, keys []string,
 	cl.deadline, cl.hasTimeout = ctx.Deadline()
 	cl.state.Store(callQueued)
 	c.queue = append(c.queue, cl)
+	wake := !c.flushing
+	c.flushing = true
 	c.mu.Unlock()
+	if wake {
+		// Never blocks: a wake is sent only when flushing turns true, and the flusher turns
+		// it false only once it has taken the last wake and is about to wait for the next.
+		c.wake <- struct{}{}
+	}
 
 	select {
 	case <-cl.ready:
@@ -100,27 +118,16 @@ func (c *combiner) run(ctx context.Context, script *redis.Script, keys []string,
 	}
 }
 
-// release ends a call that went out at once: the calls queued meanwhile go to the flusher,
-// which keeps the node busy until the queue is empty.
-func (c *combiner) release() {
-	c.mu.Lock()
-	if len(c.queue) == 0 {
-		c.busy = false
-		c.mu.Unlock()
-		return
-	}
-	c.mu.Unlock()
-	c.wake <- struct{}{} // never blocks: the flusher is idle while c.busy is held here
-}
-
 // flusher sends the queue, a batch at a time, each as soon as the previous one is answered,
-// until it is empty.
+// until it is empty. Once closed, it sends what is still queued and stops.
 func (c *combiner) flusher() {
 	defer close(c.done)
 	for {
 		select {
 		case <-c.wake:
 		case <-c.quit:
+			for c.sendNext() {
+			}
 			return
 		}
 		for c.sendNext() {
@@ -128,19 +135,20 @@ func (c *combiner) flusher() {
 	}
 }
 
-// sendNext sends up to maxBatch queued calls as one pipeline; false once the queue is empty
-// (the node is idle again).
+// sendNext sends up to maxBatch queued calls as one pipeline; false once the queue is empty.
 func (c *combiner) sendNext() bool {
 	c.mu.Lock()
 	n := min(len(c.queue), c.maxBatch)
 	if n == 0 {
-		c.busy = false
+		c.flushing = false
 		c.mu.Unlock()
 		return false
 	}
 	batch := c.batch[:0]
 	for _, cl := range c.queue[:n] {
-		if cl.state.CompareAndSwap(callQueued, callTaken) {
+		// A call whose deadline has passed is not sent even if its caller has not run yet
+		// to say so: its request is answered with an error, so it must not count.
+		if cl.ctx.Err() == nil && cl.state.CompareAndSwap(callQueued, callTaken) {
 			batch = append(batch, cl)
 		}
 	}
@@ -159,9 +167,9 @@ func (c *combiner) sendNext() bool {
 
 // send runs a batch in one pipeline, then hands every call its reply. The batch runs until the
 // latest deadline among its calls (each caller stops waiting at its own), whatever happens to
-// the request that queued first.
+// any one request of it.
 func (c *combiner) send(batch []*call) {
-	ctx := context.WithoutCancel(batch[0].ctx)
+	ctx := context.Background()
 	var latest time.Time
 	bounded := true
 	for _, cl := range batch {
@@ -181,8 +189,8 @@ func (c *combiner) send(batch []*call) {
 	var again []*call
 	var loaded []*redis.Script
 	for _, cl := range batch {
-		if err := cl.cmd.Err(); err == nil || !redis.HasErrorPrefix(err, "NOSCRIPT") {
-			continue
+		if err := cl.cmd.Err(); err == nil || !redis.HasErrorPrefix(err, "NOSCRIPT") || cl.ctx.Err() != nil {
+			continue // answered, or its caller has given up (the script never ran for it)
 		}
 		if !slices.Contains(loaded, cl.script) {
 			if err := cl.script.Load(ctx, c.node).Err(); err != nil {
@@ -220,8 +228,19 @@ func evalSha(ctx context.Context, script *redis.Script, keys []string, args []an
 	return redis.NewCmd(ctx, append(argv, args...)...)
 }
 
-// close stops the flusher once the calls under way are answered.
+// errCombinerClosed fails the calls made after close.
+var errCombinerClosed = errors.New("limits: Redis store closed")
+
+// close refuses calls from now on and returns once the calls already queued are sent and
+// answered. Calling it again does nothing.
 func (c *combiner) close() {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return
+	}
+	c.closed = true
+	c.mu.Unlock()
 	close(c.quit)
 	<-c.done
 }

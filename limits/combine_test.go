@@ -12,8 +12,9 @@ import (
 	"github.com/docsgate/gateway/internal/redistest"
 )
 
-// Tests of the combiner on its own, on a real redis-server. A script that keeps Redis busy
-// holds the node, so that the calls made meanwhile queue up behind it.
+// Tests of the combiner on its own, on a real redis-server, with one call on its own on the
+// wire at most (maxDirect 1). Scripts that keep Redis busy hold the node: one sent on its own,
+// then one in a batch, so that the calls made meanwhile queue up behind the batch.
 
 // countScript counts one call per key.
 var countScript = redis.NewScript(`return redis.call('INCR', KEYS[1])`)
@@ -23,42 +24,62 @@ var busyScript = redis.NewScript(`local t0 = redis.call('TIME') local now = t0
 while (now[1] - t0[1]) * 1000000 + (now[2] - t0[2]) < tonumber(ARGV[1]) do now = redis.call('TIME') end
 return 1`)
 
-// newTestCombiner is a combiner on a fresh redis-server, and that server.
+// newTestCombiner is a combiner (maxDirect 1) on a fresh redis-server, and that server.
 func newTestCombiner(t *testing.T) (*combiner, *redistest.Server) {
 	t.Helper()
 	srv := redistest.Start(t)
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { c.Close() })
-	cb := newCombiner(c, coalesceBatch, coalesceQueue)
+	cb := newCombiner(c, 1, coalesceBatch, coalesceQueue)
 	t.Cleanup(cb.close)
 	return cb, srv
 }
 
-// hold sends a busy script for d (it goes out at once: the node is idle) and returns once it
-// is on the wire; its error arrives on the channel when it is done.
+// hold keeps the node busy for about 2×d: a busy script for d sent on its own, then one for d
+// in a batch, which the flusher is waiting on when hold returns. Their errors arrive on the
+// channel.
 func hold(t *testing.T, cb *combiner, d time.Duration) <-chan error {
 	t.Helper()
-	done := make(chan error, 1)
-	go func() { done <- cb.run(context.Background(), busyScript, []string{"busy"}, d.Microseconds()).Err() }()
+	done := make(chan error, 2)
+	busy := func() { done <- cb.run(context.Background(), busyScript, []string{"busy"}, d.Microseconds()).Err() }
+	go busy()
+	waitState(t, cb, "a call on its own on the wire", func() bool { return cb.direct == 1 })
+	go busy()
 	waitQueued(t, cb, 0)
 	return done
 }
 
-// waitQueued waits until the node is busy with n calls queued.
+// waitQueued waits until a batch is on the wire with n calls queued behind it.
 func waitQueued(t *testing.T, cb *combiner, n int) {
+	t.Helper()
+	waitState(t, cb, fmt.Sprintf("%d calls queued behind a batch", n), func() bool { return cb.flushing && len(cb.queue) == n })
+}
+
+// waitState waits until cond holds under the combiner's lock.
+func waitState(t *testing.T, cb *combiner, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		cb.mu.Lock()
-		ok := cb.busy && len(cb.queue) == n
+		ok := cond()
 		cb.mu.Unlock()
 		if ok {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %d calls queued behind a busy node", n)
+			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// holdDone waits for both of hold's calls.
+func holdDone(t *testing.T, done <-chan error) {
+	t.Helper()
+	for range 2 {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 
@@ -82,7 +103,7 @@ func countAll(cb *combiner, n int) <-chan error {
 // gives up after 20 ms, and the key it would have counted stays absent.
 func TestCombinerAbandonedCallNeverSent(t *testing.T) {
 	cb, srv := newTestCombiner(t)
-	slow := hold(t, cb, 300*time.Millisecond)
+	slow := hold(t, cb, 150*time.Millisecond)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
 	start := time.Now()
@@ -90,13 +111,12 @@ func TestCombinerAbandonedCallNeverSent(t *testing.T) {
 	if !errors.Is(err, context.DeadlineExceeded) || time.Since(start) > 200*time.Millisecond {
 		t.Fatalf("queued call: %v after %v, want its deadline's error at about 20ms", err, time.Since(start))
 	}
-	if err := <-slow; err != nil {
-		t.Fatal(err)
-	}
-	// The next call is sent at once and shows the flusher went past the abandoned one.
+	holdDone(t, slow)
+	// The next call shows the node free again, and the flusher past the abandoned call.
 	if n, err := cb.run(context.Background(), countScript, []string{"after"}).Int(); err != nil || n != 1 {
 		t.Fatalf("call after the stall: %d, %v", n, err)
 	}
+	waitState(t, cb, "the flusher idle", func() bool { return !cb.flushing })
 	if n, err := srv.Client(t).Exists(context.Background(), "abandoned").Result(); err != nil || n != 0 {
 		t.Fatalf("the abandoned call ran: EXISTS %d, %v", n, err)
 	}
@@ -108,19 +128,19 @@ func TestCombinerAbandonedCallNeverSent(t *testing.T) {
 // same pipeline, without a deadline, still get their replies.
 func TestCombinerBatchOutlivesFirstDeadline(t *testing.T) {
 	cb, _ := newTestCombiner(t)
+	// The node is busy until about 200 ms; the next batch then runs from about 200 to 400 ms,
+	// its first call with a deadline at 300 ms.
 	slow := hold(t, cb, 100*time.Millisecond)
 	first := make(chan error, 1)
 	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 150*time.Millisecond)
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 		defer cancel()
-		first <- cb.run(ctx, busyScript, []string{"first"}, 100_000).Err()
+		first <- cb.run(ctx, busyScript, []string{"first"}, 200_000).Err()
 	}()
 	waitQueued(t, cb, 1)
 	results := countAll(cb, 7)
 	waitQueued(t, cb, 8)
-	if err := <-slow; err != nil {
-		t.Fatal(err)
-	}
+	holdDone(t, slow)
 	if err := <-first; !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("the first call of the batch: %v, want its own deadline's error", err)
 	}
@@ -141,12 +161,52 @@ func TestCombinerBatchAfterScriptFlush(t *testing.T) {
 	slow := hold(t, cb, 100*time.Millisecond)
 	results := countAll(cb, 5)
 	waitQueued(t, cb, 5)
-	if err := <-slow; err != nil {
-		t.Fatal(err)
-	}
+	holdDone(t, slow)
 	for range 5 {
 		if err := <-results; err != nil {
 			t.Error(err)
+		}
+	}
+}
+
+// Closing sends what is queued, then refuses new calls; closing twice does nothing.
+func TestCombinerClose(t *testing.T) {
+	cb, _ := newTestCombiner(t)
+	slow := hold(t, cb, 100*time.Millisecond)
+	results := countAll(cb, 3)
+	waitQueued(t, cb, 3)
+	closed := make(chan struct{})
+	go func() { cb.close(); close(closed) }()
+	for range 3 {
+		if err := <-results; err != nil {
+			t.Errorf("a call queued before close: %v", err)
+		}
+	}
+	holdDone(t, slow)
+	<-closed
+	if err := cb.run(context.Background(), countScript, []string{"late"}).Err(); !errors.Is(err, errCombinerClosed) {
+		t.Fatalf("a call after close: %v", err)
+	}
+}
+
+// While fewer than maxDirect calls are on the wire a call goes out on its own at once, even
+// while a batch is on the wire; past maxDirect, calls queue.
+func TestCombinerDirectLane(t *testing.T) {
+	srv := redistest.Start(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { c.Close() })
+	cb := newCombiner(c, 3, coalesceBatch, coalesceQueue)
+	t.Cleanup(cb.close)
+	done := make(chan error, 4)
+	for i := range 3 {
+		go func() { done <- cb.run(context.Background(), busyScript, []string{"busy"}, 100_000).Err() }()
+		waitState(t, cb, fmt.Sprintf("%d calls on their own", i+1), func() bool { return cb.direct == i+1 })
+	}
+	go func() { done <- cb.run(context.Background(), countScript, []string{"fourth"}).Err() }()
+	waitState(t, cb, "the fourth call in a batch", func() bool { return cb.flushing })
+	for range 4 {
+		if err := <-done; err != nil {
+			t.Fatal(err)
 		}
 	}
 }

@@ -63,8 +63,8 @@ func NewRedis(client redis.UniversalClient, prefix string, opts ...RedisOption) 
 	return r, nil
 }
 
-// BoundByDeadline implements DeadlineBound: go-redis ends a call by its context's deadline
-// when the client has ContextTimeoutEnabled (combiners always do for queued calls).
+// BoundByDeadline implements DeadlineBound: go-redis ends a call (pool waits, dials, reads and
+// writes) by its context's deadline when the client has ContextTimeoutEnabled.
 func (r *Redis) BoundByDeadline() bool {
 	switch c := r.client.(type) {
 	case *redis.Client:
