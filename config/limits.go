@@ -34,7 +34,8 @@ type Redis struct {
 	// count: WAIT follows every limiter script in the same pipeline (no extra round trip).
 	WaitReplicas int `yaml:"wait_replicas"`
 	// Coalesce sends concurrent limiter calls bound for the same Redis node as one pipelined
-	// write (go-redis's auto-pipelining); off, each call has its own write and read.
+	// write (a combiner per node on go-redis pipelines); off, each call has its own write
+	// and read.
 	Coalesce bool `yaml:"coalesce"`
 }
 

@@ -44,7 +44,8 @@ type scratch struct {
 }
 
 // NewRedis returns a Redis store. prefix (e.g. "gw") starts every key name. An option the
-// client cannot honour (coalescing on a client go-redis cannot auto-pipeline) is an error.
+// client cannot honour (coalescing on a client that is neither a *redis.Client nor a
+// *redis.ClusterClient) is an error.
 func NewRedis(client redis.UniversalClient, prefix string, opts ...RedisOption) (*Redis, error) {
 	r := &Redis{client: client}
 	if cc, ok := client.(*redis.ClusterClient); ok {

@@ -79,7 +79,7 @@ func newLimiter(client redis.UniversalClient, c config.Redis, m *metrics.Metrics
 	store, err := limits.NewRedis(client, c.KeyPrefix, opts...)
 	if err != nil {
 		// Coalescing is an optimisation: without it every call still works.
-		log.Warn("redis.coalesce is off: the client cannot auto-pipeline", zap.Error(err))
+		log.Warn("redis.coalesce is off: the client cannot coalesce", zap.Error(err))
 		store, _ = limits.NewRedis(client, c.KeyPrefix, opts[:len(opts)-1]...)
 	}
 	l := &limiter{client: client, store: store}
