@@ -68,9 +68,7 @@ func (r *Redis) coalescing() bool { return r.comb != nil || r.nodeCombs != nil }
 // that node's combiner (the call's first key routes it), the nodes in parallel.
 func (r *Redis) takeGroupsCoalesced(ctx context.Context, sc *scratch, groups []group) {
 	if len(groups) == 1 {
-		g := groups[0]
-		argv := nodeArgs(sc.keys[g.lo:g.hi], sc.args[g.lo:g.hi])
-		sc.cmds = append(sc.cmds, r.runOnNode(ctx, nodeTakeScript, sc.keys[g.lo:g.lo+1], argv...))
+		sc.cmds = append(sc.cmds, r.takeGroup(ctx, sc, groups[0]))
 		return
 	}
 	cmds := make([]*redis.Cmd, len(groups))
@@ -79,12 +77,17 @@ func (r *Redis) takeGroupsCoalesced(ctx context.Context, sc *scratch, groups []g
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			argv := nodeArgs(sc.keys[g.lo:g.hi], sc.args[g.lo:g.hi])
-			cmds[gi] = r.runOnNode(ctx, nodeTakeScript, sc.keys[g.lo:g.lo+1], argv...)
+			cmds[gi] = r.takeGroup(ctx, sc, g)
 		}()
 	}
 	wg.Wait()
 	sc.cmds = append(sc.cmds, cmds...)
+}
+
+// takeGroup runs the node script for one node's keys through that node's combiner.
+func (r *Redis) takeGroup(ctx context.Context, sc *scratch, g group) *redis.Cmd {
+	argv := nodeArgs(sc.keys[g.lo:g.hi], sc.args[g.lo:g.hi])
+	return r.runOnNode(ctx, nodeTakeScript, sc.keys[g.lo:g.lo+1], argv...)
 }
 
 // Close stops the combiners, if any, after the decisions under way.

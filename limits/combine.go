@@ -46,13 +46,11 @@ type combiner struct {
 // call is one queued script call. Its command is built by its caller, so nothing of the
 // caller's memory (keys, arguments) is read after the caller may have given up.
 type call struct {
-	ctx        context.Context
-	script     *redis.Script
-	cmd        *redis.Cmd
-	state      atomic.Int32  // callQueued, callTaken or callAbandoned
-	ready      chan struct{} // gets a value once cmd holds the reply
-	hasTimeout bool
-	deadline   time.Time
+	ctx    context.Context
+	script *redis.Script
+	cmd    *redis.Cmd
+	state  atomic.Int32  // callQueued, callTaken or callAbandoned
+	ready  chan struct{} // gets a value once cmd holds the reply
 }
 
 const (
@@ -92,7 +90,6 @@ func (c *combiner) run(ctx context.Context, script *redis.Script, keys []string,
 	}
 	cl := c.calls.Get().(*call)
 	cl.ctx, cl.script, cl.cmd = ctx, script, evalSha(ctx, script, keys, args)
-	cl.deadline, cl.hasTimeout = ctx.Deadline()
 	cl.state.Store(callQueued)
 	c.queue = append(c.queue, cl)
 	wake := !c.flushing
@@ -173,9 +170,10 @@ func (c *combiner) send(batch []*call) {
 	var latest time.Time
 	bounded := true
 	for _, cl := range batch {
-		bounded = bounded && cl.hasTimeout
-		if cl.deadline.After(latest) {
-			latest = cl.deadline
+		deadline, ok := cl.ctx.Deadline()
+		bounded = bounded && ok
+		if deadline.After(latest) {
+			latest = deadline
 		}
 	}
 	if bounded {

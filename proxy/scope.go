@@ -61,7 +61,7 @@ type scope struct {
 	rw           responseWriter
 	upBody       upstreamBody
 	tapStore     finishTap
-	hdrValues    [9]string
+	hdrValues    [slotCount]string
 	body         replayBody   // a stream's request body
 	shortBody    bytes.Reader // the request body of other routes
 	answer       replayBody   // a short upstream answer, read whole before it is sent
@@ -188,6 +188,7 @@ const (
 	slotForwardedFor
 	slotForwardedHost
 	slotForwardedProto
+	slotCount
 )
 
 // header sets a canonical header key to one value, backed by the scope's storage.

@@ -330,6 +330,13 @@ type probeSample struct {
 	scripts []float64 // per node, per request
 }
 
+// closedRun is one closed-loop run of d against srv, and the CPU seconds srv spent in it.
+func (e *env) closedRun(srv *server, w workload, script string, d time.Duration) (wrkResult, float64, error) {
+	cpu0 := srv.proc.CPUSeconds()
+	r, err := runWrk(srv.url, w, script, e.o.conns, d)
+	return r, srv.proc.CPUSeconds() - cpu0, err
+}
+
 func (e *env) measureHTTP(round int, v variant, w workload) (httpSample, error) {
 	s := httpSample{round: round, workload: w.name, variant: v.name, kind: v.kind}
 	srv, err := e.start(v, e.fast)
@@ -344,13 +351,12 @@ func (e *env) measureHTTP(round int, v variant, w workload) (httpSample, error) 
 	}
 	linesBefore := srv.logLines()
 
-	cpu0 := srv.proc.CPUSeconds()
 	rs0 := redisUsage(srv.nodes)
-	s.closed, err = runWrk(srv.url, w, script, e.o.conns, e.o.duration)
+	closed, cpu, err := e.closedRun(srv, w, script, e.o.duration)
 	if err != nil {
 		return s, err
 	}
-	cpu1 := srv.proc.CPUSeconds()
+	s.closed = closed
 	if rs := redisUsage(srv.nodes).sub(rs0); s.closed.reqs > 0 && len(srv.nodes) > 0 {
 		n := float64(s.closed.reqs)
 		s.redisCPUus, s.redisBytesIn, s.redisBytesOut = rs.cpu*1e6/n, rs.in/n, rs.out/n
@@ -360,13 +366,13 @@ func (e *env) measureHTTP(round int, v variant, w workload) (httpSample, error) 
 		s.closedErrs += s.closed.non2xx
 	}
 	if s.closed.reqs > 0 {
-		s.closedCPU1k = (cpu1 - cpu0) / float64(s.closed.reqs) * 1000
+		s.closedCPU1k = cpu / float64(s.closed.reqs) * 1000
 	}
 
 	rc0 := snapshot(srv.nodes)
-	cpu0 = srv.proc.CPUSeconds()
+	cpu0 := srv.proc.CPUSeconds()
 	s.open = runOpen(srv.url, v.kind, w, e.o.rate, e.o.duration)
-	cpu1 = srv.proc.CPUSeconds()
+	cpu1 := srv.proc.CPUSeconds()
 	d := snapshot(srv.nodes).sub(rc0)
 	if s.open.n > 0 {
 		s.openCPU1k = (cpu1 - cpu0) / float64(s.open.n) * 1000

@@ -42,13 +42,12 @@ func (e *env) measurePairs(n int, d time.Duration) ([]pairSample, error) {
 		if _, err := runWrk(srv.url, w, script, e.o.conns, e.o.warmup); err != nil {
 			return 0, 0, 0, err
 		}
-		cpu0 := srv.proc.CPUSeconds()
-		r, err := runWrk(srv.url, w, script, e.o.conns, d)
+		r, cpu, err := e.closedRun(srv, w, script, d)
 		if err != nil {
 			return 0, 0, 0, err
 		}
 		if r.reqs > 0 {
-			cpuUS = (srv.proc.CPUSeconds() - cpu0) / float64(r.reqs) * 1e6
+			cpuUS = cpu / float64(r.reqs) * 1e6
 		}
 		return r.rps, cpuUS, r.sockEr + r.non2xx, nil
 	}
