@@ -26,6 +26,10 @@ GATEWAY_TEST_UPSTREAM_TRANSPORT=standard go test -race -count=1 -timeout 5m ./pr
 # go.mod): it decodes the manifests strictly.
 echo "== deploy/kubernetes/check"
 (cd deploy/kubernetes/check && go vet ./... && go test -count=1 -timeout 5m ./...)
+# bench/ is its own module too (vegeta stays out of the gateway's go.mod): it must build, and
+# its report's statistics have unit tests. The benchmarks themselves run by make bench only.
+echo "== bench module"
+(cd bench && go vet ./... && go test -count=1 -timeout 2m ./...)
 # The release build line (also the Dockerfile's) gives static binaries that print -version.
 echo "== scripts/build.sh"
 out=$(mktemp -d)

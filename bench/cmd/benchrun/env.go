@@ -372,6 +372,7 @@ func (e *env) measureHTTP(round int, v variant, w workload) (httpSample, error) 
 	rc0 := snapshot(srv.nodes)
 	cpu0 := srv.proc.CPUSeconds()
 	s.open = runOpen(srv.url, v.kind, w, e.o.rate, e.o.duration)
+	s.open.lat = nil // the rounds keep quantiles only; the latency sets pool every latency
 	cpu1 := srv.proc.CPUSeconds()
 	d := snapshot(srv.nodes).sub(rc0)
 	if s.open.n > 0 {

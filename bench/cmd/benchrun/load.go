@@ -71,6 +71,7 @@ type openResult struct {
 	n, errs        int
 	p50, p99, p999 float64 // ms
 	unexpected     map[string]int
+	lat            []time.Duration // every request's latency, sorted
 }
 
 // runOpen is the open loop: vegeta at a constant rate for d, every request scheduled on
@@ -108,6 +109,7 @@ func runOpen(base, kind string, w workload, rate int, d time.Duration) openResul
 	}
 	atk.Stop()
 	slices.Sort(lat)
+	res.lat = lat
 	res.p50, res.p99, res.p999 = ms(quantile(lat, 0.5)), ms(quantile(lat, 0.99)), ms(quantile(lat, 0.999))
 	return res
 }

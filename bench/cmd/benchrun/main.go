@@ -23,27 +23,29 @@ import (
 )
 
 type options struct {
-	bin          string
-	out          string
-	goBench      string
-	allocTraces  string
-	allocN       int
-	rounds       int
-	pairs        int
-	pairDuration time.Duration
-	duration     time.Duration
-	warmup       time.Duration
-	conns        int
-	rate         int
-	streams      int
-	delayConc    int
-	probeN       int
-	pin          bool
-	profile      time.Duration
-	variants     string
-	workloads    string
-	serverProcs  int
-	source       string
+	bin             string
+	out             string
+	goBench         string
+	allocTraces     string
+	allocN          int
+	rounds          int
+	pairs           int
+	pairDuration    time.Duration
+	openSets        int
+	openSetDuration time.Duration
+	duration        time.Duration
+	warmup          time.Duration
+	conns           int
+	rate            int
+	streams         int
+	delayConc       int
+	probeN          int
+	pin             bool
+	profile         time.Duration
+	variants        string
+	workloads       string
+	serverProcs     int
+	source          string
 }
 
 func main() {
@@ -56,6 +58,8 @@ func main() {
 	flag.IntVar(&o.rounds, "rounds", 3, "interleaved rounds")
 	flag.IntVar(&o.pairs, "pairs", 10, "back-to-back pairs of bare and gateway-redis closed-loop runs on agent_job (0: skip)")
 	flag.DurationVar(&o.pairDuration, "pair-duration", 3*time.Second, "length of each paired run")
+	flag.IntVar(&o.openSets, "open-sets", 10, "back-to-back sets of bare, gateway-redis and gateway-redis-nocoalesce open-loop runs on agent_job (0: skip)")
+	flag.DurationVar(&o.openSetDuration, "open-set-duration", 3*time.Second, "length of each open-loop run of a set")
 	flag.DurationVar(&o.duration, "duration", 4*time.Second, "length of each closed-loop and open-loop run")
 	flag.DurationVar(&o.warmup, "warmup", time.Second, "closed-loop warm-up before each measurement (not counted)")
 	flag.IntVar(&o.conns, "conns", 50, "closed-loop connections (wrk -t1)")
@@ -132,6 +136,14 @@ func run(o options, procs *child.Group) int {
 			return 1
 		}
 		rep.pairs = pairs
+	}
+	if o.openSets > 0 && wls["agent_job"] && hasVariant(vs, "bare") && hasVariant(vs, "gateway-redis") && hasVariant(vs, "gateway-redis-nocoalesce") {
+		sets, err := e.measureLatencySets(o.openSets, o.openSetDuration)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "bench: open sets: %v\n", err)
+			return 1
+		}
+		rep.latencySets = sets
 	}
 	if o.profile > 0 && hasVariant(vs, "gateway-redis") {
 		if err := e.profile(o.profile, filepath.Dir(o.out), rep); err != nil {
