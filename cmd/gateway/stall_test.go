@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"strconv"
 	"strings"
 	"sync"
@@ -14,98 +15,123 @@ import (
 	"github.com/docsgate/gateway/internal/redistest"
 )
 
-// A Redis that stalls while coalesced batches are in flight, met from outside: 64 concurrent
-// requests reach the binary while Redis is paused (CLIENT PAUSE), so the calls past the first
-// few go out as pipelined batches that get no reply. Every request is still answered (503
-// limiter_unavailable) within redis.timeout plus a margin, none is sent to Redis twice, and
-// once Redis answers again requests are admitted. The same burst against the binary with
-// redis.coalesce: false shows the batches were real: Redis reads far more often without them.
+// A Redis that stalls while coalesced batches are in flight, met from outside, against the
+// binary with coalescing on and off. 64 concurrent requests reach it while Redis is paused
+// (CLIENT PAUSE), so the calls past the first few go out as pipelined batches:
+//   - a pause shorter than redis.timeout: every request is admitted and makes exactly one
+//     script call (none lost, none sent twice), and with coalescing Redis gets several calls
+//     per read (the batches are real), against about one without;
+//   - a pause longer than redis.timeout: every request is answered 503 limiter_unavailable
+//     within redis.timeout plus a margin, none of them is counted, and once Redis answers
+//     again requests are admitted.
 func TestRedisPausedDuringBatch(t *testing.T) {
-	reads := map[bool]int64{}
+	perRead := map[bool]float64{}
 	for _, coalesce := range []bool{true, false} {
 		t.Run(fmt.Sprintf("coalesce=%t", coalesce), func(t *testing.T) {
-			reads[coalesce] = pausedBurst(t, coalesce)
+			perRead[coalesce] = pausedBursts(t, coalesce)
 		})
 	}
 	if t.Failed() {
 		return
 	}
-	t.Logf("Redis reads during the paused burst: %d coalesced, %d not", reads[true], reads[false])
-	if reads[true]*2 > reads[false] {
-		t.Fatalf("Redis read %d times for the coalesced burst against %d without coalescing: no batches formed", reads[true], reads[false])
+	t.Logf("script calls per Redis read during the short pause: %.1f coalesced, %.1f not", perRead[true], perRead[false])
+	if perRead[true] < 2 || perRead[true] < 2*perRead[false] {
+		t.Fatalf("%.1f script calls per Redis read coalesced against %.1f without: no batches formed", perRead[true], perRead[false])
 	}
 }
 
-// pausedBurst runs the burst against a fresh gateway and returns how many reads Redis
-// processed for it.
-func pausedBurst(t *testing.T, coalesce bool) int64 {
-	const timeout = 100 * time.Millisecond
-	const margin = 300 * time.Millisecond // -race on two noisy cores
-	const burst = 64
+const (
+	stallBurst   = 64
+	stallTimeout = 250 * time.Millisecond
+	// On the gateway's own clock (its access log), so a stall of the test client or of the
+	// machine between the two does not count; -race on two noisy cores.
+	stallMargin = 300 * time.Millisecond
+)
+
+// pausedBursts runs both pauses against a fresh gateway and returns the script calls per
+// Redis read during the short one.
+func pausedBursts(t *testing.T, coalesce bool) float64 {
 	srv := redistest.Start(t)
 	upURL, _ := recordingUpstream(t)
-	// The breaker stays closed through the burst, so every request really waits on Redis.
-	p := startGateway(t, upURL, fmt.Sprintf("redis:\n  addrs: [%q]\n  timeout: 100ms\n  coalesce: %t\n  breaker: {failures: 100000, cooldown: 100ms}\n", srv.Addr, coalesce))
-	client := hardClient(5 * time.Second)
+	// The breaker stays closed through the bursts, so every request really waits on Redis.
+	p := startGateway(t, upURL, fmt.Sprintf("redis:\n  addrs: [%q]\n  timeout: %s\n  coalesce: %t\n  breaker: {failures: 100000, cooldown: 100ms}\n",
+		srv.Addr, stallTimeout, coalesce))
+	client := hardClient(10 * time.Second)
+	t.Cleanup(client.CloseIdleConnections)
 	// Warm: the script loaded and the pool and the client's connections open. Under -race a
-	// cold burst may see a few calls past the 100 ms timeout, so only the last round counts.
-	var wg sync.WaitGroup
+	// cold burst may see a few calls past the timeout, so only the last round counts.
 	for round := range 3 {
-		var mu sync.Mutex
 		codes := map[int]int{}
-		for i := range burst {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				r := hardDo(client, "POST", "http://"+p.public+fmt.Sprintf("/v2/agent/warm-%d/job", i), "svc_k", hardAgentBody, nil)
-				mu.Lock()
-				codes[r.status]++
-				mu.Unlock()
-			}()
+		for _, r := range stallRequests(client, p, fmt.Sprintf("warm%d", round)) {
+			codes[r.status]++
 		}
-		wg.Wait()
-		if round == 2 && codes[201] < burst/2 {
-			t.Fatalf("warm-up before the pause: %v", codes)
+		if round == 2 && codes[201] < stallBurst/2 {
+			t.Fatalf("warm-up: %v", codes)
 		}
 	}
 	stats := srv.Client(t)
+
+	// Short pause: the calls wait in batches, then run.
 	reads0 := redisInfoInt(t, stats, "stats", "total_reads_processed")
-	scripts0 := redisScriptCalls(t, stats)
-	if err := stats.Do(context.Background(), "client", "pause", "1500", "all").Err(); err != nil {
+	scripts0 := redistest.ScriptCalls(t, stats)
+	if err := stats.Do(context.Background(), "client", "pause", "80", "all").Err(); err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range stallRequests(client, p, "short") {
+		if r.status != 201 {
+			t.Errorf("request %d during the short pause: %d %s %v", i, r.status, r.body, r.err)
+		}
+	}
+	// This test's own commands: the INFO commandstats and CLIENT PAUSE above, the INFO below.
+	reads := redisInfoInt(t, stats, "stats", "total_reads_processed") - reads0 - 3
+	if calls := redistest.ScriptCalls(t, stats) - scripts0; calls != stallBurst {
+		t.Fatalf("%d script calls for %d requests admitted during the short pause", calls, stallBurst)
+	}
+	if reads < 1 {
+		t.Fatalf("%d Redis reads for %d script calls", reads, stallBurst)
+	}
+
+	// Long pause: every call times out.
+	scripts0 = redistest.ScriptCalls(t, stats)
+	const pause = 3 * time.Second
+	if err := stats.Do(context.Background(), "client", "pause", strconv.Itoa(int(pause/time.Millisecond)), "all").Err(); err != nil {
 		t.Fatal(err)
 	}
 	paused := time.Now()
-	results := make([]hardResult, burst)
-	for i := range burst {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			results[i] = hardDo(client, "POST", "http://"+p.public+fmt.Sprintf("/v2/agent/stall-%d/job", i), "svc_k", hardAgentBody, nil)
-		}()
-	}
-	wg.Wait()
-	var slowest time.Duration
-	for i, r := range results {
-		slowest = max(slowest, r.took)
+	for i, r := range stallRequests(client, p, "long") {
 		if r.err != nil || r.status != 503 || !strings.Contains(r.body, "limiter_unavailable") {
-			t.Errorf("request %d during the pause: %d %s %v", i, r.status, r.body, r.err)
-		}
-		if r.took > timeout+margin {
-			t.Errorf("request %d answered after %v, over redis.timeout %v + %v", i, r.took, timeout, margin)
+			t.Errorf("request %d during the long pause: %d %s %v", i, r.status, r.body, r.err)
 		}
 	}
-	if time.Since(paused) > 1400*time.Millisecond {
-		t.Fatalf("the burst took %v: Redis was no longer paused for all of it", time.Since(paused))
+	if took := time.Since(paused); took > pause-500*time.Millisecond {
+		t.Fatalf("the burst took %v: Redis was not paused for all of it", took)
 	}
-	t.Logf("slowest answer during the pause %v", slowest)
-	// Once the pause is over Redis has read whatever was sent to it during it.
-	time.Sleep(time.Until(paused.Add(1700 * time.Millisecond)))
-	reads := redisInfoInt(t, stats, "stats", "total_reads_processed") - reads0
+	var slowest float64
+	n := 0
+	for _, e := range accessLines(p) {
+		if path, _ := e["path"].(string); strings.HasPrefix(path, "/v2/agent/long-") {
+			n++
+			d, _ := e["duration"].(float64)
+			slowest = max(slowest, d)
+		}
+	}
+	if n != stallBurst {
+		t.Fatalf("%d access-log lines for the %d requests of the long pause", n, stallBurst)
+	}
+	if bound := (stallTimeout + stallMargin).Seconds(); slowest > bound {
+		t.Errorf("slowest request during the long pause took %.3fs in the gateway, over redis.timeout %v + %v", slowest, stallTimeout, stallMargin)
+	}
+	t.Logf("slowest answer during the long pause %.0f ms", slowest*1000)
+	// The gateway closes a connection whose call timed out, and Redis drops a closed client's
+	// pending commands; a call still queued at its deadline is never sent. So a request
+	// refused during the stall consumed nothing.
+	time.Sleep(time.Until(paused.Add(pause + 200*time.Millisecond)))
+	if calls := redistest.ScriptCalls(t, stats) - scripts0; calls != 0 {
+		t.Errorf("%d script calls ran for the %d requests refused during the long pause", calls, stallBurst)
+	}
 	// After the pause: admitted again.
 	deadline := time.Now().Add(10 * time.Second)
-	attempts := 0
 	for {
-		attempts++
 		r := hardDo(client, "POST", "http://"+p.public+"/v2/agent/after/job", "svc_k", hardAgentBody, nil)
 		if r.status == 201 {
 			break
@@ -115,14 +141,22 @@ func pausedBurst(t *testing.T, coalesce bool) int64 {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	// A request whose call was sent before its deadline runs once when Redis wakes (counted,
-	// never admitted); one whose deadline passed while queued is never sent. None runs twice.
-	scripts := redisScriptCalls(t, stats) - scripts0
-	if scripts > burst+int64(attempts) {
-		t.Fatalf("%d script calls for %d requests during the pause and %d after", scripts, burst, attempts)
+	return float64(stallBurst) / float64(reads)
+}
+
+// stallRequests sends stallBurst agent_job requests at once, each to its own project.
+func stallRequests(client *http.Client, p *proc, name string) []hardResult {
+	results := make([]hardResult, stallBurst)
+	var wg sync.WaitGroup
+	for i := range stallBurst {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[i] = hardDo(client, "POST", "http://"+p.public+fmt.Sprintf("/v2/agent/%s-%d/job", name, i), "svc_k", hardAgentBody, nil)
+		}()
 	}
-	// The reads of the burst and of this test's own PAUSE and INFO commands.
-	return reads
+	wg.Wait()
+	return results
 }
 
 // redisInfoInt is one integer field of an INFO section.
@@ -143,27 +177,4 @@ func redisInfoInt(t *testing.T, c *redis.Client, section, field string) int64 {
 	}
 	t.Fatalf("no %s in INFO %s", field, section)
 	return 0
-}
-
-// redisScriptCalls is the number of EVAL and EVALSHA calls Redis has run.
-func redisScriptCalls(t *testing.T, c *redis.Client) int64 {
-	t.Helper()
-	info, err := c.Info(context.Background(), "commandstats").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var n int64
-	for _, line := range strings.Split(info, "\n") {
-		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
-		if !ok || (name != "cmdstat_evalsha" && name != "cmdstat_eval") {
-			continue
-		}
-		calls, _, _ := strings.Cut(strings.TrimPrefix(rest, "calls="), ",")
-		c, err := strconv.ParseInt(calls, 10, 64)
-		if err != nil {
-			t.Fatalf("commandstats %q: %v", line, err)
-		}
-		n += c
-	}
-	return n
 }
