@@ -9,8 +9,9 @@
 #   ROUNDS=3 DURATION=4s WARMUP=1s CONNS=50 RATE=2000 STREAMS=5000 PROFILE=10s PIN=1
 #   PAIRS=10 PAIR_DURATION=3s (back-to-back closed-loop runs of bare and gateway-redis on
 #     agent_job, the throughput ratio's measurement; 0 skips them)
-#   OPEN_SETS=10 OPEN_SET_DURATION=3s (back-to-back open-loop runs of bare, gateway-redis and
-#     gateway-redis-nocoalesce on agent_job at RATE, the latency comparisons; 0 skips them)
+#   OPEN_SETS=12 OPEN_SET_DURATION=3s (back-to-back open-loop runs of bare, gateway-redis and
+#     gateway-redis-nocoalesce on agent_job at RATE, the six orders in turn: the latency
+#     comparisons; at least 6 for a verdict, 0 skips them)
 #   VARIANTS=direct,bare,gateway-memory,gateway-redis,gateway-redis-nocoalesce,gateway-redis-stdtransport,gateway-cluster,gateway-replicated,gateway-wait1
 #   WORKLOADS="agent_job,assistant_message,401/429 mix,streams"
 #   GOBENCH=1 (0 skips the go test benchmarks)   BENCHTIME=1s   GOBENCH_COUNT=5
@@ -33,7 +34,7 @@ PROFILE=${PROFILE:-10s}
 PIN=${PIN:-1}
 PAIRS=${PAIRS:-10}
 PAIR_DURATION=${PAIR_DURATION:-3s}
-OPEN_SETS=${OPEN_SETS:-10}
+OPEN_SETS=${OPEN_SETS:-12}
 OPEN_SET_DURATION=${OPEN_SET_DURATION:-3s}
 VARIANTS=${VARIANTS:-direct,bare,gateway-memory,gateway-redis,gateway-redis-nocoalesce,gateway-redis-stdtransport,gateway-cluster,gateway-replicated,gateway-wait1}
 WORKLOADS=${WORKLOADS:-agent_job,assistant_message,401/429 mix,streams}

@@ -58,7 +58,7 @@ func main() {
 	flag.IntVar(&o.rounds, "rounds", 3, "interleaved rounds")
 	flag.IntVar(&o.pairs, "pairs", 10, "back-to-back pairs of bare and gateway-redis closed-loop runs on agent_job (0: skip)")
 	flag.DurationVar(&o.pairDuration, "pair-duration", 3*time.Second, "length of each paired run")
-	flag.IntVar(&o.openSets, "open-sets", 10, "back-to-back sets of bare, gateway-redis and gateway-redis-nocoalesce open-loop runs on agent_job (0: skip)")
+	flag.IntVar(&o.openSets, "open-sets", 12, "back-to-back sets of bare, gateway-redis and gateway-redis-nocoalesce open-loop runs on agent_job, the six orders in turn (a multiple of 6 balances them; at least 6 for a verdict; 0: skip)")
 	flag.DurationVar(&o.openSetDuration, "open-set-duration", 3*time.Second, "length of each open-loop run of a set")
 	flag.DurationVar(&o.duration, "duration", 4*time.Second, "length of each closed-loop and open-loop run")
 	flag.DurationVar(&o.warmup, "warmup", time.Second, "closed-loop warm-up before each measurement (not counted)")
