@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os/exec"
 	"regexp"
@@ -87,15 +88,24 @@ func runOpen(base, kind string, w workload, rate int, d time.Duration) openResul
 		want[base+r.path] = r.want[kind]
 	}
 	var next atomic.Uint64
-	tr := func(t *vegeta.Target) error {
+	targeter := func(t *vegeta.Target) error {
 		*t = targets[(next.Add(1)-1)%uint64(len(targets))]
 		return nil
 	}
-	atk := vegeta.NewAttacker(vegeta.Timeout(10*time.Second), vegeta.KeepAlive(true), vegeta.Workers(32),
-		vegeta.MaxWorkers(4000), vegeta.MaxBody(-1))
+	// Our own transport, so that its connections are closed when the run ends: the latency
+	// sets keep their servers up for dozens of runs, and connections left idle by one run
+	// would pile up in the server and in this process (each with its goroutines) run after run.
+	tr := &http.Transport{
+		DialContext:         (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConnsPerHost: 10000,
+		IdleConnTimeout:     30 * time.Second,
+	}
+	defer tr.CloseIdleConnections()
+	atk := vegeta.NewAttacker(vegeta.Client(&http.Client{Transport: tr}), vegeta.Timeout(10*time.Second), vegeta.KeepAlive(true),
+		vegeta.Workers(32), vegeta.MaxWorkers(4000), vegeta.MaxBody(-1))
 	res := openResult{unexpected: map[string]int{}}
 	lat := make([]time.Duration, 0, int(float64(rate)*d.Seconds())+16)
-	for r := range atk.Attack(tr, vegeta.ConstantPacer{Freq: rate, Per: time.Second}, d, "bench") {
+	for r := range atk.Attack(targeter, vegeta.ConstantPacer{Freq: rate, Per: time.Second}, d, "bench") {
 		res.n++
 		lat = append(lat, r.Latency)
 		if int(r.Code) != want[r.URL] {
