@@ -42,7 +42,7 @@ func TestRedisPausedDuringBatch(t *testing.T) {
 
 const (
 	stallBurst   = 64
-	stallTimeout = 250 * time.Millisecond
+	stallTimeout = 400 * time.Millisecond // well past the short pause, under -race beside other packages
 	// On the gateway's own clock (its access log), so a stall of the test client or of the
 	// machine between the two does not count; -race on two noisy cores.
 	stallMargin = 300 * time.Millisecond
