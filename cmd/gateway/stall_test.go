@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/docsgate/gateway/internal/redistest"
 )
 
@@ -72,7 +70,7 @@ func pausedBursts(t *testing.T, coalesce bool) float64 {
 	stats := srv.Client(t)
 
 	// Short pause: the calls wait in batches, then run.
-	reads0 := redisInfoInt(t, stats, "stats", "total_reads_processed")
+	reads0 := redistest.InfoInt(t, stats, "stats", "total_reads_processed")
 	scripts0 := redistest.ScriptCalls(t, stats)
 	if err := stats.Do(context.Background(), "client", "pause", "80", "all").Err(); err != nil {
 		t.Fatal(err)
@@ -83,7 +81,7 @@ func pausedBursts(t *testing.T, coalesce bool) float64 {
 		}
 	}
 	// This test's own commands: the INFO commandstats and CLIENT PAUSE above, the INFO below.
-	reads := redisInfoInt(t, stats, "stats", "total_reads_processed") - reads0 - 3
+	reads := redistest.InfoInt(t, stats, "stats", "total_reads_processed") - reads0 - 3
 	if calls := redistest.ScriptCalls(t, stats) - scripts0; calls != stallBurst {
 		t.Fatalf("%d script calls for %d requests admitted during the short pause", calls, stallBurst)
 	}
@@ -164,24 +162,4 @@ func stallRequests(client *http.Client, p *proc, name string) []hardResult {
 	}
 	wg.Wait()
 	return results
-}
-
-// redisInfoInt is one integer field of an INFO section.
-func redisInfoInt(t *testing.T, c *redis.Client, section, field string) int64 {
-	t.Helper()
-	info, err := c.Info(context.Background(), section).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range strings.Split(info, "\n") {
-		if k, v, ok := strings.Cut(strings.TrimSpace(line), ":"); ok && k == field {
-			n, err := strconv.ParseInt(v, 10, 64)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return n
-		}
-	}
-	t.Fatalf("no %s in INFO %s", field, section)
-	return 0
 }

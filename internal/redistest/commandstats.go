@@ -4,6 +4,7 @@ import (
 	"context"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -40,4 +41,24 @@ func CommandCalls(t testing.TB, client *redis.Client, cmd string) int {
 	}
 	n, _ := strconv.Atoi(m[1])
 	return n
+}
+
+// InfoInt returns one integer field of an INFO section (total_reads_processed of "stats", ...).
+func InfoInt(t testing.TB, client *redis.Client, section, field string) int64 {
+	t.Helper()
+	info, err := client.Info(context.Background(), section).Result()
+	if err != nil {
+		t.Fatalf("INFO %s: %v", section, err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if k, v, ok := strings.Cut(strings.TrimSpace(line), ":"); ok && k == field {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				t.Fatalf("INFO %s %s: %v", section, field, err)
+			}
+			return n
+		}
+	}
+	t.Fatalf("no %s in INFO %s", field, section)
+	return 0
 }

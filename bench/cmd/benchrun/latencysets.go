@@ -155,6 +155,22 @@ func (d diffInterval) judge(tol float64, errs int) string {
 	return "inconclusive"
 }
 
+// latencyTargets judges gateway-redis against other in the sets, at p50 within tol50 ms and at
+// p99 within tol99 ms; a failed request of either makes both inconclusive.
+func (r *report) latencyTargets(other string, tol50, tol99 float64, label string, name func(q string, tol float64) string) [][3]string {
+	errs := r.setErrors("gateway-redis") + r.setErrors(other)
+	var t [][3]string
+	for _, q := range []struct {
+		name string
+		f    func(openResult) float64
+		tol  float64
+	}{{"p50", openP50, tol50}, {"p99", openP99, tol99}} {
+		d := r.setDiff("gateway-redis", other, q.f)
+		t = append(t, [3]string{name(q.name, q.tol), fmt.Sprintf("%s: %s", label, d), d.judge(q.tol, errs)})
+	}
+	return t
+}
+
 func (d diffInterval) String() string {
 	if !d.ok {
 		return fmt.Sprintf("median %+.3f ms over %d sets (too few sets for an interval); slower in %d", d.med, d.n, d.slower)
@@ -167,12 +183,8 @@ func (r *report) latencySetsTable(w func(string, ...any)) {
 	if len(r.latencySets) == 0 {
 		return
 	}
-	placement := "servers unpinned"
-	if r.opts.pin {
-		placement = "servers pinned to CPU 0"
-	}
 	w("## Open loop, back-to-back sets\n\n%d sets of open-loop agent_job runs at %d req/s (%s each, every server warmed by a %s closed loop right before its run): %s back to back, the six orders in turn; %s with GOMAXPROCS=%d. Latencies in ms. Every set:\n\n",
-		len(r.latencySets), r.opts.rate, r.opts.openSetDuration, r.opts.warmup, strings.Join(latencySetNames, ", "), placement, r.opts.serverProcs)
+		len(r.latencySets), r.opts.rate, r.opts.openSetDuration, r.opts.warmup, strings.Join(latencySetNames, ", "), r.opts.placement("servers"), r.opts.serverProcs)
 	w("| set | order | bare p50 | gateway-redis p50 | nocoalesce p50 | bare p99 | gateway-redis p99 | nocoalesce p99 | errors (bare / gw / nocoalesce) |\n|---|---|---|---|---|---|---|---|---|\n")
 	for i, s := range r.latencySets {
 		b, g, n := s.res["bare"], s.res["gateway-redis"], s.res["gateway-redis-nocoalesce"]

@@ -177,6 +177,14 @@ func run(o options, procs *child.Group) int {
 	return 0
 }
 
+// placement says where the servers under test ran, for a report's text.
+func (o options) placement(servers string) string {
+	if o.pin {
+		return servers + " pinned to CPU 0"
+	}
+	return servers + " unpinned"
+}
+
 func rotate(vs []variant, r int) []variant {
 	out := make([]variant, 0, len(vs))
 	for i := range vs {

@@ -81,12 +81,8 @@ func (r *report) pairsTable(w func(string, ...any)) {
 	if len(r.pairs) == 0 {
 		return
 	}
-	placement := "both servers unpinned"
-	if r.opts.pin {
-		placement = "both servers pinned to CPU 0"
-	}
 	w("## gateway-redis against bare, paired runs\n\n%d pairs of closed-loop agent_job runs (%s each after a %s warm-up, wrk 1 thread %d connections), bare and gateway-redis back to back, alternating which goes first; %s with GOMAXPROCS=%d. Every pair:\n\n",
-		len(r.pairs), r.opts.pairDuration, r.opts.warmup, r.opts.conns, placement, r.opts.serverProcs)
+		len(r.pairs), r.opts.pairDuration, r.opts.warmup, r.opts.conns, r.opts.placement("both servers"), r.opts.serverProcs)
 	w("| pair | first | bare req/s | gateway-redis req/s | × bare | bare CPU µs / req | gateway CPU µs / req | errors (bare / gateway) |\n|---|---|---|---|---|---|---|---|\n")
 	for i, p := range r.pairs {
 		first := "bare"

@@ -459,16 +459,9 @@ func (r *report) targets(benches []goBench) [][3]string {
 		p50, p99 := openP50, openP99
 		if len(r.latencySets) > 0 {
 			// The sets measure latency against bare; the rounds' medians are in the table above.
-			errs := r.setErrors("gateway-redis") + r.setErrors("bare")
-			for _, q := range []struct {
-				name string
-				f    func(openResult) float64
-				tol  float64
-			}{{"p50", p50, 0.3}, {"p99", p99, 1}} {
-				d := r.setDiff("gateway-redis", "bare", q.f)
-				t = append(t, [3]string{fmt.Sprintf("open loop %d req/s: %s ≤ bare + %g ms (back-to-back sets)", r.opts.rate, q.name, q.tol),
-					fmt.Sprintf("gateway-redis − bare: %s", d), d.judge(q.tol, errs)})
-			}
+			t = append(t, r.latencyTargets("bare", 0.3, 1, "gateway-redis − bare", func(q string, tol float64) string {
+				return fmt.Sprintf("open loop %d req/s: %s ≤ bare + %g ms (back-to-back sets)", r.opts.rate, q, tol)
+			})...)
 		} else {
 			gp50 := collect(gr, func(s httpSample) float64 { return p50(s.open) }).med
 			bp50 := collect(br, func(s httpSample) float64 { return p50(s.open) }).med
@@ -493,16 +486,9 @@ func (r *report) targets(benches []goBench) [][3]string {
 	// over a few thousand requests moves by a millisecond or more between rounds on this
 	// machine).
 	if len(r.latencySets) > 0 {
-		errs := r.setErrors("gateway-redis") + r.setErrors("gateway-redis-nocoalesce")
-		for _, q := range []struct {
-			name string
-			f    func(openResult) float64
-			tol  float64
-		}{{"p50", openP50, 0.05}, {"p99", openP99, 1}} {
-			d := r.setDiff("gateway-redis", "gateway-redis-nocoalesce", q.f)
-			t = append(t, [3]string{fmt.Sprintf("open loop %d req/s: %s with coalescing ≤ without + %g ms (agent_job, back-to-back sets)", r.opts.rate, q.name, q.tol),
-				fmt.Sprintf("on − off: %s", d), d.judge(q.tol, errs)})
-		}
+		t = append(t, r.latencyTargets("gateway-redis-nocoalesce", 0.05, 1, "on − off", func(q string, tol float64) string {
+			return fmt.Sprintf("open loop %d req/s: %s with coalescing ≤ without + %g ms (agent_job, back-to-back sets)", r.opts.rate, q, tol)
+		})...)
 		var parts []string
 		total := 0
 		for _, n := range latencySetNames {
