@@ -16,8 +16,8 @@ import (
 // the hits are grouped by hash slot and decided with at most one round trip
 // per node (see cluster.go).
 //
-// Keys are "<prefix>:<rule name>:<window>:{<id>}". The id is a hash tag, so
-// all rules of one id share a slot.
+// Keys are "<prefix>:<rule name>:<window>:{<id>}" ("...:<window>:gcra:{<id>}" for GCRA).
+// The id is a hash tag, so all rules of one id share a slot.
 type Redis struct {
 	client  redis.UniversalClient
 	cluster *redis.ClusterClient
