@@ -319,7 +319,11 @@ func (g *Gateway) take(hits []limits.Hit, d *limits.Decision, r *http.Request) (
 	}
 	start := time.Now()
 	err := g.limiter.Take(ctx, hits, d)
-	g.metrics.LimiterCall(time.Since(start).Seconds(), err != nil)
+	kind := limits.Classify(err)
+	g.metrics.LimiterCall(time.Since(start).Seconds(), string(kind))
+	if kind == limits.KindData {
+		g.dataErrors.log(g.log, err)
+	}
 	if span != nil {
 		if err != nil {
 			span.SetStatus(codes.Error, "limiter_error")
