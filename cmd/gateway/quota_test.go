@@ -1,14 +1,18 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/docsgate/gateway/internal/redistest"
 )
@@ -250,6 +254,138 @@ func logLines(p *proc, msg string) []map[string]any {
 		var e map[string]any
 		if json.Unmarshal([]byte(line), &e) == nil && e["msg"] != nil && strings.HasPrefix(e["msg"].(string), msg) {
 			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// A key of the wrong type planted under one tenant's counter, beside healthy tenants, with the
+// default breaker settings: in bursts of ten, the tenant's requests are answered by
+// redis.on_error (503 with deny, admitted with allow), every other tenant is served
+// throughout, the breaker never opens (nor does /readyz turn 503), the errors are counted as
+// kind="data", and the key is logged once (at most once a minute).
+func TestPlantedKeyBesideHealthyTenants(t *testing.T) {
+	up := platform(t)
+	for _, s := range quotaStores(false, true) {
+		t.Run(s.name, func(t *testing.T) {
+			redisCfg := s.start(t)
+			addrs := strings.TrimSuffix(strings.TrimPrefix(redisCfg, "redis: {addrs: ["), "]}\n")
+			client := redis.NewUniversalClient(&redis.UniversalOptions{Addrs: strings.Split(strings.ReplaceAll(addrs, `"`, ""), ", ")})
+			defer client.Close()
+			const key = "gw:agent_job_per_project:hour:{bad}"
+			if err := client.RPush(context.Background(), key, "not a counter").Err(); err != nil {
+				t.Fatal(err)
+			}
+			cfg := redisCfg + "limits:\n  agent_job_per_project: {limit: 1000000}\n"
+			p := startGateway(t, up, cfg)
+			allow := startGateway(t, up, strings.Replace(cfg, "redis: {", "redis: {on_error: allow, ", 1))
+
+			stop := make(chan struct{})
+			healthy, wg := hammer(p, stop, "svc_good", `{"prompt":"x"}`, "/v2/agent/good0/job", "/v2/agent/good1/job", "/v2/agent/good2/job")
+			var watch sync.WaitGroup
+			var breakerSeen, notReady int
+			watch.Add(1)
+			go func() { // the breaker and readiness, all along
+				defer watch.Done()
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					if scrape(t, p)["gateway_breaker_open"] != 0 {
+						breakerSeen++
+					}
+					if code, _ := adminGet(t, p, "/readyz", ""); code != 200 {
+						notReady++
+					}
+					time.Sleep(50 * time.Millisecond)
+				}
+			}()
+			bad := 0
+			for burst := range 5 {
+				// Ten at once, as many as would open the breaker were they node failures.
+				var burstWG sync.WaitGroup
+				answers := make([]string, 10)
+				for i := range answers {
+					burstWG.Add(1)
+					go func() {
+						defer burstWG.Done()
+						res, body := sendBody(t, p, "/v2/agent/bad/job", "svc_bad", `{"prompt":"x"}`)
+						answers[i] = fmt.Sprint(res.StatusCode, " ", body)
+					}()
+				}
+				burstWG.Wait()
+				for i, a := range answers {
+					if !strings.HasPrefix(a, "503 ") || !strings.Contains(a, `"code":"limiter_unavailable"`) {
+						t.Fatalf("burst %d, request %d of the planted tenant: %s", burst, i, a)
+					}
+					bad++
+				}
+				// Right after the burst, another tenant is served.
+				if res := send(t, p, "POST", "/v2/agent/after/job", "svc_good", `{"prompt":"x"}`); res.StatusCode != 201 {
+					t.Fatalf("after burst %d another tenant got %d", burst, res.StatusCode)
+				}
+				if res := send(t, allow, "POST", "/v2/agent/bad/job", "svc_bad", `{"prompt":"x"}`); res.StatusCode != 201 {
+					t.Fatalf("on_error allow: the planted tenant got %d, want it let through", res.StatusCode)
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			close(stop)
+			wg.Wait()
+			watch.Wait()
+			codes := healthy.get()
+			if codes[201] == 0 || codes[201] != sumCodes(codes) {
+				t.Fatalf("healthy tenants beside the planted key: %v, want every one 201 (limiter errors %v)", codes, limiterErrors(scrape(t, p)))
+			}
+			if breakerSeen != 0 || notReady != 0 {
+				t.Fatalf("breaker open in %d scrapes, /readyz not 200 %d times", breakerSeen, notReady)
+			}
+			m := scrape(t, p)
+			if got := m[`gateway_limiter_errors_total{kind="data"}`]; got != float64(bad) {
+				t.Fatalf(`gateway_limiter_errors_total{kind="data"} = %v, want %d`, got, bad)
+			}
+			for _, kind := range []string{"node", "timeout", "breaker_open"} {
+				if got := m[`gateway_limiter_errors_total{kind="`+kind+`"}`]; got != 0 {
+					t.Fatalf("gateway_limiter_errors_total{kind=%q} = %v", kind, got)
+				}
+			}
+			lines := logLines(p, "limiter data error")
+			if len(lines) != 1 || lines[0]["redis_key"] != key || !strings.Contains(fmt.Sprint(lines[0]["error"]), "WRONGTYPE") {
+				t.Fatalf("data error log lines: %v, want one naming %s", lines, key)
+			}
+			// Deleting the key is the fix.
+			if err := client.Del(context.Background(), key).Err(); err != nil {
+				t.Fatal(err)
+			}
+			if res := send(t, p, "POST", "/v2/agent/bad/job", "svc_bad", `{"prompt":"x"}`); res.StatusCode != 201 {
+				t.Fatalf("after deleting the key: %d", res.StatusCode)
+			}
+		})
+	}
+}
+
+// sendBody is send returning the body too.
+func sendBody(t *testing.T, p *proc, path, key, body string) (*http.Response, string) {
+	t.Helper()
+	req, _ := http.NewRequest("POST", "http://"+p.public+path, strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Content-Type", "application/json")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	data, _ := io.ReadAll(res.Body)
+	return res, string(data)
+}
+
+// limiterErrors picks gateway_limiter_errors_total's series out of a scrape.
+func limiterErrors(m map[string]float64) map[string]float64 {
+	out := map[string]float64{}
+	for k, v := range m {
+		if strings.HasPrefix(k, "gateway_limiter_errors_total") {
+			out[strings.TrimPrefix(k, "gateway_limiter_errors_total")] = v
 		}
 	}
 	return out
