@@ -8,6 +8,7 @@ import (
 	"net"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -83,7 +84,11 @@ func TestPlantedKeyFailsOnlyItsTenant(t *testing.T) {
 			ctx := context.Background()
 			store := newRedisT(t, c.client, uniquePrefix())
 			var opened stateLog
-			g := NewGuard(store, GuardOptions{OnStateChange: opened.add}) // the defaults: 5 failures, 1s
+			// The breaker's defaults (5 failures, 1 s). The bound of a call is what this test is
+			// not about: a second, so that a -race run on a loaded machine does not turn a
+			// scheduling stall into a timeout (TestPlantedKeyBesideHealthyTenants runs the binary
+			// with every default, redis.timeout's 100 ms included).
+			g := NewGuard(store, GuardOptions{OnStateChange: opened.add, Timeout: time.Second})
 			fixed := rule(t, "per_id", 1000, "hour", Fixed)
 			gcra := rule(t, "smooth", 1000, "hour", GCRA)
 			other := rule(t, "other", 1000, "hour", Fixed)
