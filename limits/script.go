@@ -81,7 +81,7 @@ local function count(key, ws)
   if tonumber(v[1]) ~= ws then return 0, false end
   local n = tonumber(v[2])
   if v[2] and (not n or n ~= math.floor(n)) then
-    error({err = 'WRONGTYPE limits: the count is not an integer (key ' .. key .. ')'})
+    error({err = 'ERR limits: the count is not an integer (key ' .. key .. ')'})
   end
   return n or 0, true
 end
