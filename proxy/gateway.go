@@ -15,6 +15,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/docsgate/gateway/auth"
 	"github.com/docsgate/gateway/config"
 	"github.com/docsgate/gateway/metrics"
 )
@@ -60,7 +61,7 @@ type Gateway struct {
 	logFields           sync.Pool      // *[]zap.Field for access-log lines
 	streamBodies        bodyBuffers    // streamed requests' bodies, until the upstream has them
 	debits              sync.WaitGroup // token debits under way (see Close)
-	authFailures        *failureBudget // failed authentications per client IP (auth.failure_limit)
+	authFailures        *auth.FailureBudget // failed authentications per client IP (auth.failure_limit)
 	tracing             *Tracing       // nil: off
 }
 
@@ -83,7 +84,7 @@ func New(o Options) (*Gateway, error) {
 		registry:            o.Registry,
 		allowOnLimiterError: cfg.Redis.OnError == "allow",
 		limitStates:         sync.Pool{New: func() any { return new(limitState) }},
-		authFailures:        newFailureBudget(time.Now),
+		authFailures:        auth.NewFailureBudget(time.Now),
 		tracing:             o.Tracing,
 		logFields:           sync.Pool{New: func() any { f := make([]zap.Field, 0, 20); return &f }},
 	}
