@@ -133,4 +133,3 @@ func (b *FailureBudget) Len() int {
 	}
 	return n
 }
-

@@ -57,12 +57,12 @@ type Gateway struct {
 	limiter             Limiter
 	registry            KeyLookup
 	allowOnLimiterError bool
-	limitStates         sync.Pool      // *limitState
-	logFields           sync.Pool      // *[]zap.Field for access-log lines
-	streamBodies        bodyBuffers    // streamed requests' bodies, until the upstream has them
-	debits              sync.WaitGroup // token debits under way (see Close)
+	limitStates         sync.Pool           // *limitState
+	logFields           sync.Pool           // *[]zap.Field for access-log lines
+	streamBodies        bodyBuffers         // streamed requests' bodies, until the upstream has them
+	debits              sync.WaitGroup      // token debits under way (see Close)
 	authFailures        *auth.FailureBudget // failed authentications per client IP (auth.failure_limit)
-	tracing             *Tracing       // nil: off
+	tracing             *Tracing            // nil: off
 }
 
 var _ http.Handler = (*Gateway)(nil)
