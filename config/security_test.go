@@ -33,9 +33,9 @@ func TestRedactURLs(t *testing.T) {
 	for in, want := range map[string]string{
 		`"redis://default:pw@h:1" is not host:port`: `"redis://REDACTED@h:1" is not host:port`,
 		`redis://:pw@h:1 and http://u@h`:            `redis://REDACTED@h:1 and http://REDACTED@h`,
-		`'user:p@ss@h:1'`:                            `'REDACTED@h:1'`,
-		`mail ops@example.com`:                       `mail ops@example.com`,
-		`no at sign here: http://h:1`:                `no at sign here: http://h:1`,
+		`'user:p@ss@h:1'`:                           `'REDACTED@h:1'`,
+		`mail ops@example.com`:                      `mail ops@example.com`,
+		`no at sign here: http://h:1`:               `no at sign here: http://h:1`,
 	} {
 		if got := RedactURLs(in); got != want {
 			t.Errorf("RedactURLs(%q) = %q, want %q", in, got, want)

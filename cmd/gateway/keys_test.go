@@ -131,7 +131,7 @@ func exerciseKeysCLI(t *testing.T, k *keyCLI) {
 		{"svc_dsc_" + secretMark + "z\n", []string{"add", "-config", cfg, "--kind", "assistant", "--org", "acme"}, 2},                   // no domain
 		{"svc_dsc_" + secretMark + "z\n", []string{"add", "-config", cfg, "--kind", "assistant", "--org", "acme", "--project", "p"}, 2}, // project on assistant
 		{"svc_dsc_" + secretMark + "z\n", []string{"add", "-config", cfg, "--kind", "root", "--org", "acme", "--domain", "d"}, 2},
-		{"svc_dsc_" + secretMark + "z\n", []string{"add", "--kind", "assistant", "--org", "acme", "--domain", "d"}, 2}, // no -config
+		{"svc_dsc_" + secretMark + "z\n", []string{"add", "--kind", "assistant", "--org", "acme", "--domain", "d"}, 2},                // no -config
 		{"svc_dsc_" + secretMark + "\n", []string{"add", "-config", cfg, "--kind", "assistant", "--org", "acme", "--domain", "d"}, 1}, // weak
 		{"svc_1\n", []string{"add", "-config", cfg, "--kind", "admin", "--org", "acme", "--project", "p"}, 1},                         // weak
 		{"", []string{"revoke", "-config", cfg}, 2},
