@@ -199,9 +199,7 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 }
 
 func writeError(w http.ResponseWriter, code int, errCode, msg string) {
-	if aw, ok := w.(*auditWriter); ok {
-		aw.code = errCode
-	}
+	noteCode(w, errCode)
 	writeJSON(w, code, map[string]string{"error": msg, "code": errCode})
 }
 

@@ -144,6 +144,7 @@ func (a *access) guard(next http.Handler) http.Handler {
 			if left, spent := a.budget.Spent(client, a.limit); spent {
 				retry := max(int64((left+time.Second-1)/time.Second), 1)
 				w.Header().Set("Retry-After", strconv.FormatInt(retry, 10))
+				noteCode(w, "too_many_auth_failures")
 				writeJSON(w, http.StatusTooManyRequests, map[string]any{
 					"error":       fmt.Sprintf("Too many wrong admin tokens from this address. Please retry in %d s.", retry),
 					"code":        "too_many_auth_failures",
@@ -264,6 +265,13 @@ func (w *auditWriter) WriteHeader(code int) {
 }
 
 func (w *auditWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// noteCode tells the audit of a write which error code its answer carries.
+func noteCode(w http.ResponseWriter, code string) {
+	if aw, ok := w.(*auditWriter); ok {
+		aw.code = code
+	}
+}
 
 func (a *access) audit(r *http.Request, action string, rec *auditRecord, w *auditWriter) {
 	result := "ok"
