@@ -8,19 +8,13 @@ import (
 	"syscall"
 )
 
-// tryLock takes an exclusive flock without waiting; false when another holder has it.
-func tryLock(f *os.File) (bool, error) {
+// lockFile waits for an exclusive flock on f.
+func lockFile(f *os.File) error {
 	for {
-		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
-		switch {
-		case err == nil:
-			return true, nil
-		case errors.Is(err, syscall.EWOULDBLOCK):
-			return false, nil
-		case errors.Is(err, syscall.EINTR):
-			continue
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX)
+		if !errors.Is(err, syscall.EINTR) {
+			return err
 		}
-		return false, err
 	}
 }
 
