@@ -6,9 +6,9 @@ package check
 
 import (
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
-	"net/netip"
 	"regexp"
 	"strings"
 	"testing"
