@@ -489,9 +489,9 @@ func TestAdminAuditLines(t *testing.T) {
 		{"token", "reload", "/reload", "ok"},
 		{"alice", "keys.add", "/keys", "invalid_request"},
 	}
-	lines := waitAudit(t, p, len(want))
+	waitAudit(t, p, len(want))
 	time.Sleep(100 * time.Millisecond) // and no more
-	lines = auditLines(p)
+	lines := auditLines(p)
 	if len(lines) != len(want) {
 		t.Fatalf("%d audit lines, want %d:\n%s", len(lines), len(want), p.out.String())
 	}
