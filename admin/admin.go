@@ -4,7 +4,6 @@ package admin
 
 import (
 	"context"
-	"crypto/subtle"
 	"encoding/json"
 	"net/http"
 	"net/http/pprof"
@@ -44,8 +43,16 @@ type Options struct {
 	KnownPlan func(string) bool
 	// Token, when set, is required on every endpoint but /healthz and /readyz, as
 	// "Authorization: Bearer <token>" or as the password of HTTP Basic auth (any user name),
-	// so that a browser can open the usage page.
+	// so that a browser can open the usage page. Empty: write endpoints answer 403
+	// admin_token_required and the rest is open.
 	Token string
+	// Hosts are the host names, besides IP literals and localhost, requests may name
+	// (admin_hosts); any other Host gets 421.
+	Hosts []string
+	// FailureLimit is how many wrong tokens one client (IPv6: per IPv6Prefix) may send in a
+	// minute before it gets 429 and its tokens are no longer compared; 0: no limit.
+	FailureLimit int
+	IPv6Prefix   int
 	// State reports the gateway's state for the usage page; nil shows none.
 	State func(context.Context) State
 	// UIRefresh is how often the usage page refreshes itself; 0 never.
@@ -55,9 +62,13 @@ type Options struct {
 	Logger       *zap.Logger
 }
 
-// Handler builds the admin mux.
+// Handler builds the admin listener's handler: the endpoints behind the checks of
+// protect.go (Host, cross-origin, token, JSON-only writes, audit).
 func Handler(o Options) http.Handler {
-	h := &handler{o: o}
+	h := &handler{o: o, access: newAccess(o)}
+	guard, write := h.access.guard, h.access.write
+	// writes maps each write endpoint's pattern to the action its audit line names.
+	writes := map[string]string{}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
@@ -70,71 +81,54 @@ func Handler(o Options) http.Handler {
 		}
 		writeJSON(w, code, map[string]string{"status": status})
 	})
-	mux.Handle("GET /metrics", h.guard(o.Metrics))
-	mux.Handle("GET /usage/projects/{projectId}", h.guard(h.usage("project", "projectId")))
-	mux.Handle("GET /usage/orgs/{org}", h.guard(h.usage("org", "org")))
-	mux.Handle("GET /usage/ips/{ip}", h.guard(h.usage("ip", "ip")))
-	mux.Handle("POST /usage/key", h.guard(http.HandlerFunc(h.usageKey)))
+	mux.Handle("GET /metrics", guard(o.Metrics))
+	mux.Handle("GET /usage/projects/{projectId}", guard(h.usage("project", "projectId")))
+	mux.Handle("GET /usage/orgs/{org}", guard(h.usage("org", "org")))
+	mux.Handle("GET /usage/ips/{ip}", guard(h.usage("ip", "ip")))
+	// A read (nothing changes), but it takes the key in a JSON body.
+	mux.Handle("POST /usage/key", guard(jsonOnly(http.HandlerFunc(h.usageKey), true)))
 	if o.Top != nil {
-		mux.Handle("GET /usage/top", h.guard(http.HandlerFunc(h.top)))
+		mux.Handle("GET /usage/top", guard(http.HandlerFunc(h.top)))
 	}
 	if o.Keys != nil {
-		RegisterKeys(mux, o.Keys, h.guard, o.KnownPlan)
+		k := keys{km: o.Keys, knownPlan: o.KnownPlan}
+		mux.Handle("POST /keys", write(jsonOnly(http.HandlerFunc(k.add), true)))
+		mux.Handle("DELETE /keys/{digest}", write(http.HandlerFunc(k.revoke)))
+		mux.Handle("GET /keys", guard(http.HandlerFunc(k.list)))
+		writes["POST /keys"], writes["DELETE /keys/{digest}"] = "keys.add", "keys.revoke"
 	}
 	if o.Reload != nil {
-		mux.Handle("POST /reload", h.guard(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		mux.Handle("POST /reload", write(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 			if err := o.Reload(); err != nil {
 				writeError(w, http.StatusUnprocessableEntity, "reload_rejected", "The config was not reloaded (the running config stays): "+err.Error())
 				return
 			}
 			writeJSON(w, http.StatusOK, map[string]string{"status": "reloaded"})
 		})))
+		writes["POST /reload"] = "reload"
 	}
 	if o.Top != nil {
 		ui := newUI(o)
-		mux.Handle("GET /ui/{$}", h.guard(http.HandlerFunc(ui.page)))
-		mux.Handle("GET /ui/assets/", h.guard(ui.assets()))
-		mux.Handle("GET /ui", h.guard(http.RedirectHandler("/ui/", http.StatusMovedPermanently)))
+		mux.Handle("GET /ui/{$}", guard(http.HandlerFunc(ui.page)))
+		mux.Handle("GET /ui/assets/", guard(ui.assets()))
+		mux.Handle("GET /ui", guard(http.RedirectHandler("/ui/", http.StatusMovedPermanently)))
 	}
 	// Profiles of the running gateway, for performance work; behind the token like the rest.
-	mux.Handle("GET /debug/pprof/", h.guard(http.HandlerFunc(pprof.Index)))
-	mux.Handle("GET /debug/pprof/cmdline", h.guard(http.HandlerFunc(pprof.Cmdline)))
-	mux.Handle("GET /debug/pprof/profile", h.guard(http.HandlerFunc(pprof.Profile)))
-	mux.Handle("GET /debug/pprof/symbol", h.guard(http.HandlerFunc(pprof.Symbol)))
-	mux.Handle("GET /debug/pprof/trace", h.guard(http.HandlerFunc(pprof.Trace)))
+	mux.Handle("GET /debug/pprof/", guard(http.HandlerFunc(pprof.Index)))
+	mux.Handle("GET /debug/pprof/cmdline", guard(http.HandlerFunc(pprof.Cmdline)))
+	mux.Handle("GET /debug/pprof/profile", guard(http.HandlerFunc(pprof.Profile)))
+	mux.Handle("GET /debug/pprof/symbol", guard(http.HandlerFunc(pprof.Symbol)))
+	mux.Handle("GET /debug/pprof/trace", guard(http.HandlerFunc(pprof.Trace)))
 	// Behind the token too, so which endpoints exist cannot be probed without it.
-	mux.Handle("/", h.guard(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+	mux.Handle("/", guard(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		writeError(w, http.StatusNotFound, "not_found", "Not found: no such admin endpoint.")
 	})))
-	return mux
+	return h.access.protect(mux, writes)
 }
 
 type handler struct {
-	o Options
-}
-
-// guard requires the admin token when one is configured: as a bearer token, or as the
-// password of HTTP Basic auth (any user name), which browsers ask for by themselves.
-func (h *handler) guard(next http.Handler) http.Handler {
-	if h.o.Token == "" {
-		return next
-	}
-	want := []byte(h.o.Token)
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var got string
-		if _, pass, ok := r.BasicAuth(); ok {
-			got = pass
-		} else if v, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok {
-			got = v
-		}
-		if subtle.ConstantTimeCompare([]byte(got), want) != 1 {
-			// Basic first: a browser then asks for credentials; API clients send Bearer.
-			w.Header()["Www-Authenticate"] = []string{`Basic realm="gateway"`, `Bearer realm="gateway"`}
-			writeError(w, http.StatusUnauthorized, "invalid_credentials", "This admin endpoint needs the admin token (Authorization: Bearer <token>, or HTTP Basic auth with the token as password).")
-			return
-		}
-		next.ServeHTTP(w, r)
-	})
+	o      Options
+	access *access
 }
 
 type usageJSON struct {
@@ -199,11 +193,13 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	}
 	w.Header().Set("Content-Type", "application/json; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(code)
 	_, _ = w.Write(append(data, '\n'))
 }
 
 func writeError(w http.ResponseWriter, code int, errCode, msg string) {
+	noteCode(w, errCode)
 	writeJSON(w, code, map[string]string{"error": msg, "code": errCode})
 }
 

@@ -27,22 +27,15 @@ type keyLookup interface {
 // maxKeyBody caps POST /keys bodies.
 const maxKeyBody = 16 << 10
 
-// RegisterKeys adds POST /keys, DELETE /keys/{digest}, GET /keys to mux, each wrapped with
-// guard (the admin_token check).
+// The key endpoints (Handler registers them, behind the write rules for POST and DELETE):
 //
-// POST /keys takes {"key": "<raw key>", "kind", "org", "projects"|"domains", "plan", "label"}
-// (the key is hashed at once and never stored or logged; its family must match kind) or the
-// same with "digest" instead of "key", and answers 201 with the entry. DELETE answers 200 with
-// the revoked entry, 404 not_found for an unknown digest. GET answers {"keys": [...]}.
+// POST /keys takes {"key": "<raw key>", "kind", "org", "projects"|"domains", "plan", "label",
+// "created", "revoked"} (the key is hashed at once and never stored or logged; its family
+// must match kind, and it must be strong: see auth.CheckStrength) or the same with "digest"
+// instead of "key", and answers 201 with the entry. DELETE /keys/{digest} answers 200 with the
+// revoked entry, 404 not_found for an unknown digest. GET /keys answers {"keys": [...]}.
 //
 // knownPlan, when set, refuses entries naming a plan the running config does not define.
-func RegisterKeys(mux *http.ServeMux, km KeyManager, guard func(http.Handler) http.Handler, knownPlan func(string) bool) {
-	k := keys{km: km, knownPlan: knownPlan}
-	mux.Handle("POST /keys", guard(http.HandlerFunc(k.add)))
-	mux.Handle("DELETE /keys/{digest}", guard(http.HandlerFunc(k.revoke)))
-	mux.Handle("GET /keys", guard(http.HandlerFunc(k.list)))
-}
-
 type keys struct {
 	km        KeyManager
 	knownPlan func(string) bool
@@ -57,6 +50,28 @@ type addKeyRequest struct {
 	Domains  []string `json:"domains"`
 	Plan     string   `json:"plan"`
 	Label    string   `json:"label"`
+	// Created and Revoked, when given, set the entry's times (a revoked time to come
+	// schedules the revocation); an update of a registered key keeps the times it does not set.
+	Created *entryTime `json:"created"`
+	Revoked *entryTime `json:"revoked"`
+}
+
+// entryTime is a date (2027-01-01, midnight UTC) or an RFC 3339 time, as in the keys file.
+type entryTime time.Time
+
+func (t *entryTime) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return errors.New("want a date (2027-01-01) or an RFC 3339 time")
+	}
+	v, err := time.Parse(time.DateOnly, s)
+	if err != nil {
+		if v, err = time.Parse(time.RFC3339, s); err != nil {
+			return errors.New("want a date (2027-01-01) or an RFC 3339 time")
+		}
+	}
+	*t = entryTime(v.UTC())
+	return nil
 }
 
 func (k keys) add(w http.ResponseWriter, r *http.Request) {
@@ -65,7 +80,7 @@ func (k keys) add(w http.ResponseWriter, r *http.Request) {
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&req); err != nil {
 		var tooBig *http.MaxBytesError
-		msg := "Send a JSON object: {\"key\" or \"digest\", \"kind\", \"org\", \"projects\" or \"domains\", \"plan\", \"label\"}."
+		msg := "Send a JSON object: {\"key\" or \"digest\", \"kind\", \"org\", \"projects\" or \"domains\", \"plan\", \"label\", \"created\", \"revoked\"} (times as 2027-01-01 or RFC 3339)."
 		if errors.As(err, &tooBig) {
 			msg = "The body is larger than 16 KiB."
 		}
@@ -88,13 +103,18 @@ func (k keys) add(w http.ResponseWriter, r *http.Request) {
 	case req.Key != "":
 		// The key is hashed here and dropped; messages never repeat it.
 		id, reason := auth.Check("Bearer "+req.Key, kind)
+		strength := auth.CheckStrength(req.Key, kind)
 		req.Key = ""
 		if reason != 0 {
 			msg := "\"key\" is not a valid " + kind.String() + " key."
 			if reason == auth.WrongKind {
-				msg = "\"key\" is not of kind " + kind.String() + ": it belongs to the other key family."
+				msg = "\"key\" is not of kind " + kind.String() + ": its prefix says it belongs to the other key family."
 			}
 			writeError(w, http.StatusBadRequest, "invalid_request", msg)
+			return
+		}
+		if strength != nil {
+			writeError(w, http.StatusBadRequest, "invalid_request", "\"key\": "+strength.Error()+".")
 			return
 		}
 		req.Digest = id.Digest
@@ -110,8 +130,15 @@ func (k keys) add(w http.ResponseWriter, r *http.Request) {
 		Domains:  req.Domains,
 		Plan:     req.Plan,
 		Label:    req.Label,
-		Created:  time.Now().UTC().Round(0),
 	}
+	if req.Created != nil {
+		e.Created = time.Time(*req.Created)
+	}
+	if req.Revoked != nil {
+		revoked := time.Time(*req.Revoked)
+		e.Revoked = &revoked
+	}
+	setAuditTarget(r, e.Digest)
 	if err := e.Validate(); err != nil {
 		writeError(w, http.StatusBadRequest, "invalid_request", "Invalid entry: "+err.Error()+".")
 		return
@@ -134,9 +161,11 @@ func (k keys) add(w http.ResponseWriter, r *http.Request) {
 func (k keys) revoke(w http.ResponseWriter, r *http.Request) {
 	digest := r.PathValue("digest")
 	if !auth.ValidDigest(digest) {
+		setAuditTarget(r, "(not a digest)")
 		writeError(w, http.StatusBadRequest, "invalid_request", "Not a key digest: want 64 lower-case hex characters (SHA-256 of the key).")
 		return
 	}
+	setAuditTarget(r, digest)
 	err := k.km.Revoke(r.Context(), digest)
 	if errors.Is(err, auth.ErrUnknownKey) {
 		writeError(w, http.StatusNotFound, "not_found", "No key with this digest is registered.")

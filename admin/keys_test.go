@@ -1,7 +1,6 @@
 package admin
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,6 +10,8 @@ import (
 	"strings"
 	"testing"
 
+	"go.uber.org/zap"
+
 	"github.com/docsgate/gateway/auth"
 )
 
@@ -18,10 +19,8 @@ const testToken = "admintoken"
 
 func keysServer(t *testing.T, km KeyManager) *httptest.Server {
 	t.Helper()
-	h := &handler{o: Options{Token: testToken}}
-	mux := http.NewServeMux()
-	RegisterKeys(mux, km, h.guard, func(p string) bool { return p == "enterprise" })
-	srv := httptest.NewServer(mux)
+	h := Handler(Options{Token: testToken, Keys: km, KnownPlan: func(p string) bool { return p == "enterprise" }, Logger: zap.NewNop()})
+	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	return srv
 }
@@ -61,7 +60,7 @@ func TestKeysEndpoints(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv := keysServer(t, reg)
-	const key = "svc_dsc_s3cr3tvalue"
+	const key = "svc_dsc_s3cr3tvalue0123456789abcdef"
 
 	// The token guards every endpoint.
 	for _, c := range []struct{ method, path string }{{"GET", "/keys"}, {"POST", "/keys"}, {"DELETE", "/keys/" + auth.Digest(key)}} {
@@ -142,6 +141,12 @@ func TestKeysAddRejects(t *testing.T) {
 		{"no domains", `{"digest":"` + d + `","kind":"assistant","org":"acme"}`},
 		{"projects on assistant", `{"digest":"` + d + `","kind":"assistant","org":"acme","domains":["d"],"projects":["p"]}`},
 		{"too big", `{"digest":"` + d + `","kind":"assistant","org":"acme","domains":["d"],"label":"` + strings.Repeat("x", 17<<10) + `"}`},
+		// Weak keys: too few characters after the prefix, or characters outside [A-Za-z0-9_-].
+		{"weak key", `{"key":"svc_dsc_s3cr3t","kind":"assistant","org":"acme","domains":["d"]}`},
+		{"weak admin key", `{"key":"svc_1","kind":"admin","org":"acme","projects":["p"]}`},
+		{"23 characters", `{"key":"svc_s3cr3t0123456789abcdef","kind":"admin","org":"acme","projects":["p"]}`},
+		{"odd characters", `{"key":"svc_s3cr3t0123456789abcdef.~","kind":"admin","org":"acme","projects":["p"]}`},
+		{"bad revoked time", `{"digest":"` + d + `","kind":"assistant","org":"acme","domains":["d"],"revoked":"soon"}`},
 	}
 	for _, c := range cases {
 		r := call(t, srv, "POST", "/keys", testToken, c.body)
@@ -195,19 +200,29 @@ func TestKeysRevokeWithoutLookup(t *testing.T) {
 	}
 }
 
-// Without a token configured the guard lets everything through (as for the other admin
-// endpoints).
+// Without a token configured, writes are refused (403 admin_token_required) and nothing
+// changes; reading the list still works.
 func TestKeysNoToken(t *testing.T) {
 	reg, _ := auth.NewMemoryRegistry(nil)
-	mux := http.NewServeMux()
-	RegisterKeys(mux, reg, (&handler{}).guard, nil)
-	srv := httptest.NewServer(mux)
+	srv := httptest.NewServer(Handler(Options{Keys: reg, Metrics: http.NotFoundHandler(), Logger: zap.NewNop()}))
 	defer srv.Close()
-	res, err := http.Post(srv.URL+"/keys", "application/json", bytes.NewReader([]byte(`{"key":"svc_k","kind":"admin","org":"o","projects":["*"]}`)))
-	if err != nil || res.StatusCode != 201 {
-		t.Fatalf("%v %v", err, res)
+	d := auth.Digest("svc_k")
+	for _, c := range []struct{ method, path, body string }{
+		{"POST", "/keys", `{"key":"svc_k0123456789abcdefghijklmn","kind":"admin","org":"o","projects":["*"]}`},
+		{"POST", "/keys", `{"digest":"` + d + `","kind":"admin","org":"o","projects":["*"]}`},
+		{"DELETE", "/keys/" + d, ""},
+	} {
+		r := call(t, srv, c.method, c.path, "", c.body)
+		if r.code != 403 || r.body["code"] != "admin_token_required" {
+			t.Errorf("%s %s without a configured token: %d %s", c.method, c.path, r.code, r.raw)
+		}
 	}
-	res.Body.Close()
+	if list, _ := reg.List(t.Context()); len(list) != 0 {
+		t.Fatalf("registered without a token: %+v", list)
+	}
+	if r := call(t, srv, "GET", "/keys", "", ""); r.code != 200 {
+		t.Fatalf("GET /keys without a configured token: %d %s", r.code, r.raw)
+	}
 }
 
 func TestKeysRefuseUnknownPlanAndRevival(t *testing.T) {
@@ -219,6 +234,7 @@ func TestKeysRefuseUnknownPlanAndRevival(t *testing.T) {
 	post := func(body string) int {
 		req, _ := http.NewRequest("POST", srv.URL+"/keys", strings.NewReader(body))
 		req.Header.Set("Authorization", "Bearer "+testToken)
+		req.Header.Set("Content-Type", "application/json")
 		res, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
@@ -226,19 +242,19 @@ func TestKeysRefuseUnknownPlanAndRevival(t *testing.T) {
 		res.Body.Close()
 		return res.StatusCode
 	}
-	if c := post(`{"key":"svc_dsc_plankey1","kind":"assistant","org":"acme","domains":["d"],"plan":"nosuchplan"}`); c != 400 {
+	if c := post(`{"key":"svc_dsc_plankey1plankey1plankey1","kind":"assistant","org":"acme","domains":["d"],"plan":"nosuchplan"}`); c != 400 {
 		t.Fatalf("unknown plan: %d", c)
 	}
-	if c := post(`{"key":"svc_dsc_plankey1","kind":"assistant","org":"acme","domains":["d"],"plan":"enterprise"}`); c != 201 {
+	if c := post(`{"key":"svc_dsc_plankey1plankey1plankey1","kind":"assistant","org":"acme","domains":["d"],"plan":"enterprise"}`); c != 201 {
 		t.Fatalf("known plan: %d", c)
 	}
-	if err := reg.Revoke(t.Context(), auth.Digest("svc_dsc_plankey1")); err != nil {
+	if err := reg.Revoke(t.Context(), auth.Digest("svc_dsc_plankey1plankey1plankey1")); err != nil {
 		t.Fatal(err)
 	}
-	if c := post(`{"digest":"` + auth.Digest("svc_dsc_plankey1") + `","kind":"assistant","org":"acme","domains":["d"]}`); c != 409 {
+	if c := post(`{"digest":"` + auth.Digest("svc_dsc_plankey1plankey1plankey1") + `","kind":"assistant","org":"acme","domains":["d"]}`); c != 409 {
 		t.Fatalf("re-registering a revoked key: %d", c)
 	}
-	if e, ok, _ := reg.Lookup(t.Context(), auth.Digest("svc_dsc_plankey1")); !ok || e.Active() {
+	if e, ok, _ := reg.Lookup(t.Context(), auth.Digest("svc_dsc_plankey1plankey1plankey1")); !ok || e.Active() {
 		t.Fatal("the revoked key came back")
 	}
 }

@@ -28,7 +28,10 @@ type Registry interface {
 	// ok=false: unknown key. A revoked entry is returned with ok=true and Active()==false.
 	// The returned entry's slices are shared with the registry: do not modify them.
 	Lookup(ctx context.Context, digest string) (e Entry, ok bool, err error)
-	// Add inserts or replaces an entry; Created is set to now if zero.
+	// Add inserts an entry, or updates a registered one: an update keeps the Created and
+	// Revoked times of the registered entry unless e sets them (a scheduled revocation is not
+	// lost by a re-registration). Created is set to now for a new entry. A revoked entry is
+	// never replaced (ErrRevoked).
 	Add(ctx context.Context, e Entry) error
 	// Revoke sets Revoked to now (keeping an earlier revocation time); an unknown digest gives
 	// ErrUnknownKey.
@@ -199,6 +202,19 @@ func (e Entry) normalize(now time.Time) Entry {
 	e.Created = e.Created.UTC().Round(0)
 	if e.Revoked != nil {
 		*e.Revoked = e.Revoked.UTC().Round(0)
+	}
+	return e
+}
+
+// updating returns e as an update of the registered entry old: the times e leaves unset are
+// old's.
+func (e Entry) updating(old Entry) Entry {
+	if e.Created.IsZero() {
+		e.Created = old.Created
+	}
+	if e.Revoked == nil && old.Revoked != nil {
+		r := *old.Revoked
+		e.Revoked = &r
 	}
 	return e
 }

@@ -59,14 +59,17 @@ func (m *MemoryRegistry) Add(_ context.Context, e Entry) error {
 	if err := e.Validate(); err != nil {
 		return fmt.Errorf("auth: %w", err)
 	}
-	e = e.normalize(m.now())
 	var err error
 	m.update(func(es map[string]Entry) {
-		if old, ok := es[e.Digest]; ok && !old.Active() {
+		old, ok := es[e.Digest]
+		switch {
+		case ok && !old.Active():
 			err = ErrRevoked
 			return
+		case ok:
+			e = e.updating(old)
 		}
-		es[e.Digest] = e
+		es[e.Digest] = e.normalize(m.now())
 	})
 	return err
 }

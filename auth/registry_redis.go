@@ -96,7 +96,7 @@ const (
 	closeWait = 5 * time.Second
 	// listChunk is how many GETs List sends per pipeline.
 	listChunk = 500
-	// revokeAttempts bounds optimistic-transaction retries of Revoke.
+	// revokeAttempts bounds optimistic-transaction retries of Revoke and Add.
 	revokeAttempts = 10
 )
 
@@ -247,32 +247,42 @@ func (r *RedisRegistry) Add(ctx context.Context, e Entry) error {
 	if err := e.Validate(); err != nil {
 		return fmt.Errorf("auth: %w", err)
 	}
-	e = e.normalize(time.Now())
-	data, err := json.Marshal(e)
-	if err != nil {
-		return fmt.Errorf("auth: %w", err)
-	}
 	// Two keys in different slots on a Cluster: not one transaction. The entry is written
 	// first, so the index never names a key that was never written. The write is a
-	// check-and-set on the entry's own key, so a revoked entry is never replaced.
+	// check-and-set on the entry's own key, so a revoked entry is never replaced and a
+	// concurrent revocation is never overwritten (the transaction fails and is retried).
 	key := r.keyName(e.Digest)
-	err = r.client.Watch(ctx, func(tx *redis.Tx) error {
+	update := func(tx *redis.Tx) error {
+		next := e
 		old, err := tx.Get(ctx, key).Bytes()
 		if err != nil && !errors.Is(err, redis.Nil) {
 			return err
 		}
 		if err == nil {
 			var cur Entry
-			if json.Unmarshal(old, &cur) == nil && !cur.Active() {
-				return ErrRevoked
+			if json.Unmarshal(old, &cur) == nil {
+				if !cur.Active() {
+					return ErrRevoked
+				}
+				next = next.updating(cur)
 			}
+		}
+		data, err := json.Marshal(next.normalize(time.Now()))
+		if err != nil {
+			return err
 		}
 		_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
 			p.Set(ctx, key, data, 0)
 			return nil
 		})
 		return err
-	}, key)
+	}
+	var err error
+	for range revokeAttempts {
+		if err = r.client.Watch(ctx, update, key); !errors.Is(err, redis.TxFailedErr) {
+			break
+		}
+	}
 	if errors.Is(err, ErrRevoked) {
 		return err
 	}
@@ -307,10 +317,12 @@ func (r *RedisRegistry) Revoke(ctx context.Context, digest string) error {
 			if err != nil {
 				return err
 			}
-			if e.Revoked != nil {
+			now := time.Now()
+			if e.Revoked != nil && !e.Revoked.After(now) {
 				return nil // already revoked; still announce below
 			}
-			data, err = json.Marshal(revokedNow(e, time.Now()))
+			// Never revoked, or revoked at a time still to come: revoked now.
+			data, err = json.Marshal(revokedNow(e, now))
 			if err != nil {
 				return err
 			}

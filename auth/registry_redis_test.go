@@ -84,7 +84,7 @@ func TestRedisRegistryBasics(t *testing.T) {
 	}
 	members, err := c.SMembers(ctx, "t:keys").Result()
 	slices.Sort(members)
-	want := []string{Digest("svc_one"), d, Digest("svc_replaced")}
+	want := []string{Digest("svc_one"), d, Digest("svc_replaced"), Digest("svc_scheduled")}
 	slices.Sort(want)
 	if err != nil || !slices.Equal(members, want) {
 		t.Fatalf("index: %v %v", members, err)
@@ -401,7 +401,7 @@ func TestRedisRegistryCluster(t *testing.T) {
 		}
 	}
 	list, err := b.List(context.Background())
-	if err != nil || len(list) != 23 {
+	if err != nil || len(list) != 24 { // 4 from the contract test, 20 here
 		t.Fatalf("list on the cluster: %d entries, %v", len(list), err)
 	}
 	lat := propagation(t, a, b, 5)

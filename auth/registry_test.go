@@ -191,4 +191,37 @@ func testRegistryBasics(t *testing.T, r Registry) {
 	if got, _, _ := r.Lookup(ctx, e.Digest); got.Label != "again" || !got.Active() {
 		t.Fatalf("replace: %+v", got)
 	}
+
+	// An update keeps the registered entry's times unless it sets them: a scheduled
+	// revocation survives a re-registration, and so does the creation time.
+	sched := adminEntry("svc_scheduled", "p1")
+	sched.Created = time.Date(2025, 3, 4, 5, 6, 7, 0, time.UTC)
+	revokeAt := time.Now().Add(time.Hour).UTC().Truncate(time.Second)
+	sched.Revoked = &revokeAt
+	if err := r.Add(ctx, sched); err != nil {
+		t.Fatal(err)
+	}
+	update := adminEntry("svc_scheduled", "p1", "p2")
+	if err := r.Add(ctx, update); err != nil {
+		t.Fatal(err)
+	}
+	got, _, _ = r.Lookup(ctx, sched.Digest)
+	if got.Revoked == nil || !got.Revoked.Equal(revokeAt) || !got.Created.Equal(sched.Created) || !got.Allows("p2") {
+		t.Fatalf("update lost the entry's times: %+v, want created %v and revoked %v", got, sched.Created, revokeAt)
+	}
+	later := revokeAt.Add(time.Hour)
+	update.Revoked, update.Created = &later, time.Date(2025, 6, 7, 0, 0, 0, 0, time.UTC)
+	if err := r.Add(ctx, update); err != nil {
+		t.Fatal(err)
+	}
+	if got, _, _ = r.Lookup(ctx, sched.Digest); !got.Revoked.Equal(later) || !got.Created.Equal(update.Created) {
+		t.Fatalf("an update that sets the times: %+v", got)
+	}
+	// Revoking a key whose revocation is scheduled revokes it now.
+	if err := r.Revoke(ctx, sched.Digest); err != nil {
+		t.Fatal(err)
+	}
+	if got, _, _ = r.Lookup(ctx, sched.Digest); got.Active() || got.Revoked.After(time.Now()) {
+		t.Fatalf("revoke left a scheduled revocation in the future: %+v", got)
+	}
 }

@@ -22,7 +22,14 @@ type Config struct {
 	// AdminUIRefresh is how often the usage page (/ui/ on the admin listener) refreshes
 	// itself; 0 never.
 	AdminUIRefresh time.Duration `yaml:"admin_ui_refresh"`
-	// TLS, when set, makes the public listener serve HTTPS (HTTP/1.1 and HTTP/2).
+	// AdminHosts are the host names (besides IP literals and localhost) the admin listener
+	// answers to; a request naming any other Host gets 421, so a DNS-rebinding page cannot
+	// reach it through a name of the attacker's. List the name of an ingress in front of it.
+	AdminHosts []string `yaml:"admin_hosts"`
+	// AdminTLS, when set, makes the admin listener serve HTTPS; unset, it follows TLS.
+	AdminTLS *TLS `yaml:"admin_tls"`
+	// TLS, when set, makes the public listener serve HTTPS (HTTP/1.1 and HTTP/2), and the
+	// admin listener too unless AdminTLS names other files.
 	TLS *TLS `yaml:"tls"`
 
 	Upstream Upstream `yaml:"upstream"`

@@ -93,7 +93,7 @@ func decode(data []byte, cfg *Config) error {
 		if errors.Is(err, io.EOF) {
 			return nil // an empty file: all defaults (Validate still wants upstream.url)
 		}
-		return &Error{Problems: []Problem{{Msg: "not valid YAML: " + strings.TrimPrefix(err.Error(), "yaml: ")}}}
+		return &Error{Problems: []Problem{{Msg: RedactURLs("not valid YAML: " + strings.TrimPrefix(err.Error(), "yaml: "))}}}
 	}
 	var more yaml.Node
 	if err := dec.Decode(&more); !errors.Is(err, io.EOF) {
@@ -112,7 +112,8 @@ type decoder struct {
 }
 
 func (d *decoder) fail(key, format string, args ...any) {
-	d.problems = append(d.problems, Problem{Key: key, Msg: fmt.Sprintf(format, args...)})
+	// Messages quote the values they refuse: never a password inside one.
+	d.problems = append(d.problems, Problem{Key: key, Msg: RedactURLs(fmt.Sprintf(format, args...))})
 }
 
 var durationType = reflect.TypeFor[time.Duration]()

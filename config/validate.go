@@ -18,12 +18,11 @@ func (c *Config) Validate() error {
 	if c.Listen != "" && c.Listen == c.AdminListen {
 		v.fail("admin_listen", "must differ from listen: metrics and health never share the public listener")
 	}
-	if c.TLS != nil {
-		if c.TLS.CertFile == "" {
-			v.fail("tls.cert_file", "is required when tls is set")
-		}
-		if c.TLS.KeyFile == "" {
-			v.fail("tls.key_file", "is required when tls is set")
+	v.tls("tls", c.TLS)
+	v.tls("admin_tls", c.AdminTLS)
+	for i, h := range c.AdminHosts {
+		if !validHostName(h) {
+			v.fail(indexKey("admin_hosts", i), "%q is not a host name such as gateway-admin.example.com (no port, no scheme)", h)
 		}
 	}
 	v.upstream(&c.Upstream)
@@ -77,6 +76,11 @@ func (c *Config) Validate() error {
 		v.fail("auth.mode", "%q is not prefix or registry", c.Auth.Mode)
 	}
 	v.positive("auth.cache_ttl", c.Auth.CacheTTL)
+	if c.Auth.Mode == "registry" && len(c.Redis.Addrs) == 0 && c.Auth.KeysFile == "" {
+		// An in-memory registry alone would lose every key and every revocation on the next
+		// reload or restart, and a revoked key could then be registered and used again.
+		v.fail("auth.mode", "registry needs somewhere to keep keys: set redis.addrs (shared by every replica) or auth.keys_file")
+	}
 	switch c.Tracing.Protocol {
 	case "", "http/protobuf", "grpc":
 	default:
@@ -103,6 +107,37 @@ func (c *Config) Validate() error {
 
 type validator struct {
 	decoder
+}
+
+func (v *validator) tls(key string, t *TLS) {
+	if t == nil {
+		return
+	}
+	if t.CertFile == "" {
+		v.fail(key+".cert_file", "is required when %s is set", key)
+	}
+	if t.KeyFile == "" {
+		v.fail(key+".key_file", "is required when %s is set", key)
+	}
+}
+
+// validHostName accepts a DNS name (letters, digits, hyphens and dots; no port, no scheme).
+func validHostName(h string) bool {
+	if h == "" || len(h) > 253 {
+		return false
+	}
+	for _, label := range strings.Split(strings.TrimSuffix(h, "."), ".") {
+		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
+			return false
+		}
+		for i := 0; i < len(label); i++ {
+			c := label[i]
+			if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-') {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 func (v *validator) listenAddr(key, addr string) {

@@ -95,6 +95,10 @@ type composeFile struct {
 	XGatewayImage any                       `yaml:"x-gateway-image"`
 	XGateway      any                       `yaml:"x-gateway"`
 	Services      map[string]composeService `yaml:"services"`
+	Secrets       map[string]struct {
+		Environment string `yaml:"environment"`
+		File        string `yaml:"file"`
+	} `yaml:"secrets"`
 }
 
 type composeService struct {
@@ -115,6 +119,7 @@ type composeService struct {
 	StopGracePeriod string            `yaml:"stop_grace_period"`
 	Entrypoint      []string          `yaml:"entrypoint"`
 	Command         []string          `yaml:"command"`
+	Secrets         []string          `yaml:"secrets"`
 	Healthcheck     *struct {
 		Test     []string `yaml:"test"`
 		Interval string   `yaml:"interval"`
@@ -134,7 +139,8 @@ type prometheusConfig struct {
 		MetricsPath    string `yaml:"metrics_path"`
 		ScrapeInterval string `yaml:"scrape_interval"`
 		Authorization  *struct {
-			Credentials string `yaml:"credentials"`
+			Credentials     string `yaml:"credentials"`
+			CredentialsFile string `yaml:"credentials_file"`
 		} `yaml:"authorization"`
 		StaticConfigs []struct {
 			Targets []string `yaml:"targets"`

@@ -72,6 +72,12 @@ func (g *Gateway) authenticate(s *scope, r *http.Request) bool {
 	case !e.Active():
 		g.rejectAuth(s, "revoked", auth.UnknownFamily)
 		return false
+	case e.Kind != rt.key.String():
+		// An entry registered by digest carries the kind its registrant said; the prefix is
+		// what the platform goes by. Never read one family's grants as the other's (domains
+		// as projects).
+		g.rejectAuth(s, "wrong_key_type", auth.WrongKind)
+		return false
 	}
 	if resource := grantedResource(rt, r); resource != "" && !e.Allows(resource) {
 		s.route.metrics.AuthRejected("forbidden")

@@ -15,6 +15,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/docsgate/gateway/auth"
 	"github.com/docsgate/gateway/config"
 	"github.com/docsgate/gateway/limits"
 	"github.com/docsgate/gateway/metrics"
@@ -57,13 +58,13 @@ type Gateway struct {
 	limiter             Limiter
 	registry            KeyLookup
 	allowOnLimiterError bool
-	limitStates         sync.Pool      // *limitState
-	logFields           sync.Pool      // *[]zap.Field for access-log lines
-	streamBodies        bodyBuffers    // streamed requests' bodies, until the upstream has them
-	debits              sync.WaitGroup // token debits under way (see Close)
-	authFailures        *failureBudget // failed authentications per client IP (auth.failure_limit)
-	tracing             *Tracing       // nil: off
-	dataErrors          dataErrorLog   // limiter replies about one key's data, logged once a minute
+	limitStates         sync.Pool           // *limitState
+	logFields           sync.Pool           // *[]zap.Field for access-log lines
+	streamBodies        bodyBuffers         // streamed requests' bodies, until the upstream has them
+	debits              sync.WaitGroup      // token debits under way (see Close)
+	authFailures        *auth.FailureBudget // failed authentications per client IP (auth.failure_limit)
+	tracing             *Tracing            // nil: off
+	dataErrors          dataErrorLog        // limiter replies about one key's data, logged once a minute
 }
 
 var _ http.Handler = (*Gateway)(nil)
@@ -85,7 +86,7 @@ func New(o Options) (*Gateway, error) {
 		registry:            o.Registry,
 		allowOnLimiterError: cfg.Redis.OnError == "allow",
 		limitStates:         sync.Pool{New: func() any { return new(limitState) }},
-		authFailures:        newFailureBudget(time.Now),
+		authFailures:        auth.NewFailureBudget(time.Now),
 		tracing:             o.Tracing,
 		logFields:           sync.Pool{New: func() any { f := make([]zap.Field, 0, 20); return &f }},
 	}

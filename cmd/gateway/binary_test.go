@@ -3,6 +3,8 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -107,8 +109,39 @@ func startGateway(t *testing.T, upstreamURL, extra string, args ...string) *proc
 // admin_listen, which it adds on free ports, and waits until it is up.
 func startGatewayRaw(t *testing.T, body string, args ...string) *proc {
 	t.Helper()
+	return startGatewayWith(t, startOpts{}, body, args...)
+}
+
+// startOpts vary how startGatewayWith starts the binary.
+type startOpts struct {
+	// adminHost is admin_listen's host ("" for 127.0.0.1); the test reaches the admin
+	// listener on 127.0.0.1 either way.
+	adminHost string
+	// adminCAs, when set, says the admin listener serves HTTPS with a certificate they trust.
+	adminCAs *x509.CertPool
+}
+
+// adminClient reaches the admin listener of a gateway started with o.
+func (o startOpts) adminClient() *http.Client {
+	if o.adminCAs == nil {
+		return http.DefaultClient
+	}
+	return &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: o.adminCAs}}}
+}
+
+func startGatewayWith(t *testing.T, o startOpts, body string, args ...string) *proc {
+	t.Helper()
 	p := &proc{public: freeAddr(t), admin: freeAddr(t), out: newSyncBuffer(), done: make(chan error, 1)}
-	cfg := fmt.Sprintf("listen: %q\nadmin_listen: %q\n%s", p.public, p.admin, body)
+	adminListen := p.admin
+	if o.adminHost != "" {
+		_, port, _ := net.SplitHostPort(p.admin)
+		adminListen = net.JoinHostPort(o.adminHost, port)
+	}
+	scheme := "http://"
+	if o.adminCAs != nil {
+		scheme = "https://"
+	}
+	cfg := fmt.Sprintf("listen: %q\nadmin_listen: %q\n%s", p.public, adminListen, body)
 	p.cmd = exec.Command(gatewayBin, append([]string{"-config", writeConfig(t, cfg)}, args...)...)
 	p.cmd.Stdout = p.out
 	p.cmd.Stderr = p.out
@@ -127,7 +160,7 @@ func startGatewayRaw(t *testing.T, body string, args ...string) *proc {
 	for {
 		// Alive is enough: some tests start a gateway whose Redis is down on purpose, and
 		// /readyz rightly says 503 then.
-		res, err := http.Get("http://" + p.admin + "/healthz")
+		res, err := o.adminClient().Get(scheme + p.admin + "/healthz")
 		if err == nil {
 			res.Body.Close()
 			if res.StatusCode == 200 {

@@ -37,7 +37,7 @@ limits:
 `, srv.Addr)
 	p := startGateway(t, up, cfg)
 	cfgFile := writeConfig(t, fmt.Sprintf("upstream: {url: %q}\n%s", up, cfg))
-	const legit = "svc_dsc_legitimatetenant0001"
+	const legit = "svc_dsc_legitimatetenant0001legitimate"
 	keysCLI(t, legit+"\n", "add", "-config", cfgFile, "--kind", "assistant", "--org", "acme", "--domain", "acme-docs")
 
 	getsBefore := redistest.CommandCalls(t, stats, "get")

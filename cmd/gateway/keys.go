@@ -25,13 +25,24 @@ import (
 const keysTimeout = 15 * time.Second
 
 const keysUsage = `Usage:
-  gateway keys add    -config FILE --kind admin|assistant --org ORG (--project P ... | --domain D ...) [--plan NAME] [--label TEXT]  < key
-  gateway keys revoke -config FILE DIGEST
-  gateway keys list   -config FILE [-json]
+  gateway keys generate --kind admin|assistant
+  gateway keys generate --kind admin|assistant --add -config FILE --org ORG (--project P ... | --domain D ...) [--plan NAME] [--label TEXT]
+  gateway keys add      -config FILE --kind admin|assistant --org ORG (--project P ... | --domain D ...) [--plan NAME] [--label TEXT]  < key
+  gateway keys revoke   -config FILE DIGEST
+  gateway keys list     -config FILE [-json]
 
+generate prints a new key (its prefix and 32 characters from crypto/rand) on standard output;
+with --add it also registers the key's digest as add does (the digest goes to standard error).
 add reads the key from standard input (one line), never from the command line, stores only its
-SHA-256 digest and prints that digest. Keys are stored in the config's Redis (redis.addrs) or,
-without Redis, in auth.keys_file (the running gateway re-reads it on reload).
+SHA-256 digest and prints that digest; a key needs at least 24 characters from [A-Za-z0-9_-]
+after its prefix. Keys are stored in the config's Redis (redis.addrs) or, without Redis, in
+auth.keys_file (the running gateway re-reads it on reload; writers take turns on a lock file
+beside it, <keys_file>.lock).
+
+Examples:
+  gateway keys generate --kind assistant --add -config gateway.yaml --org acme --domain acme-docs > key.txt
+  gateway keys add -config gateway.yaml --kind admin --org acme --project p1 < key.txt
+  gateway keys revoke -config gateway.yaml 3a68eb4a...
 `
 
 // runKeys is the `gateway keys` subcommand: add, revoke and list registered keys.
@@ -45,7 +56,7 @@ func runKeys(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, keysUsage)
 		return exitOK
-	case "add", "revoke", "list":
+	case "add", "revoke", "list", "generate":
 	default:
 		fmt.Fprintf(stderr, "gateway keys: unknown command %q\n%s", sub, keysUsage)
 		return exitUsage
@@ -58,9 +69,12 @@ func runKeys(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	var (
 		kind, org, plan, label string
 		projects, domains      listFlag
-		asJSON                 bool
+		asJSON, register       bool
 	)
 	switch sub {
+	case "generate":
+		fs.BoolVar(&register, "add", false, "also register the new key's digest (needs -config and the add flags)")
+		fallthrough
 	case "add":
 		fs.StringVar(&kind, "kind", "", "key family: admin or assistant")
 		fs.StringVar(&org, "org", "", "organization the key belongs to")
@@ -82,6 +96,25 @@ func runKeys(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 		fmt.Fprintf(stderr, "gateway keys %s: %s\n", sub, fmt.Sprintf(format, a...))
 		return exitUsage
 	}
+	if sub == "generate" && !register {
+		if len(positional) != 0 {
+			return usage("unexpected argument")
+		}
+		k, ok := auth.ParseKind(kind)
+		if !ok {
+			return usage("--kind must be admin or assistant")
+		}
+		if org != "" || len(projects) > 0 || len(domains) > 0 || plan != "" || label != "" || *configPath != "" {
+			return usage("--org, --project, --domain, --plan, --label and -config register the key: add --add")
+		}
+		key, err := auth.Generate(k)
+		if err != nil {
+			fmt.Fprintf(stderr, "gateway keys generate: %v\n", err)
+			return exitFailure
+		}
+		fmt.Fprintln(stdout, key)
+		return exitOK
+	}
 	if *configPath == "" {
 		return usage("-config FILE is required")
 	}
@@ -99,7 +132,7 @@ func runKeys(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 
 	// Everything that can be checked before the key is read is checked first.
 	var entry auth.Entry
-	if sub == "add" {
+	if sub == "add" || sub == "generate" {
 		k, ok := auth.ParseKind(kind)
 		if !ok {
 			return usage("--kind must be admin or assistant")
@@ -130,8 +163,13 @@ func runKeys(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 		return exitFailure
 	}
 	switch sub {
-	case "add":
-		key, err := readKey(stdin, stderr)
+	case "add", "generate":
+		var key string
+		if sub == "generate" {
+			key, err = auth.Generate(mustKind(entry.Kind))
+		} else {
+			key, err = readKey(stdin, stderr)
+		}
 		if err != nil {
 			return fail(err)
 		}
@@ -139,13 +177,21 @@ func runKeys(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 		if reason != 0 {
 			return fail(keyRefusal(reason, entry.Kind))
 		}
+		if err := auth.CheckStrength(key, mustKind(entry.Kind)); err != nil {
+			return fail(fmt.Errorf("the key on standard input: %w", err))
+		}
 		entry.Digest = id.Digest
-		entry.Created = time.Now().UTC().Round(0)
 		err = withStore(ctx, cfg, func(s keyStore) error { return s.Add(ctx, entry) })
 		if err != nil {
 			return fail(err)
 		}
-		fmt.Fprintln(stdout, entry.Digest)
+		if sub == "generate" {
+			// The key goes to standard output alone, so `> key.txt` captures exactly it.
+			fmt.Fprintln(stdout, key)
+			fmt.Fprintf(stderr, "gateway keys generate: registered digest %s\n", entry.Digest)
+		} else {
+			fmt.Fprintln(stdout, entry.Digest)
+		}
 		reloadHint(stderr, cfg)
 	case "revoke":
 		err := withStore(ctx, cfg, func(s keyStore) error { return s.Revoke(ctx, positional[0]) })
@@ -253,6 +299,13 @@ func withStore(ctx context.Context, cfg *config.Config, f func(keyStore) error) 
 	if path == "" {
 		return errors.New("nowhere to keep keys: the config sets neither redis.addrs nor auth.keys_file")
 	}
+	// One writer at a time across processes: the CLI and a running gateway's POST/DELETE
+	// /keys both read, change and rewrite this file.
+	unlock, err := auth.LockKeysFile(ctx, path)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	entries, err := auth.LoadKeysFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		entries, err = nil, nil // the first add creates it

@@ -24,6 +24,9 @@ func keysRun(t *testing.T, stdin string, args ...string) (code int, stdout, stde
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, gatewayBin, append([]string{"keys"}, args...)...)
+	// A race-detector binary sleeps a second at exit by default, to report late races; a CLI
+	// command has none in flight by then.
+	cmd.Env = append(os.Environ(), "GORACE=atexit_sleep_ms=0")
 	cmd.Stdin = strings.NewReader(stdin)
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
@@ -78,8 +81,8 @@ func (k *keyCLI) listJSON() map[string]auth.Entry {
 
 // Secrets used in these tests: the part after the prefix must never show up anywhere.
 const (
-	cliAssistantKey = "svc_dsc_Qx7cliAssistantSecret"
-	cliAdminKey     = "svc_Qx7cliAdminSecret"
+	cliAssistantKey = "svc_dsc_Qx7cliAssistantSecret-0123456789"
+	cliAdminKey     = "svc_Qx7cliAdminSecret_0123456789abcdef"
 	secretMark      = "Qx7cli"
 )
 
@@ -128,7 +131,9 @@ func exerciseKeysCLI(t *testing.T, k *keyCLI) {
 		{"svc_dsc_" + secretMark + "z\n", []string{"add", "-config", cfg, "--kind", "assistant", "--org", "acme"}, 2},                   // no domain
 		{"svc_dsc_" + secretMark + "z\n", []string{"add", "-config", cfg, "--kind", "assistant", "--org", "acme", "--project", "p"}, 2}, // project on assistant
 		{"svc_dsc_" + secretMark + "z\n", []string{"add", "-config", cfg, "--kind", "root", "--org", "acme", "--domain", "d"}, 2},
-		{"svc_dsc_" + secretMark + "z\n", []string{"add", "--kind", "assistant", "--org", "acme", "--domain", "d"}, 2}, // no -config
+		{"svc_dsc_" + secretMark + "z\n", []string{"add", "--kind", "assistant", "--org", "acme", "--domain", "d"}, 2},                // no -config
+		{"svc_dsc_" + secretMark + "\n", []string{"add", "-config", cfg, "--kind", "assistant", "--org", "acme", "--domain", "d"}, 1}, // weak
+		{"svc_1\n", []string{"add", "-config", cfg, "--kind", "admin", "--org", "acme", "--project", "p"}, 1},                         // weak
 		{"", []string{"revoke", "-config", cfg}, 2},
 		{"", []string{"revoke", "-config", cfg, "svc_dsc_" + secretMark}, 2},
 		{"", []string{"revoke", "-config", cfg, auth.Digest("svc_nobody")}, 1},
@@ -200,7 +205,8 @@ func TestKeysCLIKeysFile(t *testing.T) {
 	if err != nil || len(entries) != 2 {
 		t.Fatalf("LoadKeysFile: %v %v", entries, err)
 	}
-	if ents, _ := os.ReadDir(dir); len(ents) != 1 {
+	// Beside it only its writers' lock file (kept, so that two writers never lock two files).
+	if ents, _ := os.ReadDir(dir); len(ents) != 2 || ents[0].Name() != "keys.yaml" || ents[1].Name() != "keys.yaml.lock" {
 		t.Fatalf("stray files next to the keys file: %v", ents)
 	}
 
@@ -247,7 +253,7 @@ func TestKeysCLIRedis(t *testing.T) {
 	}
 
 	// A revocation through the CLI reaches a replica that has the key cached within a second.
-	d3 := strings.TrimSpace(k.must("svc_dsc_"+secretMark+"Third\n", "add", "-config", cfg, "--kind", "assistant", "--org", "acme", "--domain", "d"))
+	d3 := strings.TrimSpace(k.must("svc_dsc_"+secretMark+"Third-0123456789abcdef\n", "add", "-config", cfg, "--kind", "assistant", "--org", "acme", "--domain", "d"))
 	if e, ok, _ := replica.Lookup(ctx, d3); !ok || !e.Active() {
 		t.Fatalf("replica before revoke: %+v %v", e, ok)
 	}

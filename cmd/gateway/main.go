@@ -61,7 +61,7 @@ func parseFlags(args []string, stderr io.Writer) (flags, error) {
 	fs.BoolVar(&f.checkConfig, "check-config", false, "validate the config file and exit")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: gateway -config FILE [-dev] [-check-config] | -version\n"+
-			"       gateway keys add|revoke|list -config FILE ...   (gateway keys -h)\n\n")
+			"       gateway keys generate|add|revoke|list ...   (gateway keys -h)\n\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {

@@ -80,13 +80,16 @@ func serve(ctx context.Context, path string, cfg *config.Config, dev bool) error
 	}
 	defer stopLog()
 
-	var tlsCert *tls.Certificate
-	if cfg.TLS != nil {
-		cert, err := tls.LoadX509KeyPair(cfg.TLS.CertFile, cfg.TLS.KeyFile)
-		if err != nil {
-			return configError{fmt.Errorf("invalid config: tls: %w", err)}
+	tlsCert, err := loadCert("tls", cfg.TLS)
+	if err != nil {
+		return err
+	}
+	// The admin listener follows the public one unless admin_tls names its own files.
+	adminCert := tlsCert
+	if cfg.AdminTLS != nil {
+		if adminCert, err = loadCert("admin_tls", cfg.AdminTLS); err != nil {
+			return err
 		}
-		tlsCert = &cert
 	}
 
 	reg := prometheus.NewRegistry()
@@ -158,6 +161,7 @@ func serve(ctx context.Context, path string, cfg *config.Config, dev bool) error
 		return fmt.Errorf("admin_listen %s: %w", cfg.AdminListen, err)
 	}
 
+	warnAdminExposure(cfg, log)
 	pub := publicServer(cfg, gw, tlsCert, log)
 	admin := &http.Server{
 		Handler: admin.Handler(admin.Options{
@@ -172,6 +176,9 @@ func serve(ctx context.Context, path string, cfg *config.Config, dev bool) error
 			Keys:         keyManager,
 			KnownPlan:    rl.knownPlan,
 			Token:        cfg.AdminToken,
+			Hosts:        cfg.AdminHosts,
+			FailureLimit: cfg.Auth.FailureLimit,
+			IPv6Prefix:   cfg.ClientIP.IPv6Prefix,
 			UsageTimeout: cfg.Redis.Timeout * 10,
 			Logger:       log.Named("admin"),
 		}),
@@ -188,13 +195,21 @@ func serve(ctx context.Context, path string, cfg *config.Config, dev bool) error
 		}
 		errc <- pub.Serve(pubLn)
 	}()
-	go func() { errc <- admin.Serve(adminLn) }()
+	go func() {
+		if adminCert != nil {
+			admin.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{*adminCert}}
+			errc <- admin.ServeTLS(adminLn, "", "")
+			return
+		}
+		errc <- admin.Serve(adminLn)
+	}()
 	log.Info("gateway started",
 		zap.String("version", version),
 		zap.String("listen", pubLn.Addr().String()),
 		zap.String("admin_listen", adminLn.Addr().String()),
 		zap.String("upstream", cfg.Upstream.URL),
 		zap.Bool("tls", tlsCert != nil),
+		zap.Bool("admin_tls", adminCert != nil),
 		zap.String("auth_mode", cfg.Auth.Mode))
 
 	hup := make(chan os.Signal, 1)
@@ -269,6 +284,29 @@ func publicServer(cfg *config.Config, h http.Handler, cert *tls.Certificate, log
 	}
 	srv.Protocols = &p
 	return srv
+}
+
+func loadCert(key string, c *config.TLS) (*tls.Certificate, error) {
+	if c == nil {
+		return nil, nil
+	}
+	cert, err := tls.LoadX509KeyPair(c.CertFile, c.KeyFile)
+	if err != nil {
+		return nil, configError{fmt.Errorf("invalid config: %s: %w", key, err)}
+	}
+	return &cert, nil
+}
+
+// warnAdminExposure says once, at start, who can reach what when the admin listener accepts
+// connections from other hosts without a token.
+func warnAdminExposure(cfg *config.Config, log *zap.Logger) {
+	if cfg.AdminToken != "" || admin.IsLoopbackListen(cfg.AdminListen) {
+		return
+	}
+	log.Warn("admin_listen accepts connections from other hosts and admin_token is empty: anyone who can reach " +
+		cfg.AdminListen + " can read /metrics, the usage endpoints and page (tenants' usage) and /debug/pprof; " +
+		"key and reload writes are refused (403 admin_token_required) until admin_token (GATEWAY_ADMIN_TOKEN) is set. " +
+		"Set admin_token, or restrict the port with a network policy.")
 }
 
 // storeKind names the limit store for the usage page.

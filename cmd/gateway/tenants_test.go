@@ -41,7 +41,7 @@ func TestRegistryAcrossReplicas(t *testing.T) {
 	b := startGateway(t, upURL, cfg)
 	cfgFile := writeConfig(t, fmt.Sprintf("upstream: {url: %q}\n%s", upURL, cfg))
 
-	const key = "svc_dsc_registered0123456789"
+	const key = "svc_dsc_registered0123456789registered"
 	digest := keysCLI(t, key+"\n", "add", "-config", cfgFile, "--kind", "assistant", "--org", "acme", "--domain", "acme-docs")
 	if len(digest) != 64 {
 		t.Fatalf("keys add printed %q, want a digest", digest)
@@ -95,7 +95,8 @@ func TestRegistryAcrossReplicas(t *testing.T) {
 // limits apply, the bad file is refused and logged, and the running config stays.
 func TestReloadUnderLoad(t *testing.T) {
 	upURL, _ := recordingUpstream(t)
-	p := startGateway(t, upURL, "limits:\n  agent_job_per_project: {limit: 1000000}\n")
+	const token = "reload-admin-token-0123456789"
+	p := startGateway(t, upURL, "admin_token: "+token+"\nlimits:\n  agent_job_per_project: {limit: 1000000}\n")
 	cfgPath := p.cmd.Args[2]
 
 	var stop atomic.Bool
@@ -156,6 +157,7 @@ func TestReloadUnderLoad(t *testing.T) {
 
 	// POST /reload answers the outcome: the bad file is still in place.
 	req, _ := http.NewRequest("POST", "http://"+p.admin+"/reload", nil)
+	req.Header.Set("Authorization", "Bearer "+token)
 	r2, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -167,7 +169,9 @@ func TestReloadUnderLoad(t *testing.T) {
 	if err := os.WriteFile(cfgPath, []byte(good), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if r3, err := http.DefaultClient.Do(mustRequest(t, "POST", "http://"+p.admin+"/reload")); err != nil || r3.StatusCode != 200 {
+	req = mustRequest(t, "POST", "http://"+p.admin+"/reload")
+	req.Header.Set("Authorization", "Bearer "+token)
+	if r3, err := http.DefaultClient.Do(req); err != nil || r3.StatusCode != 200 {
 		t.Fatalf("POST /reload with a good file: %v %v", err, r3)
 	}
 }
@@ -186,10 +190,13 @@ func mustRequest(t *testing.T, method, url string) *http.Request {
 func TestAdminKeysWithKeysFile(t *testing.T) {
 	upURL, _ := recordingUpstream(t)
 	keysFile := t.TempDir() + "/keys.yaml"
-	p := startGateway(t, upURL, fmt.Sprintf("auth:\n  mode: registry\n  keys_file: %q\n", keysFile))
-	const key = "svc_viaadmin0123456789"
+	const token = "keys-admin-token-0123456789"
+	p := startGateway(t, upURL, fmt.Sprintf("admin_token: %s\nauth:\n  mode: registry\n  keys_file: %q\n", token, keysFile))
+	const key = "svc_viaadmin0123456789viaadmin0123"
 	add, _ := http.NewRequest("POST", "http://"+p.admin+"/keys",
 		strings.NewReader(`{"key":"`+key+`","kind":"admin","org":"acme","projects":["p1"]}`))
+	add.Header.Set("Authorization", "Bearer "+token)
+	add.Header.Set("Content-Type", "application/json")
 	res, err := http.DefaultClient.Do(add)
 	if err != nil || res.StatusCode != 201 {
 		t.Fatalf("POST /keys: %v %v", err, res)
@@ -207,6 +214,7 @@ func TestAdminKeysWithKeysFile(t *testing.T) {
 		t.Fatalf("after a reload: %d (the added key was lost)", r.StatusCode)
 	}
 	del, _ := http.NewRequest("DELETE", "http://"+p.admin+"/keys/"+sha256hex(key), nil)
+	del.Header.Set("Authorization", "Bearer "+token)
 	if res, err := http.DefaultClient.Do(del); err != nil || res.StatusCode != 200 {
 		t.Fatalf("DELETE /keys: %v %v", err, res)
 	}

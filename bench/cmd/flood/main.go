@@ -74,7 +74,7 @@ func main() {
 	}
 }
 
-const legitKey = "svc_dsc_legitimatetenant0001"
+const legitKey = "svc_dsc_legitimatetenant0001legitimate"
 
 func run(o options, procs *child.Group) error {
 	dir, err := os.MkdirTemp("", "flood-")

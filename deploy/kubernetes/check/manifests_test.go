@@ -6,6 +6,7 @@ package check
 
 import (
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -16,6 +17,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -67,6 +69,7 @@ type manifests struct {
 	pdbs        []*policyv1.PodDisruptionBudget
 	hpas        []*autoscalingv2.HorizontalPodAutoscaler
 	monitors    []*serviceMonitor
+	policies    []*networkingv1.NetworkPolicy
 }
 
 var docSep = regexp.MustCompile(`(?m)^---\s*$`)
@@ -145,6 +148,10 @@ func (m *manifests) add(doc []byte) error {
 		o := &autoscalingv2.HorizontalPodAutoscaler{}
 		m.hpas = append(m.hpas, o)
 		return strict(o)
+	case "networking.k8s.io/v1 NetworkPolicy":
+		o := &networkingv1.NetworkPolicy{}
+		m.policies = append(m.policies, o)
+		return strict(o)
 	case "monitoring.coreos.com/v1 ServiceMonitor":
 		o := &serviceMonitor{}
 		m.monitors = append(m.monitors, o)
@@ -175,7 +182,10 @@ func TestStrictDecodeRejectsTypos(t *testing.T) {
 type gatewayConfig struct {
 	Listen      string `json:"listen"`
 	AdminListen string `json:"admin_listen"`
-	Server      struct {
+	ClientIP    struct {
+		TrustedProxies []string `json:"trusted_proxies"`
+	} `json:"client_ip"`
+	Server struct {
 		ShutdownDelay string `json:"shutdown_delay"`
 		ShutdownGrace string `json:"shutdown_grace"`
 	} `json:"server"`
@@ -200,6 +210,23 @@ func TestBaseFitsTogether(t *testing.T) {
 	}
 	if !strings.HasPrefix(cfg.AdminListen, "0.0.0.0:") && !strings.HasPrefix(cfg.AdminListen, ":") {
 		t.Errorf("admin_listen %q: probes and Prometheus cannot reach a loopback listener", cfg.AdminListen)
+	}
+	// Only the ingress controller's X-Forwarded-For is believed: a range as wide as the pod
+	// network would let any pod spoof client IPs past auth.failure_limit and the per-IP limit.
+	for _, p := range cfg.ClientIP.TrustedProxies {
+		prefix, err := netip.ParsePrefix(p)
+		if err != nil {
+			if a, aerr := netip.ParseAddr(p); aerr == nil {
+				prefix, err = netip.PrefixFrom(a, a.BitLen()), nil
+			}
+		}
+		if err != nil {
+			t.Errorf("client_ip.trusted_proxies: %q is not a CIDR", p)
+			continue
+		}
+		if prefix.Bits() < 24 {
+			t.Errorf("client_ip.trusted_proxies: %s is wider than a /24: trust the ingress controller's addresses only, not the pod network", p)
+		}
 	}
 	delay, err1 := time.ParseDuration(cfg.Server.ShutdownDelay)
 	grace, err2 := time.ParseDuration(cfg.Server.ShutdownGrace)
@@ -346,6 +373,50 @@ func TestBaseFitsTogether(t *testing.T) {
 		if sm.Spec.JobLabel == "" && svc.Name != "gateway" {
 			t.Errorf("the job label would be %q; deploy/prometheus/alerts.yaml expects gateway", svc.Name)
 		}
+	}
+}
+
+// The NetworkPolicy lets the ingress controller reach the public port only, and Prometheus
+// the admin port only: each rule names one peer and one of the Deployment's named ports.
+func TestNetworkPolicy(t *testing.T) {
+	m := load(t, baseDir)
+	if t.Failed() || len(m.deployments) != 1 {
+		t.FailNow()
+	}
+	if len(m.policies) != 1 {
+		t.Fatalf("want one NetworkPolicy, got %d", len(m.policies))
+	}
+	np, d := m.policies[0], m.deployments[0]
+	if !selects(&np.Spec.PodSelector, d.Spec.Template.Labels) {
+		t.Fatal("the NetworkPolicy does not select the gateway pods")
+	}
+	if len(np.Spec.PolicyTypes) != 1 || np.Spec.PolicyTypes[0] != networkingv1.PolicyTypeIngress {
+		t.Fatalf("policyTypes %v, want [Ingress]", np.Spec.PolicyTypes)
+	}
+	containerPorts := map[string]int32{}
+	for _, p := range d.Spec.Template.Spec.Containers[0].Ports {
+		containerPorts[p.Name] = p.ContainerPort
+	}
+	// Which port each peer may reach, by the peer's pod label.
+	reach := map[string][]string{}
+	for i, rule := range np.Spec.Ingress {
+		if len(rule.From) != 1 || len(rule.Ports) != 1 {
+			t.Fatalf("ingress[%d]: want one peer and one port, got %d and %d", i, len(rule.From), len(rule.Ports))
+		}
+		peer := rule.From[0]
+		if peer.IPBlock != nil || peer.PodSelector == nil || peer.NamespaceSelector == nil ||
+			len(peer.PodSelector.MatchLabels) == 0 || len(peer.NamespaceSelector.MatchLabels) == 0 {
+			t.Fatalf("ingress[%d]: the peer must name both a namespace and pods (an empty selector lets everybody in)", i)
+		}
+		port := rule.Ports[0]
+		if port.Port == nil || port.Port.Type != intstr.String || containerPorts[port.Port.StrVal] == 0 {
+			t.Fatalf("ingress[%d]: port %v is not a named port of the gateway container", i, port.Port)
+		}
+		name := peer.PodSelector.MatchLabels["app.kubernetes.io/name"]
+		reach[name] = append(reach[name], port.Port.StrVal)
+	}
+	if strings.Join(reach["ingress-nginx"], ",") != "http" || strings.Join(reach["prometheus"], ",") != "admin" || len(reach) != 2 {
+		t.Fatalf("who reaches what: %v; want the ingress controller on http only and Prometheus on admin only", reach)
 	}
 }
 

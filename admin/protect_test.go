@@ -1,0 +1,294 @@
+package admin
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/docsgate/gateway/auth"
+)
+
+const protectToken = "protect-test-token-0123456789"
+
+// protected is an admin handler with keys and reload, a token, the admin_hosts given, and
+// its audit lines observed.
+func protected(t *testing.T, token string, failureLimit int, hosts ...string) (*httptest.Server, *auth.MemoryRegistry, *int, *observer.ObservedLogs) {
+	t.Helper()
+	reg, err := auth.NewMemoryRegistry(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	core, logs := observer.New(zap.InfoLevel)
+	reloads := new(int)
+	srv := httptest.NewServer(Handler(Options{
+		Ready:        func() (bool, string) { return true, "ready" },
+		Metrics:      http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("metrics")) }),
+		Keys:         reg,
+		Reload:       func() error { *reloads++; return nil },
+		Token:        token,
+		Hosts:        hosts,
+		FailureLimit: failureLimit,
+		Logger:       zap.New(core),
+	}))
+	t.Cleanup(srv.Close)
+	return srv, reg, reloads, logs
+}
+
+type answer struct {
+	status int
+	code   string
+	header http.Header
+	body   string
+}
+
+func do(t *testing.T, srv *httptest.Server, method, path string, header map[string]string, body string) answer {
+	t.Helper()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequest(method, srv.URL+path, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range header {
+		if k == "Host" {
+			req.Host = v
+			continue
+		}
+		req.Header.Set(k, v)
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	data, _ := io.ReadAll(res.Body)
+	var m struct {
+		Code string `json:"code"`
+	}
+	_ = json.Unmarshal(data, &m)
+	return answer{res.StatusCode, m.Code, res.Header, string(data)}
+}
+
+// Only IP literals, localhost and the names of admin_hosts reach the listener: a DNS
+// rebinding page names a host of its own.
+func TestHostCheck(t *testing.T) {
+	srv, _, _, _ := protected(t, protectToken, 0, "gateway-admin.example.com")
+	bearer := "Bearer " + protectToken
+	for host, want := range map[string]int{
+		"127.0.0.1":                      200,
+		"127.0.0.1:9090":                 200,
+		"[::1]:9090":                     200,
+		"10.1.2.3:9090":                  200,
+		"localhost:9090":                 200,
+		"LocalHost.":                     200,
+		"gateway-admin.example.com":      200,
+		"GATEWAY-ADMIN.example.com:443":  200,
+		"attacker.example":               421,
+		"attacker.example:9090":          421,
+		"localhost.attacker.example":     421,
+		"127.0.0.1.attacker.example":     421,
+		"example.com":                    421,
+		"gateway-admin.example.com.evil": 421,
+	} {
+		for _, path := range []string{"/metrics", "/healthz"} {
+			a := do(t, srv, "GET", path, map[string]string{"Host": host, "Authorization": bearer}, "")
+			if a.status != want || (want == 421 && a.code != "misdirected_request") {
+				t.Errorf("GET %s Host %q: %d %s, want %d", path, host, a.status, a.body, want)
+			}
+		}
+	}
+}
+
+// The write rules of every write endpoint: each combination of browser context and body type
+// gets the answer a person would expect, and a refused request changes nothing.
+func TestWriteMatrix(t *testing.T) {
+	digest := auth.Digest("svc_matrixkey0123456789abcdefgh")
+	jsonBody := `{"digest":"` + digest + `","kind":"admin","org":"acme","projects":["p1"]}`
+	endpoints := []struct {
+		method, path string
+		body         string // the JSON body it takes ("" for none)
+		ok           int
+	}{
+		{"POST", "/keys", jsonBody, 201},
+		{"POST", "/reload", "", 200},
+		{"DELETE", "/keys/" + digest, "", 200},
+	}
+	contexts := []struct {
+		name  string
+		hdr   map[string]string
+		cross bool
+	}{
+		{"cross-site", map[string]string{"Sec-Fetch-Site": "cross-site", "Origin": "http://127.0.0.2:8000"}, true},
+		{"same-site", map[string]string{"Sec-Fetch-Site": "same-site", "Origin": "http://127.0.0.1:8000"}, true},
+		{"other origin, no Sec-Fetch-Site", map[string]string{"Origin": "http://attacker.example"}, true},
+		{"null origin", map[string]string{"Origin": "null"}, true},
+		{"same-origin", map[string]string{"Sec-Fetch-Site": "same-origin"}, false},
+		{"typed by the user", map[string]string{"Sec-Fetch-Site": "none"}, false},
+		{"same origin, no Sec-Fetch-Site", nil, false}, // Origin equal to the server's, set below
+		{"no browser headers", map[string]string{}, false},
+	}
+	bodies := []struct{ name, ctype string }{
+		{"json", "application/json; charset=utf-8"},
+		{"text/plain", "text/plain"},
+		{"form", "application/x-www-form-urlencoded"},
+		{"none", ""},
+	}
+	for _, c := range contexts {
+		for _, b := range bodies {
+			for _, e := range endpoints {
+				srv, reg, reloads, _ := protected(t, protectToken, 0)
+				if e.method == "DELETE" {
+					if err := reg.Add(t.Context(), auth.Entry{Digest: digest, Kind: "admin", Org: "acme", Projects: []string{"p1"}}); err != nil {
+						t.Fatal(err)
+					}
+				}
+				h := map[string]string{"Authorization": "Bearer " + protectToken}
+				for k, v := range c.hdr {
+					h[k] = v
+				}
+				if c.hdr == nil {
+					h["Origin"] = srv.URL
+				}
+				if b.ctype != "" {
+					h["Content-Type"] = b.ctype
+				}
+				before, _ := reg.List(t.Context())
+				a := do(t, srv, e.method, e.path, h, e.body)
+
+				want, code := e.ok, ""
+				switch {
+				case c.cross:
+					want, code = 403, "cross_origin_refused"
+				case b.name != "json" && e.body != "":
+					want, code = 415, "unsupported_media_type"
+				}
+				if a.status != want || a.code != code {
+					t.Errorf("%s %s, %s, %s body: %d %s, want %d %s", e.method, e.path, c.name, b.name, a.status, a.body, want, code)
+				}
+				for k := range a.header {
+					if strings.HasPrefix(strings.ToLower(k), "access-control-") {
+						t.Errorf("%s %s answered with a CORS header %s", e.method, e.path, k)
+					}
+				}
+				if want >= 400 {
+					after, _ := reg.List(t.Context())
+					if len(after) != len(before) || *reloads != 0 || (len(after) == 1 && !after[0].Active()) {
+						t.Errorf("%s %s, %s, %s body: refused, yet it changed something", e.method, e.path, c.name, b.name)
+					}
+				}
+			}
+		}
+	}
+}
+
+// A body the endpoint does not take must still be JSON: text/plain or a form is what a page of
+// another site can send without a preflight.
+func TestBodilessWriteRefusesOtherBodies(t *testing.T) {
+	srv, _, reloads, _ := protected(t, protectToken, 0)
+	auth := "Bearer " + protectToken
+	for ctype, want := range map[string]int{"text/plain": 415, "application/x-www-form-urlencoded": 415, "": 415, "application/json": 200} {
+		a := do(t, srv, "POST", "/reload", map[string]string{"Authorization": auth, "Content-Type": ctype}, `{"x":"=y"}`)
+		if a.status != want {
+			t.Errorf("POST /reload with a %q body: %d %s, want %d", ctype, a.status, a.body, want)
+		}
+	}
+	if *reloads != 1 {
+		t.Fatalf("%d reloads, want 1", *reloads)
+	}
+}
+
+// No answer of the admin listener carries a CORS header, preflights included.
+func TestNoCORS(t *testing.T) {
+	srv, _, _, _ := protected(t, protectToken, 0)
+	for _, c := range []struct{ method, path string }{{"OPTIONS", "/keys"}, {"OPTIONS", "/reload"}, {"GET", "/metrics"}, {"OPTIONS", "/usage/key"}} {
+		a := do(t, srv, c.method, c.path, map[string]string{
+			"Origin": "http://attacker.example", "Access-Control-Request-Method": "POST",
+			"Access-Control-Request-Headers": "authorization, content-type", "Authorization": "Bearer " + protectToken,
+		}, "")
+		for k := range a.header {
+			if strings.HasPrefix(strings.ToLower(k), "access-control-") {
+				t.Errorf("%s %s: %s: %v", c.method, c.path, k, a.header[k])
+			}
+		}
+	}
+}
+
+// Wrong tokens count against the client's budget: past it every request of the client gets
+// 429 (its token is not even compared, so the right one fails too) until its minute ends.
+// Requests without credentials (a browser's first request) do not count.
+func TestAdminFailureBudget(t *testing.T) {
+	srv, _, _, _ := protected(t, protectToken, 3)
+	for range 10 {
+		if a := do(t, srv, "GET", "/metrics", nil, ""); a.status != 401 {
+			t.Fatalf("no credentials: %d", a.status)
+		}
+	}
+	if a := do(t, srv, "GET", "/metrics", map[string]string{"Authorization": "Bearer " + protectToken}, ""); a.status != 200 {
+		t.Fatalf("requests without credentials spent the budget: %d", a.status)
+	}
+	for _, guess := range []string{"x", protectToken[:len(protectToken)-1], protectToken + "x"} {
+		if a := do(t, srv, "GET", "/metrics", map[string]string{"Authorization": "Bearer " + guess}, ""); a.status != 401 {
+			t.Fatalf("guess %q: %d", guess, a.status)
+		}
+	}
+	a := do(t, srv, "GET", "/metrics", map[string]string{"Authorization": "Bearer " + protectToken}, "")
+	if a.status != 429 || a.code != "too_many_auth_failures" || a.header.Get("Retry-After") == "" {
+		t.Fatalf("after 3 wrong tokens: %d %s %v", a.status, a.body, a.header)
+	}
+	// Basic auth counts alike, and health checks stay open.
+	if a := do(t, srv, "GET", "/healthz", nil, ""); a.status != 200 {
+		t.Fatalf("/healthz: %d", a.status)
+	}
+}
+
+// Every write leaves one audit line: the actor (Basic user name, or "token"), the action, the
+// target (a digest or the path) and the result, whatever the outcome; never a key.
+func TestAuditLines(t *testing.T) {
+	srv, _, _, logs := protected(t, protectToken, 0)
+	const key = "svc_auditkey0123456789abcdefghij"
+	basic := func(user string) map[string]string {
+		req, _ := http.NewRequest("GET", "/", nil)
+		req.SetBasicAuth(user, protectToken)
+		return map[string]string{"Authorization": req.Header.Get("Authorization"), "Content-Type": "application/json"}
+	}
+	bearer := map[string]string{"Authorization": "Bearer " + protectToken, "Content-Type": "application/json"}
+	do(t, srv, "POST", "/keys", basic("alice"), `{"key":"`+key+`","kind":"admin","org":"acme","projects":["p1"]}`)
+	do(t, srv, "DELETE", "/keys/"+auth.Digest(key), bearer, "")
+	do(t, srv, "POST", "/reload", bearer, "")
+	do(t, srv, "POST", "/keys", map[string]string{"Sec-Fetch-Site": "cross-site", "Content-Type": "text/plain", "Authorization": "Bearer " + protectToken}, `{"key":"`+key+`"}`)
+	do(t, srv, "POST", "/reload", map[string]string{"Authorization": "Bearer wrong"}, "")
+	do(t, srv, "GET", "/keys", bearer, "") // a read: no audit line
+
+	type line struct{ actor, action, target, result string }
+	want := []line{
+		{"alice", "keys.add", auth.Digest(key), "ok"},
+		{"token", "keys.revoke", auth.Digest(key), "ok"},
+		{"token", "reload", "/reload", "ok"},
+		{"token", "keys.add", "/keys", "cross_origin_refused"},
+		{"token", "reload", "/reload", "invalid_credentials"},
+	}
+	entries := logs.FilterMessage("admin write").All()
+	if len(entries) != len(want) {
+		t.Fatalf("%d audit lines, want %d: %v", len(entries), len(want), entries)
+	}
+	for i, e := range entries {
+		f := e.ContextMap()
+		got := line{f["actor"].(string), f["action"].(string), f["target"].(string), f["result"].(string)}
+		if got != want[i] {
+			t.Errorf("audit line %d: %+v, want %+v", i, got, want[i])
+		}
+		for _, v := range f {
+			if s, ok := v.(string); ok && strings.Contains(s, "auditkey") {
+				t.Errorf("audit line %d holds the key: %v", i, f)
+			}
+		}
+	}
+}
