@@ -45,7 +45,7 @@ func quotaStores(memory, cluster bool) []quotaStore {
 const reloadMarker = "# reloaded below\n"
 
 // reloadConfig replaces what follows reloadMarker in p's config file with body and reloads it
-// through POST /reload, which must accept it.
+// through POST /reload, which must accept it (the config sets admin_token: adminToken).
 func reloadConfig(t *testing.T, p *proc, body string) {
 	t.Helper()
 	path := p.cmd.Args[2]
@@ -60,7 +60,9 @@ func reloadConfig(t *testing.T, p *proc, body string) {
 	if err := os.WriteFile(path, []byte(string(old[:i])+reloadMarker+body), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	res, err := http.Post("http://"+p.admin+"/reload", "", nil)
+	req := mustRequest(t, "POST", "http://"+p.admin+"/reload")
+	req.Header.Set("Authorization", "Bearer "+adminToken) // writes need the admin token
+	res, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,7 +181,7 @@ orgs:
   beta: [beta-docs]
 `, agentAlgo, acmePlan)
 			}
-			p := startGateway(t, up, s.start(t)+reloadMarker+limitsCfg(fixed, ""))
+			p := startGateway(t, up, s.start(t)+fmt.Sprintf("admin_token: %q\n", adminToken)+reloadMarker+limitsCfg(fixed, ""))
 			stop := make(chan struct{})
 			load, wg := hammer(p, stop, "svc_load", `{"prompt":"x"}`, "/v2/agent/load0/job", "/v2/agent/load1/job", "/v2/agent/load2/job")
 			agent := func(n int, project string) int {
