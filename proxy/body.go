@@ -38,7 +38,10 @@ func (g *Gateway) readBody(s *scope, r *http.Request) bool {
 	}
 	var body []byte
 	if r.ContentLength != 0 || len(r.TransferEncoding) > 0 {
-		setReadDeadline(s.rw.ResponseWriter, time.Now().Add(g.readTimeout))
+		if !s.http1 {
+			// HTTP/1 bodies are bounded from the request's arrival (ServeHTTP).
+			setReadDeadline(s.rw.ResponseWriter, time.Now().Add(g.readTimeout))
+		}
 		s.inBody = nil // read here: a refusal from now on closes the connection, no second drain
 		var err error
 		var buf []byte

@@ -32,7 +32,9 @@ type scope struct {
 	// trustedPeer: the TCP peer is a trusted proxy, whose X-Forwarded-For chain is kept.
 	trustedPeer bool
 	http1       bool      // the client speaks HTTP/1.x
-	bodyUnread  bool      // the request has a body the gateway has not read (yet)
+	// bodyUnread: the request has a body the gateway has not read (yet). An answer written
+	// while it is set first deals with that body (see responseWriter.answering).
+	bodyUnread bool
 	inBody      io.Reader // the request's body as the client sends it
 	inLength    int64     // its declared length; -1 when unknown (chunked)
 	digest      string    // SHA-256 of the key once auth accepted it; never the key
@@ -115,6 +117,7 @@ func isVisibleASCII(s string) bool {
 // connection without any buffering in between.
 type responseWriter struct {
 	http.ResponseWriter
+	scope     *scope // the request it answers
 	status    int
 	bytes     int64
 	firstByte time.Time
@@ -127,6 +130,7 @@ var _ http.Flusher = (*responseWriter)(nil)
 func (w *responseWriter) WriteHeader(code int) {
 	if w.status == 0 && code >= 200 {
 		w.status = code
+		w.answering()
 	}
 	w.ResponseWriter.WriteHeader(code)
 	if w.flushHeader && code >= 200 {
@@ -155,6 +159,7 @@ func (w *responseWriter) flushAside() {
 func (w *responseWriter) Write(p []byte) (int, error) {
 	if w.status == 0 {
 		w.status = http.StatusOK
+		w.answering()
 	}
 	if w.bytes == 0 && len(p) > 0 {
 		w.firstByte = time.Now()
@@ -162,6 +167,16 @@ func (w *responseWriter) Write(p []byte) (int, error) {
 	n, err := w.ResponseWriter.Write(p)
 	w.bytes += int64(n)
 	return n, err
+}
+
+// answering runs once, as the final answer's status is written: every answer, whoever writes
+// it (an error, a preflight, one added later), goes through here, so none can leave a body
+// unread without a bound on the wait for it (see scope.dropUnreadBody). Forwarded requests
+// have read their body by then: one flag test.
+func (w *responseWriter) answering() {
+	if s := w.scope; s != nil && s.bodyUnread {
+		s.dropUnreadBody()
+	}
 }
 
 func (w *responseWriter) Flush() { _ = w.FlushError() }
