@@ -31,13 +31,13 @@ type scope struct {
 	clientIPStr string
 	// trustedPeer: the TCP peer is a trusted proxy, whose X-Forwarded-For chain is kept.
 	trustedPeer bool
-	http1       bool      // the client speaks HTTP/1.x
+	http1       bool // the client speaks HTTP/1.x
 	// bodyUnread: the request has a body the gateway has not read (yet). An answer written
 	// while it is set first deals with that body (see responseWriter.answering).
 	bodyUnread bool
-	inBody      io.Reader // the request's body as the client sends it
-	inLength    int64     // its declared length; -1 when unknown (chunked)
-	digest      string    // SHA-256 of the key once auth accepted it; never the key
+	inBody     io.Reader // the request's body as the client sends it
+	inLength   int64     // its declared length; -1 when unknown (chunked)
+	digest     string    // SHA-256 of the key once auth accepted it; never the key
 
 	// The tenant, once known: org counts assistant_per_org (the key's org in registry mode,
 	// else the org of the path's domain), plan picks the limit set.
