@@ -66,10 +66,10 @@ func TestEarlyAnswersWithUnsentBody(t *testing.T) {
 			json := "Content-Type: application/json"
 			for _, c := range []struct {
 				name, head string // the head without framing and the blank line
-				want           int
-				code           string
-				chunked        bool // also sent chunked: answered before any byte of the body is needed
-				length         int  // declared length
+				want       int
+				code       string
+				chunked    bool // also sent chunked: answered before any byte of the body is needed
+				length     int  // declared length
 			}{
 				{"preflight", "OPTIONS /discovery/v1/assistant/acme/message HTTP/1.1\r\nHost: gw\r\nOrigin: https://docs.example.com\r\n" +
 					"Access-Control-Request-Method: POST\r\n", 204, "", true, 1000},
