@@ -14,6 +14,7 @@ const (
 	codeInvalidCredentials   = "invalid_credentials"
 	codeWrongKeyType         = "wrong_key_type"
 	codeInvalidRequest       = "invalid_request"
+	codeInvalidBody          = "invalid_body"
 	codeUnsupportedMediaType = "unsupported_media_type"
 	codePayloadTooLarge      = "payload_too_large"
 	codeRequestTimeout       = "request_timeout"
