@@ -171,6 +171,9 @@ func (g *Gateway) modifyResponse(res *http.Response) error {
 	res.Body = &s.upBody
 	s.upstreamStatus = res.StatusCode
 	s.upstreamTime = time.Since(s.forwarded)
+	if res.StatusCode == http.StatusUnauthorized || res.StatusCode == http.StatusForbidden {
+		g.upstreamRefusedKey(s, res.StatusCode)
+	}
 	s.route.metrics.UpstreamLatency.Observe(s.upstreamTime.Seconds())
 	if s.route.cors {
 		// The gateway owns CORS for these routes; the upstream's own headers would duplicate

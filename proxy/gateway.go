@@ -60,7 +60,7 @@ type Gateway struct {
 	limitStates         sync.Pool           // *limitState
 	logFields           sync.Pool           // *[]zap.Field for access-log lines
 	streamBodies        bodyBuffers         // streamed requests' bodies, until the upstream has them
-	debits              sync.WaitGroup      // token debits under way (see Close)
+	debits              sync.WaitGroup      // token debits and refunds under way (see Close)
 	authFailures        *auth.FailureBudget // failed authentications per client IP (auth.failure_limit)
 	tracing             *Tracing            // nil: off
 }

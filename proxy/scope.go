@@ -56,7 +56,12 @@ type scope struct {
 	tap            *finishTap // streamed answers: watches for the finish part
 	// tokenHits are the request's tokens limits, debited with its answer's tokens.
 	tokenHits []limits.Hit
-	span      trace.Span // the server span; nil when tracing is off
+	// taken are the units the request's admitting decision took (backed by takenBuf), given
+	// back when the upstream refuses its key; refund names why, once that happened.
+	taken    []limits.Taken
+	takenBuf [4]limits.Taken
+	refund   string
+	span     trace.Span // the server span; nil when tracing is off
 
 	// Storage that lives as long as the request, so the hot path allocates less: the
 	// response writer wrapper, the header values, the replayed body and the log fields.
