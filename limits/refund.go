@@ -73,25 +73,8 @@ func (r *Redis) Refund(ctx context.Context, taken []Taken) error {
 		return nil
 	}
 	if r.cluster != nil && len(keys) > 1 {
-		// The keys may live on different nodes: one call per key, in one pipeline.
-		pipe := r.cluster.Pipeline()
-		cmds := make([]*redis.Cmd, len(keys))
-		for i, k := range keys {
-			cmds[i] = pipe.EvalSha(ctx, giveBackScript.Hash(), []string{k}, args[2*i:2*i+2]...)
-		}
-		_, _ = pipe.Exec(ctx) // errors are inspected per command
-		var errs []error
-		for i, c := range cmds {
-			err := c.Err()
-			if redis.HasErrorPrefix(err, "NOSCRIPT") { // a restarted node: nothing ran there
-				err = r.cluster.Eval(ctx, giveBackLua, []string{keys[i]}, args[2*i:2*i+2]...).Err()
-			}
-			if err != nil && err != redis.Nil {
-				errs = append(errs, err)
-			}
-		}
-		if len(errs) > 0 {
-			return r.followTopology(ctx, fmt.Errorf("limits: refund: %w", errors.Join(errs...)))
+		if err := r.eachKey(ctx, giveBackScript, keys, args, 2); err != nil {
+			return r.followTopology(ctx, fmt.Errorf("limits: refund: %w", err))
 		}
 		return nil
 	}
@@ -161,4 +144,28 @@ func (g *Guard) refund(ctx context.Context, taken []Taken) error {
 		return fmt.Errorf("limits: refund: the store %T cannot give units back", g.s)
 	}
 	return r.Refund(ctx, taken)
+}
+
+// eachKey runs script once per key of a Cluster (each with its per arguments from args), all
+// in one pipeline: the keys may live on different nodes, and go-redis sends each node its
+// commands in one round trip, in parallel. A node that lost the script (restarted) answers
+// NOSCRIPT without running anything, so those keys are sent again with EVAL.
+func (r *Redis) eachKey(ctx context.Context, script *redis.Script, keys []string, args []any, per int) error {
+	pipe := r.cluster.Pipeline()
+	cmds := make([]*redis.Cmd, len(keys))
+	for i, k := range keys {
+		cmds[i] = pipe.EvalSha(ctx, script.Hash(), []string{k}, args[per*i:per*i+per]...)
+	}
+	_, _ = pipe.Exec(ctx) // errors are inspected per command
+	var errs []error
+	for i, c := range cmds {
+		err := c.Err()
+		if redis.HasErrorPrefix(err, "NOSCRIPT") {
+			err = script.Eval(ctx, r.cluster, []string{keys[i]}, args[per*i:per*i+per]...).Err()
+		}
+		if err != nil && err != redis.Nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/docsgate/gateway/internal/redistest"
 )
 
@@ -123,6 +125,27 @@ func TestRefund(t *testing.T) {
 				denied := takeOK(t, s, all)
 				if got := denied.Taken(all, nil); denied.Allowed || len(got) != 0 {
 					t.Fatalf("a denied decision took %+v", got)
+				}
+			})
+			t.Run("AfterScriptFlush", func(t *testing.T) {
+				if b.redis == nil {
+					t.Skip("in process")
+				}
+				s := b.stores(t, 1)[0]
+				hits := refundHits(t, 2, "hour")
+				d := takeOK(t, s, hits)
+				// A restarted Redis has none of the scripts: the refund loads them itself.
+				ctx := context.Background()
+				if cc, ok := b.redis.(*redis.ClusterClient); ok {
+					if err := cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return c.ScriptFlush(ctx).Err() }); err != nil {
+						t.Fatal(err)
+					}
+				} else if err := b.redis.ScriptFlush(ctx).Err(); err != nil {
+					t.Fatal(err)
+				}
+				refund(t, s, d.Taken(hits, nil))
+				if u := used(t, s, hits); u[0] != 0 || u[1] != 0 || u[2] != 0 {
+					t.Fatalf("used %v after a refund on a flushed script cache", u)
 				}
 			})
 			t.Run("BehindAGuard", func(t *testing.T) {
