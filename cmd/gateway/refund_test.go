@@ -70,10 +70,10 @@ func TestInventedKeysLeaveTheQuota(t *testing.T) {
 				}
 
 				// 100 invented keys from 4 addresses (25 each, under auth.failure_limit's 30),
-				// 10 at a time: every one reaches the upstream and is refused there.
+				// 4 at a time: every one reaches the upstream and is refused there.
 				var wg sync.WaitGroup
 				codes := make(chan int, 100)
-				sem := make(chan struct{}, 10)
+				sem := make(chan struct{}, 4)
 				for i := range 100 {
 					wg.Add(1)
 					sem <- struct{}{}
