@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -108,14 +109,30 @@ func TestEarlyAnswersWithUnsentBody(t *testing.T) {
 	}
 }
 
-// 200 preflights that declare a body and never send it, held open by their clients: the
-// gateway answers and closes every one at once, its goroutines go back to where they were
-// while the clients still hold their sockets, and other clients are answered meanwhile.
+// Preflights that declare a body and never send it, held open by their clients: the gateway
+// answers and closes every one at once, its goroutines go back to where they were while the
+// clients still hold their sockets, and other clients are answered meanwhile: 200 of them,
+// and 300 with the gateway limited to 256 open files (the issue's report: accept4 "too many
+// open files" and legitimate requests timing out).
 func TestHeldPreflightsAreReleased(t *testing.T) {
+	t.Run("200", func(t *testing.T) { heldPreflights(t, 200, 0) })
+	t.Run("300 within 256 files", func(t *testing.T) { heldPreflights(t, 300, 256) })
+}
+
+func heldPreflights(t *testing.T, n, files int) {
 	up := newRawUpstream(t, nil)
 	p := startGateway(t, up.URL, "")
+	if files > 0 {
+		prlimit, err := exec.LookPath("prlimit")
+		if err != nil {
+			t.Skip("no prlimit (util-linux) to limit the gateway's open files")
+		}
+		lim := fmt.Sprintf("--nofile=%d:%d", files, files)
+		if out, err := exec.Command(prlimit, "--pid", strconv.Itoa(p.cmd.Process.Pid), lim).CombinedOutput(); err != nil {
+			t.Fatalf("prlimit: %v %s", err, out)
+		}
+	}
 	base := goroutines(t, p)
-	const n = 200
 	conns := make([]net.Conn, n)
 	for i := range conns {
 		c, err := net.Dial("tcp", p.public)
@@ -133,7 +150,7 @@ func TestHeldPreflightsAreReleased(t *testing.T) {
 	req, _ := http.NewRequest("POST", "http://"+p.public+"/v2/agent/other/job", strings.NewReader(`{"prompt":"x"}`))
 	req.Header.Set("Authorization", "Bearer svc_otherSECRET")
 	req.Header.Set("Content-Type", "application/json")
-	res, err := (&http.Client{Timeout: 5 * time.Second}).Do(req)
+	res, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
 	if err != nil || res.StatusCode != 201 {
 		t.Fatalf("another client during the preflights: %v %v", err, res)
 	}
