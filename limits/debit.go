@@ -2,6 +2,7 @@ package limits
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 
@@ -33,8 +34,25 @@ func (r *Redis) Debit(ctx context.Context, hits []Hit, n int64) error {
 		return nil
 	}
 	if r.cluster != nil && len(keys) > 1 {
-		if err := r.eachKey(ctx, debitScript, keys, args, 2); err != nil {
-			return fmt.Errorf("limits: debit: %w", err)
+		// The keys may live on different nodes: one call per key, in one pipeline.
+		pipe := r.cluster.Pipeline()
+		cmds := make([]*redis.Cmd, len(keys))
+		for i, k := range keys {
+			cmds[i] = pipe.EvalSha(ctx, debitScript.Hash(), []string{k}, args[2*i:2*i+2]...)
+		}
+		_, _ = pipe.Exec(ctx) // errors are inspected per command
+		var errs []error
+		for i, c := range cmds {
+			err := c.Err()
+			if redis.HasErrorPrefix(err, "NOSCRIPT") { // a restarted node: nothing ran there
+				err = r.cluster.Eval(ctx, debitLua, []string{keys[i]}, args[2*i:2*i+2]...).Err()
+			}
+			if err != nil && err != redis.Nil {
+				errs = append(errs, err)
+			}
+		}
+		if len(errs) > 0 {
+			return fmt.Errorf("limits: debit: %w", errors.Join(errs...))
 		}
 		return nil
 	}

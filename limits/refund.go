@@ -146,10 +146,12 @@ func (g *Guard) refund(ctx context.Context, taken []Taken) error {
 	return r.Refund(ctx, taken)
 }
 
-// eachKey runs script once per key of a Cluster (each with its per arguments from args), all
+// eachKey runs script once per key of a Cluster, each with its per arguments from args, all
 // in one pipeline: the keys may live on different nodes, and go-redis sends each node its
 // commands in one round trip, in parallel. A node that lost the script (restarted) answers
-// NOSCRIPT without running anything, so those keys are sent again with EVAL.
+// NOSCRIPT without running anything, so those keys are sent again with EVAL. (Debit's Cluster
+// branch does the same; it is left as it is while other work changes it, to share this
+// afterwards.)
 func (r *Redis) eachKey(ctx context.Context, script *redis.Script, keys []string, args []any, per int) error {
 	pipe := r.cluster.Pipeline()
 	cmds := make([]*redis.Cmd, len(keys))
