@@ -64,6 +64,7 @@ func TestSeries(t *testing.T) {
 	r.StreamFinished("stop")
 	m.BreakerOpen(true)
 	m.LimiterCall(0.001, true)
+	m.Refunded("agent_job_per_project", "upstream_401")
 
 	for _, c := range []struct {
 		name   string
@@ -85,6 +86,7 @@ func TestSeries(t *testing.T) {
 		{"gateway_stream_tokens_total", []string{"route", "agent_job", "org", "acme", "kind", "prompt"}, 15},
 		{"gateway_stream_tokens_total", []string{"route", "agent_job", "org", "acme", "kind", "completion"}, 30},
 		{"gateway_limiter_errors_total", nil, 1},
+		{"gateway_ratelimit_refunds_total", []string{"limit", "agent_job_per_project", "reason", "upstream_401"}, 1},
 	} {
 		if got := value(t, reg, c.name, c.labels...); got != c.want {
 			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)

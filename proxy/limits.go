@@ -22,11 +22,13 @@ import (
 )
 
 // Limiter decides all hits of a request at once, all-or-nothing, debits tokens limits after
-// answers, and reads counters back.
+// answers, gives back what a request took when the upstream refused its key, and reads
+// counters back.
 type Limiter interface {
 	Take(ctx context.Context, hits []limits.Hit, d *limits.Decision) error
 	Usage(ctx context.Context, r *limits.Rule, id string) (limits.Usage, error)
 	Debit(ctx context.Context, hits []limits.Hit, n int64) error
+	Refund(ctx context.Context, taken []limits.Taken) error
 	Scan(ctx context.Context, r *limits.Rule, resolve func(id string) *limits.Rule, visit func(id string, u limits.Usage)) error
 }
 
@@ -238,6 +240,7 @@ func (g *Gateway) limit(s *scope, r *http.Request) bool {
 		}
 	}
 	dec, err := g.take(st.hits, &st.dec, r)
+	taken, takenBy := st.hits, dec // the decision that took the units, if one admitted
 	if err == nil && !dec.Allowed && onlyShadowDenied(set.limits, dec) {
 		for i, l := range set.limits {
 			if !dec.Results[i].Allowed {
@@ -254,6 +257,7 @@ func (g *Gateway) limit(s *scope, r *http.Request) bool {
 		var dec2 *limits.Decision
 		if dec2, err = g.take(st.enforce, &st.dec2, r); err == nil {
 			mergeEnforced(set.limits, dec, dec2)
+			taken, takenBy = st.enforce, dec2
 		}
 	}
 	if err != nil {
@@ -285,6 +289,7 @@ func (g *Gateway) limit(s *scope, r *http.Request) bool {
 	h[hdrPolicy] = set.policyValue
 	st.buf = s.rateLimitHeaders(h, st.buf[:0], dec, set.limits)
 	if dec.Allowed {
+		s.keepTaken(taken, takenBy)
 		if s.orgMetrics != nil {
 			s.orgMetrics.Allowed.Inc()
 		}
