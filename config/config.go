@@ -102,10 +102,11 @@ type Auth struct {
 	// CacheTTL bounds how long a replica trusts its cached view of a key when Redis
 	// invalidations are lost; revocations normally arrive within a second by pub/sub.
 	CacheTTL time.Duration `yaml:"cache_ttl"`
-	// FailureLimit is how many failed authentications (401s) one client IP (IPv6 per
-	// client_ip.ipv6_prefix) may cause in a minute from its first one, counted in process, in
-	// registry mode; past it the client gets 429 too_many_auth_failures and its keys are not
-	// looked up. 0 disables it.
+	// FailureLimit is how many failed authentications one client IP (IPv6 per
+	// client_ip.ipv6_prefix) may cause in a minute from its first one, counted in process: the
+	// upstream's 401s and 403s in both modes, the gateway's own 401s in registry mode. Past it
+	// the client gets 429 too_many_auth_failures, its keys are not looked up and nothing of it
+	// is forwarded. 0 disables it.
 	FailureLimit int `yaml:"failure_limit"`
 }
 
@@ -151,7 +152,8 @@ type CORS struct {
 type Server struct {
 	// ReadHeaderTimeout bounds reading request headers (slowloris protection).
 	ReadHeaderTimeout time.Duration `yaml:"read_header_timeout"`
-	// ReadBodyTimeout bounds reading a request body once headers are in.
+	// ReadBodyTimeout is the time a request's body has to arrive, from the request's arrival;
+	// it also bounds any wait for a body the gateway does not read.
 	ReadBodyTimeout time.Duration `yaml:"read_body_timeout"`
 	// IdleTimeout closes keep-alive connections idle this long.
 	IdleTimeout time.Duration `yaml:"idle_timeout"`

@@ -74,6 +74,9 @@ type Result struct {
 	Reset time.Duration
 	// RetryAfter is, when !Allowed, the time until this limit admits again; 0 otherwise.
 	RetryAfter time.Duration
+	// WindowStart is, for a fixed window, the start (Unix seconds, the store's clock) of the
+	// window the request was counted in; Refund gives a unit back in that window only.
+	WindowStart int64
 }
 
 // Decision is the outcome of one Take.

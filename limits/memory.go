@@ -164,6 +164,7 @@ func (m *Memory) Take(ctx context.Context, hits []Hit, d *Decision) error {
 		}
 		if h.cr.snap.Algorithm == Fixed {
 			r.Reset = time.Duration(h.we*1e6-nowUS) * time.Microsecond
+			r.WindowStart = h.ws
 			if charge {
 				e := m.entry(h)
 				if e.ws != h.ws {

@@ -199,6 +199,7 @@ func parseTake(reply string, idx []int, ws []int64, res []Result) (bool, error) 
 		r.Remaining = max(rem, 0)
 		r.Reset = time.Duration(max(reset, 0)) * time.Microsecond
 		r.RetryAfter = time.Duration(max(retry, 0)) * time.Microsecond
+		r.WindowStart = w
 		ws[k] = w
 	}
 	if f.s != "" {

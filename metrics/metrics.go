@@ -33,6 +33,7 @@ type Metrics struct {
 	streamTokens         *prometheus.CounterVec
 	tokenLimitNear       *prometheus.CounterVec
 	spansDropped         prometheus.Counter
+	refunds              *prometheus.CounterVec // refunds.go
 }
 
 // Latency buckets from 1 ms to 30 s: gateway overhead sits at the low end, streamed answers at
@@ -128,7 +129,9 @@ func New(reg prometheus.Registerer) *Metrics {
 		Name: "gateway_trace_spans_dropped_total",
 		Help: "Trace spans not exported: the export queue was full (the collector is down or slow) or the export failed.",
 	})
+	m.refunds = newRefunds()
 	reg.MustRegister(
+		m.refunds,
 		m.orgRequests, m.deprecated, m.streamTokens, m.tokenLimitNear, m.spansDropped,
 		m.decisions, m.nearLimit, m.limiterDuration, m.limiterErrors, m.breakerOpen,
 		m.requests, m.requestDuration, m.inflight, m.authRejections, m.validationRejections,

@@ -66,6 +66,7 @@ func TestSeries(t *testing.T) {
 	m.LimiterErrorKinds("data", "node")
 	m.LimiterCall(0.001, "node")
 	m.LimiterCall(0.001, "")
+	m.Refunded("agent_job_per_project", "upstream_401")
 
 	for _, c := range []struct {
 		name   string
@@ -88,6 +89,7 @@ func TestSeries(t *testing.T) {
 		{"gateway_stream_tokens_total", []string{"route", "agent_job", "org", "acme", "kind", "completion"}, 30},
 		{"gateway_limiter_errors_total", []string{"kind", "node"}, 1},
 		{"gateway_limiter_errors_total", []string{"kind", "data"}, 0}, // created at 0
+		{"gateway_ratelimit_refunds_total", []string{"limit", "agent_job_per_project", "reason", "upstream_401"}, 1},
 	} {
 		if got := value(t, reg, c.name, c.labels...); got != c.want {
 			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)

@@ -68,6 +68,9 @@ func (g *Gateway) finish(s *scope, r *http.Request) {
 	if s.limitErr {
 		fields = append(fields, zap.Bool("limiter_error", true))
 	}
+	if s.refund != "" {
+		fields = append(fields, zap.String("refund", s.refund))
+	}
 	if s.upstreamStatus != 0 {
 		fields = append(fields, zap.Int("upstream_status", s.upstreamStatus), zap.Duration("upstream_time", s.upstreamTime))
 	}

@@ -9,9 +9,11 @@ import (
 )
 
 // Failed authentications are counted per client IP (auth.FailureBudget): past
-// auth.failure_limit in a minute, a client gets 429 too_many_auth_failures and none of its keys
-// is looked up. Only registry mode counts: in prefix mode a refused key costs no lookup, so
-// there is nothing to protect.
+// auth.failure_limit in a minute, a client gets 429 too_many_auth_failures, none of its keys
+// is looked up and nothing of it is forwarded. What counts: the upstream's 401s and 403s, in
+// both modes (their units are given back, see refund.go, so they must cost the client
+// something), and in registry mode the gateway's own 401s. In prefix mode the gateway's own
+// 401s cost nothing (no lookup, no upstream, no quota), so they do not count.
 
 // failureClient is the budget's key for the request's client: the address, or for IPv6 its
 // client_ip.ipv6_prefix (one host usually holds a whole /64), as the per-IP limit counts.
@@ -49,9 +51,10 @@ func (g *Gateway) authFailuresSpent(s *scope) bool {
 	return true
 }
 
-// countAuthFailure adds one failed authentication to the client's budget.
+// countAuthFailure adds one of the gateway's own failed authentications (a 401) to the
+// client's budget: in registry mode, where each costs a lookup.
 func (g *Gateway) countAuthFailure(s *scope) {
-	if s.snap.authFailLimit > 0 {
+	if s.snap.authFailLimit > 0 && g.registry != nil {
 		g.authFailures.Fail(s.snap.failureClient(s))
 	}
 }

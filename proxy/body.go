@@ -38,7 +38,10 @@ func (g *Gateway) readBody(s *scope, r *http.Request) bool {
 	}
 	var body []byte
 	if r.ContentLength != 0 || len(r.TransferEncoding) > 0 {
-		setReadDeadline(s.rw.ResponseWriter, time.Now().Add(g.readTimeout))
+		if !s.http1 {
+			// HTTP/1 bodies are bounded from the request's arrival (ServeHTTP).
+			setReadDeadline(s.rw.ResponseWriter, time.Now().Add(g.readTimeout))
+		}
 		s.inBody = nil // read here: a refusal from now on closes the connection, no second drain
 		var err error
 		var buf []byte
@@ -105,13 +108,18 @@ func (g *Gateway) tooLarge(s *scope) {
 
 func (g *Gateway) rejectBody(s *scope, err error) {
 	var ve *validate.Error
-	field := ""
+	field, code := "", codeInvalidRequest
 	if errors.As(err, &ve) {
 		field = ve.Field
+		if ve.CaseFolded {
+			// A known field in a spelling a case-insensitive decoder takes for it: what the
+			// upstream would read is not what was checked.
+			code = codeInvalidBody
+		}
 	}
 	s.field = field
 	s.route.metrics.ValidationRejected(foldIndexes(field))
-	s.fail(http.StatusBadRequest, errorBody{Error: "Invalid request: " + err.Error() + ".", Code: codeInvalidRequest, Field: field})
+	s.fail(http.StatusBadRequest, errorBody{Error: "Invalid request: " + err.Error() + ".", Code: code, Field: field})
 }
 
 var errTooLarge = errors.New("body too large")

@@ -14,6 +14,7 @@ const (
 	codeInvalidCredentials   = "invalid_credentials"
 	codeWrongKeyType         = "wrong_key_type"
 	codeInvalidRequest       = "invalid_request"
+	codeInvalidBody          = "invalid_body"
 	codeUnsupportedMediaType = "unsupported_media_type"
 	codePayloadTooLarge      = "payload_too_large"
 	codeRequestTimeout       = "request_timeout"
@@ -26,6 +27,7 @@ const (
 	codeForbidden            = "forbidden"
 	codeAuthUnavailable      = "auth_unavailable"
 	codeTooManyAuthFailures  = "too_many_auth_failures"
+	codeUpgradeNotSupported  = "upgrade_not_supported"
 )
 
 // errorBody keeps the platform's own shape, {"error": "..."}, which existing clients (and the
@@ -54,11 +56,9 @@ func writeError(w http.ResponseWriter, status int, body errorBody) {
 }
 
 // fail answers the request with the gateway's own error and records the code for the log.
+// The writer deals with a body still unread (responseWriter.answering).
 func (s *scope) fail(status int, body errorBody) {
 	s.code = body.Code
-	if s.bodyUnread {
-		s.dropUnreadBody()
-	}
 	writeError(s.w, status, body)
 }
 
@@ -69,8 +69,10 @@ func (s *scope) fail(status int, body errorBody) {
 // once is read and discarded, and the connection kept, so browsers and SDKs need not
 // reconnect after a refusal; any other (large, slow, chunked) closes the connection after the
 // answer, with the read deadline already past, which skips both reads. HTTP/2 needs neither
-// (the stream is reset) and forbids the Connection header.
+// (the stream is reset) and forbids the Connection header. It runs once per request, from
+// responseWriter.answering, before the answer's status is written.
 func (s *scope) dropUnreadBody() {
+	s.bodyUnread = false // dealt with here, once
 	if !s.http1 {
 		return
 	}
@@ -101,7 +103,6 @@ func (s *scope) drainSmallBody() bool {
 		return false
 	}
 	setReadDeadline(s.rw.ResponseWriter, time.Time{})
-	s.bodyUnread = false
 	return true
 }
 

@@ -123,10 +123,12 @@ func (g *Gateway) bodyBroke(s *scope, r *http.Request) {
 }
 
 // rewrite targets the upstream: path and query kept, Host set to the upstream's,
-// Authorization forwarded, X-Forwarded-* set, and X-Request-ID passed on.
+// Authorization forwarded, X-Forwarded-* set, X-Request-ID passed on, and what the gateway
+// answers or decides itself removed (cleanOutgoing).
 func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
 	s := scopeFrom(pr.In.Context())
 	pr.SetURL(g.upstream)
+	cleanOutgoing(pr.Out.Header)
 	s.setXForwarded(pr)
 	if !s.route.stream {
 		// ReverseProxy wraps the outgoing body in its own no-op closer, which hides from
@@ -169,6 +171,9 @@ func (g *Gateway) modifyResponse(res *http.Response) error {
 	res.Body = &s.upBody
 	s.upstreamStatus = res.StatusCode
 	s.upstreamTime = time.Since(s.forwarded)
+	if res.StatusCode == http.StatusUnauthorized || res.StatusCode == http.StatusForbidden {
+		g.upstreamRefusedKey(s, res.StatusCode)
+	}
 	s.route.metrics.UpstreamLatency.Observe(s.upstreamTime.Seconds())
 	if s.route.cors {
 		// The gateway owns CORS for these routes; the upstream's own headers would duplicate

@@ -61,7 +61,7 @@ type Gateway struct {
 	limitStates         sync.Pool           // *limitState
 	logFields           sync.Pool           // *[]zap.Field for access-log lines
 	streamBodies        bodyBuffers         // streamed requests' bodies, until the upstream has them
-	debits              sync.WaitGroup      // token debits under way (see Close)
+	debits              sync.WaitGroup      // token debits and refunds under way (see Close)
 	authFailures        *auth.FailureBudget // failed authentications per client IP (auth.failure_limit)
 	tracing             *Tracing            // nil: off
 	dataErrors          dataErrorLog        // limiter replies about one key's data, logged once a minute
@@ -122,6 +122,18 @@ func (g *Gateway) Reload(cfg *config.Config) error {
 
 // ServeHTTP matches the request against the route table.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.ProtoMajor == 1 && r.Body != nil && r.Body != http.NoBody {
+		// The outer bound on what this request may wait for from its client: its body must
+		// arrive within server.read_body_timeout of the request. readBody keeps it while it
+		// reads and lifts it once the body is in; an answer given before that deals with the
+		// body itself (responseWriter.answering) and a shorter deadline. Whatever else may
+		// answer without reading the body, now or later, net/http's own read of the rest
+		// (up to 256 KiB, before the answer is sent and again after the handler) stops here
+		// instead of waiting on the client forever. HTTP/2 resets the stream instead.
+		setReadDeadline(w, time.Now().Add(g.readTimeout))
+	}
+	// Before anything reads a header: the gateway checks what the upstream will receive.
+	stripConnectionNamed(r.Header)
 	sn := g.snap.Load()
 	if !canonicalPath(r.URL.Path) {
 		g.serveUnmatched(sn, nil, w, r)
@@ -144,6 +156,9 @@ func (g *Gateway) serve(sn *snapshot, rt *route, w http.ResponseWriter, r *http.
 	if r.Method != rt.method {
 		// ServeMux lets HEAD into GET routes; only the configured method reaches the upstream.
 		methodNotAllowed(s, r.Method, rt.method)
+		return
+	}
+	if upgradeRefused(s, r) {
 		return
 	}
 	if !g.authenticate(s, r) {
@@ -222,6 +237,7 @@ func (g *Gateway) begin(sn *snapshot, rt *route, w http.ResponseWriter, r *http.
 		s.inLength = -1
 	}
 	s.rw.ResponseWriter = w
+	s.rw.scope = s
 	s.w = &s.rw
 	s.clientIP, s.trustedPeer = sn.clientIPs.resolve(r)
 	h := s.w.Header()

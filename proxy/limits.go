@@ -22,11 +22,13 @@ import (
 )
 
 // Limiter decides all hits of a request at once, all-or-nothing, debits tokens limits after
-// answers, and reads counters back.
+// answers, gives back what a request took when the upstream refused its key, and reads
+// counters back.
 type Limiter interface {
 	Take(ctx context.Context, hits []limits.Hit, d *limits.Decision) error
 	Usage(ctx context.Context, r *limits.Rule, id string) (limits.Usage, error)
 	Debit(ctx context.Context, hits []limits.Hit, n int64) error
+	Refund(ctx context.Context, taken []limits.Taken) error
 	Scan(ctx context.Context, r *limits.Rule, resolve func(id string) *limits.Rule, visit func(id string, u limits.Usage)) error
 }
 
@@ -273,6 +275,7 @@ func (g *Gateway) limit(s *scope, r *http.Request) bool {
 	h[hdrPolicy] = set.policyValue
 	st.buf = s.rateLimitHeaders(h, st.buf[:0], dec, set.limits)
 	if dec.Allowed {
+		s.keepTaken(st.hits, dec) // every enforced limit, and the shadow limits that had room
 		if s.orgMetrics != nil {
 			s.orgMetrics.Allowed.Inc()
 		}

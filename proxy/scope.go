@@ -31,11 +31,13 @@ type scope struct {
 	clientIPStr string
 	// trustedPeer: the TCP peer is a trusted proxy, whose X-Forwarded-For chain is kept.
 	trustedPeer bool
-	http1       bool      // the client speaks HTTP/1.x
-	bodyUnread  bool      // the request has a body the gateway has not read (yet)
-	inBody      io.Reader // the request's body as the client sends it
-	inLength    int64     // its declared length; -1 when unknown (chunked)
-	digest      string    // SHA-256 of the key once auth accepted it; never the key
+	http1       bool // the client speaks HTTP/1.x
+	// bodyUnread: the request has a body the gateway has not read (yet). An answer written
+	// while it is set first deals with that body (see responseWriter.answering).
+	bodyUnread bool
+	inBody     io.Reader // the request's body as the client sends it
+	inLength   int64     // its declared length; -1 when unknown (chunked)
+	digest     string    // SHA-256 of the key once auth accepted it; never the key
 
 	// The tenant, once known: org counts assistant_per_org (the key's org in registry mode,
 	// else the org of the path's domain), plan picks the limit set.
@@ -54,7 +56,12 @@ type scope struct {
 	tap            *finishTap // streamed answers: watches for the finish part
 	// tokenHits are the request's tokens limits, debited with its answer's tokens.
 	tokenHits []limits.Hit
-	span      trace.Span // the server span; nil when tracing is off
+	// taken are the units the request's admitting decision took (backed by takenBuf), given
+	// back when the upstream refuses its key; refund names why, once that happened.
+	taken    []limits.Taken
+	takenBuf [4]limits.Taken
+	refund   string
+	span     trace.Span // the server span; nil when tracing is off
 
 	// Storage that lives as long as the request, so the hot path allocates less: the
 	// response writer wrapper, the header values, the replayed body and the log fields.
@@ -115,6 +122,7 @@ func isVisibleASCII(s string) bool {
 // connection without any buffering in between.
 type responseWriter struct {
 	http.ResponseWriter
+	scope     *scope // the request it answers
 	status    int
 	bytes     int64
 	firstByte time.Time
@@ -127,6 +135,7 @@ var _ http.Flusher = (*responseWriter)(nil)
 func (w *responseWriter) WriteHeader(code int) {
 	if w.status == 0 && code >= 200 {
 		w.status = code
+		w.answering()
 	}
 	w.ResponseWriter.WriteHeader(code)
 	if w.flushHeader && code >= 200 {
@@ -155,6 +164,7 @@ func (w *responseWriter) flushAside() {
 func (w *responseWriter) Write(p []byte) (int, error) {
 	if w.status == 0 {
 		w.status = http.StatusOK
+		w.answering()
 	}
 	if w.bytes == 0 && len(p) > 0 {
 		w.firstByte = time.Now()
@@ -162,6 +172,16 @@ func (w *responseWriter) Write(p []byte) (int, error) {
 	n, err := w.ResponseWriter.Write(p)
 	w.bytes += int64(n)
 	return n, err
+}
+
+// answering runs once, as the final answer's status is written: every answer, whoever writes
+// it (an error, a preflight, one added later), goes through here, so none can leave a body
+// unread without a bound on the wait for it (see scope.dropUnreadBody). Forwarded requests
+// have read their body by then: one flag test.
+func (w *responseWriter) answering() {
+	if s := w.scope; s != nil && s.bodyUnread {
+		s.dropUnreadBody()
+	}
 }
 
 func (w *responseWriter) Flush() { _ = w.FlushError() }

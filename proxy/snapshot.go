@@ -22,8 +22,8 @@ type snapshot struct {
 	orgOf      map[string]string       // assistant domain -> configured org
 	orgPlan    map[string]string       // configured org -> its plan
 	orgMetrics map[string]*metrics.Org // configured org (and "other") -> series
-	// authFailLimit is auth.failure_limit in registry mode; 0 when off (and in prefix mode,
-	// where a refused key costs no lookup).
+	// authFailLimit is auth.failure_limit; 0 when off. The upstream's 401s and 403s count in
+	// both modes, the gateway's own 401s in registry mode (see countAuthFailure).
 	authFailLimit int
 }
 
@@ -38,9 +38,7 @@ func (g *Gateway) compile(cfg *config.Config) (*snapshot, error) {
 		orgMetrics: map[string]*metrics.Org{otherOrg: g.metrics.Org(otherOrg)},
 		unmatched:  &route{name: unmatchedRoute, metrics: g.metrics.Route(unmatchedRoute)},
 	}
-	if g.registry != nil {
-		sn.authFailLimit = cfg.Auth.FailureLimit
-	}
+	sn.authFailLimit = cfg.Auth.FailureLimit
 	for _, p := range cfg.ClientIP.TrustedProxies {
 		prefix, err := config.ParsePrefix(p)
 		if err != nil {

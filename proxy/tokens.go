@@ -7,8 +7,8 @@ import (
 	"go.uber.org/zap"
 )
 
-// debitTimeout bounds one token debit. It runs after the answer, so it delays nobody; the
-// limiter's own timeout (redis.timeout) usually ends it much sooner.
+// debitTimeout bounds one token debit or refund. It runs after the answer, so it delays
+// nobody; the limiter's own timeout (redis.timeout) usually ends it much sooner.
 const debitTimeout = 5 * time.Second
 
 // countTokens records a streamed answer's token usage once it has ended: the metric, and one
@@ -37,8 +37,9 @@ func (g *Gateway) countTokens(s *scope) {
 	}()
 }
 
-// Close waits, until ctx ends, for the token debits still under way, so that a shutdown does
-// not lose the last answers' tokens. Call it once the listeners are shut down.
+// Close waits, until ctx ends, for the token debits and refunds still under way, so that a
+// shutdown does not lose the last answers' tokens or refunds. Call it once the listeners are
+// shut down.
 func (g *Gateway) Close(ctx context.Context) error {
 	done := make(chan struct{})
 	go func() { g.debits.Wait(); close(done) }()

@@ -15,6 +15,7 @@ targets=(
   "./config FuzzParse"
   "./validate FuzzAgentJob"
   "./validate FuzzAssistantMessage"
+  "./validate FuzzFoldedKeys"
   "./proxy FuzzClientIP"
 )
 for t in "${targets[@]}"; do

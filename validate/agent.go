@@ -28,7 +28,8 @@ func (s *scanner) agentJob() *Error {
 			break
 		}
 		var buf [keyBufLen]byte
-		switch string(unescape(key, escaped, &buf)) {
+		k := unescape(key, escaped, &buf)
+		switch string(k) {
 		case "prompt":
 			// A second "prompt" is refused: the gateway and the upstream
 			// might otherwise disagree on which one counts.
@@ -49,6 +50,9 @@ func (s *scanner) agentJob() *Error {
 				return fieldError("prompt", reasonNonEmptyString)
 			}
 		default:
+			if known := foldedName(k, agentNames[:]); known != "" {
+				return foldedError(known, k)
+			}
 			if err := s.skipIn("", 1); err != nil {
 				return err
 			}

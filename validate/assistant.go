@@ -70,7 +70,8 @@ func (s *scanner) assistantMessage() *Error {
 		var buf [keyBufLen]byte
 		var bit uint8
 		var name string
-		switch string(unescape(key, escaped, &buf)) {
+		k := unescape(key, escaped, &buf)
+		switch string(k) {
 		case "fp":
 			bit, name = seenFp, "fp"
 		case "messages":
@@ -86,6 +87,9 @@ func (s *scanner) assistantMessage() *Error {
 		case "currentPath":
 			bit, name = seenCurrentPath, "currentPath"
 		default:
+			if known := foldedName(k, assistantNames[:]); known != "" {
+				return foldedError(known, k)
+			}
 			if err := s.skipIn("", levelBody); err != nil {
 				return err
 			}
@@ -235,7 +239,8 @@ func (s *scanner) message(i int) *Error {
 		var buf [keyBufLen]byte
 		var bit uint8
 		var name string
-		switch string(unescape(key, escaped, &buf)) {
+		k := unescape(key, escaped, &buf)
+		switch string(k) {
 		case "id":
 			bit, name = seenID, "id"
 		case "role":
@@ -245,6 +250,9 @@ func (s *scanner) message(i int) *Error {
 		case "parts":
 			bit, name = seenParts, "parts"
 		default:
+			if known := foldedName(k, messageNames[:]); known != "" {
+				return foldedError(elem("messages", i, known), k)
+			}
 			if err := s.skipInElem("messages", i, levelItem); err != nil {
 				return err
 			}
@@ -307,7 +315,10 @@ func (s *scanner) parts(i int) *Error {
 				break
 			}
 			var buf [keyBufLen]byte
-			if string(unescape(key, escaped, &buf)) != "type" {
+			if k := unescape(key, escaped, &buf); string(k) != "type" {
+				if known := foldedName(k, partNames[:]); known != "" {
+					return foldedError(elem(elem("messages", i, "parts"), j, known), k)
+				}
 				if err := s.skipValue(levelPartObj); err != nil {
 					if isTooDeep(err) { // name the part only on failure: no allocation otherwise
 						err.Field = elem(elem("messages", i, "parts"), j, "")
@@ -373,7 +384,8 @@ func (s *scanner) contextItem(k int) *Error {
 			break
 		}
 		var buf [keyBufLen]byte
-		switch string(unescape(key, escaped, &buf)) {
+		name := unescape(key, escaped, &buf)
+		switch string(name) {
 		case "value":
 			if seenValue {
 				return fieldError(elem("context", k, "value"), reasonDuplicated)
@@ -405,6 +417,9 @@ func (s *scanner) contextItem(k int) *Error {
 				return fieldError(elem("context", k, "type"), reasonContextType)
 			}
 		default:
+			if known := foldedName(name, contextNames[:]); known != "" {
+				return foldedError(elem("context", k, known), name)
+			}
 			if err := s.skipInElem("context", k, levelItem); err != nil {
 				return err
 			}

@@ -22,6 +22,11 @@ const MaxDepth = 64
 type Error struct {
 	Field  string
 	Reason string
+	// CaseFolded: the body names the known field Field in another spelling that a
+	// case-insensitive decoder takes for it ("PROMPT", or "meſſages" with U+017F: Go's
+	// encoding/json matches field names so, Unicode folding included, and the last match
+	// wins). The validator cannot vouch for what such an upstream would read.
+	CaseFolded bool
 }
 
 // Error renders the problem for an end user, e.g. "messages[2].role must be
@@ -52,6 +57,17 @@ const (
 
 func fieldError(field, reason string) *Error {
 	return &Error{Field: field, Reason: reason}
+}
+
+// foldedError reports key, a spelling of the known field that a case-insensitive decoder
+// reads as it. The key is quoted in ASCII: whatever it holds reaches the client's screen as
+// escapes, never raw.
+func foldedError(field string, key []byte) *Error {
+	return &Error{
+		Field:      field,
+		Reason:     "must be spelled exactly: " + strconv.QuoteToASCII(string(key)) + " would be read as this field by a case-insensitive JSON decoder",
+		CaseFolded: true,
+	}
 }
 
 // syntaxError reports a JSON grammar violation at byte offset pos. Syntax

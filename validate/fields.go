@@ -1,5 +1,7 @@
 package validate
 
+import "bytes"
+
 // Schema helpers shared by agent.go and assistant.go.
 
 // The known structure of an assistant body nests five levels (body, messages,
@@ -63,4 +65,31 @@ func (s *scanner) skipInElem(parent string, i int, level int) *Error {
 		err.Field = elem(parent, i, "")
 	}
 	return err
+}
+
+// The known field names of each object, for foldedName.
+var (
+	agentNames     = [...]string{"prompt"}
+	assistantNames = [...]string{"fp", "messages", "threadId", "retrievalPageSize", "filter", "context", "currentPath"}
+	messageNames   = [...]string{"id", "role", "content", "parts"}
+	partNames      = [...]string{"type"}
+	contextNames   = [...]string{"value", "type"}
+)
+
+// foldedName returns the known name (of names) that key, an unescaped object key that is
+// none of them exactly, stands for to a decoder matching field names case-insensitively, or
+// "" when it stands for none. encoding/json, and with it any Go upstream, decodes an object
+// key into the struct field of that exact name, else into one whose name equals it under
+// bytes.EqualFold (Unicode simple folding: "PROMPT", "Prompt", "meſſages" with U+017F), the
+// last such key winning: a body whose "MESSAGES" follows a valid "messages" would be read as
+// its unvalidated "MESSAGES". A key too long for the unescape buffer (nil) stands for no
+// known name: no spelling of one is that long (TestFoldedSpellingsFitTheKeyBuffer).
+func foldedName(key []byte, names []string) string {
+	for _, n := range names {
+		// Every spelling of an ASCII name is at least as long as the name.
+		if len(key) >= len(n) && bytes.EqualFold(key, []byte(n)) {
+			return n
+		}
+	}
+	return ""
 }

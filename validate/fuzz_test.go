@@ -15,8 +15,10 @@ import (
 //   - acceptance implies json.Valid (equivalently: json.Valid rejecting
 //     implies the validator rejects);
 //   - it agrees exactly with the slow reference model in reference_test.go;
-//   - an accepted body decodes into the typed structs with the rules holding.
-func checkProperties(t *testing.T, name string, fn func([]byte) error, ref func([]byte) bool, typed func([]byte) error, body []byte) {
+//   - an accepted body decodes into the typed structs with the rules holding;
+//   - an accepted body decodes, through encoding/json into a Go upstream's structs (field
+//     names matched case-insensitively), to the very values the validator checked.
+func checkProperties(t *testing.T, name string, fn func([]byte) error, ref func([]byte) bool, typed, goDecode func([]byte) error, body []byte) {
 	t.Helper()
 	orig := bytes.Clone(body)
 	err := fn(body)
@@ -40,6 +42,9 @@ func checkProperties(t *testing.T, name string, fn func([]byte) error, ref func(
 		if err := typed(body); err != nil {
 			t.Fatalf("%s accepted %q but typed decoding fails: %v", name, body, err)
 		}
+		if err := goDecode(body); err != nil {
+			t.Fatalf("%s accepted %q but a Go upstream reads otherwise: %v", name, body, err)
+		}
 	}
 }
 
@@ -55,12 +60,12 @@ func typedAssistantErr(b []byte) error {
 
 func checkAgentJob(t *testing.T, body []byte) {
 	t.Helper()
-	checkProperties(t, "AgentJob", AgentJob, refAgentJob, typedAgentJobErr, body)
+	checkProperties(t, "AgentJob", AgentJob, refAgentJob, typedAgentJobErr, goAgentJobAgrees, body)
 }
 
 func checkAssistantMessage(t *testing.T, body []byte) {
 	t.Helper()
-	checkProperties(t, "AssistantMessage", AssistantMessage, refAssistantMessage, typedAssistantErr, body)
+	checkProperties(t, "AssistantMessage", AssistantMessage, refAssistantMessage, typedAssistantErr, goAssistantAgrees, body)
 }
 
 // seeds returns the table-test bodies, which cover every rule, plus a
@@ -83,6 +88,7 @@ func FuzzAgentJob(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Add([]byte(`{"prompt":"a","PROMPT":1,"x":[{"y":"\ud83d\ude00"}]}`))
+	f.Add([]byte(`{"prompt":"a","pRompt":""}`))
 	f.Fuzz(func(t *testing.T, body []byte) { checkAgentJob(t, body) })
 }
 
@@ -91,5 +97,7 @@ func FuzzAssistantMessage(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Add([]byte(strings.Replace(asst(`"retrievalPageSize":1e-5`), `"m1"`, `"m\u0031"`, 1)))
+	f.Add([]byte(asst(`"MESSAGES":[{"id":1}]`)))
+	f.Add([]byte(asst(`"meſſages":[]`)))
 	f.Fuzz(func(t *testing.T, body []byte) { checkAssistantMessage(t, body) })
 }

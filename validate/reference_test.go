@@ -139,9 +139,22 @@ func arrayOf(check func(*node) bool) func(*node) bool {
 	}
 }
 
+// exactlySpelled reports whether no key of obj is a known name in another spelling that
+// encoding/json would match to it (bytes.EqualFold, which is how it matches struct fields).
+func exactlySpelled(obj *node, names ...string) bool {
+	for _, k := range obj.keys {
+		for _, n := range names {
+			if k != n && bytes.EqualFold([]byte(k), []byte(n)) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
 func refAgentJob(body []byte) bool {
 	n, ok := parseRef(body)
-	return ok && n.kind == 'o' && refField(n, "prompt", true, isNonEmptyString)
+	return ok && n.kind == 'o' && exactlySpelled(n, "prompt") && refField(n, "prompt", true, isNonEmptyString)
 }
 
 func refAssistantMessage(body []byte) bool {
@@ -149,20 +162,23 @@ func refAssistantMessage(body []byte) bool {
 	if !ok || n.kind != 'o' {
 		return false
 	}
-	part := func(p *node) bool { return refField(p, "type", true, isString) }
+	part := func(p *node) bool { return exactlySpelled(p, "type") && refField(p, "type", true, isString) }
 	message := func(m *node) bool {
-		return refField(m, "id", true, isString) &&
+		return exactlySpelled(m, "id", "role", "content", "parts") &&
+			refField(m, "id", true, isString) &&
 			refField(m, "role", true, isString) &&
 			refField(m, "content", true, isString) &&
 			refField(m, "parts", false, arrayOf(part))
 	}
 	ctx := func(c *node) bool {
-		return refField(c, "value", true, isString) &&
+		return exactlySpelled(c, "value", "type") &&
+			refField(c, "value", true, isString) &&
 			refField(c, "type", false, func(t *node) bool {
 				return t.kind == 's' && (t.str == "code" || t.str == "textSelection")
 			})
 	}
-	return refField(n, "fp", true, isNonEmptyString) &&
+	return exactlySpelled(n, "fp", "messages", "threadId", "retrievalPageSize", "filter", "context", "currentPath") &&
+		refField(n, "fp", true, isNonEmptyString) &&
 		refField(n, "messages", true, arrayOf(message)) &&
 		refField(n, "threadId", false, func(t *node) bool { return t.kind == 's' || t.kind == 'z' }) &&
 		refField(n, "retrievalPageSize", false, func(t *node) bool {
@@ -179,11 +195,9 @@ func refAssistantMessage(body []byte) bool {
 		})
 }
 
-// exactFields decodes an object into its members keyed by exact name.
-// encoding/json matches struct fields case-insensitively ("PROMPT" fills
-// Prompt), which is not the rule this package implements, so the typed checks
-// below go through this map and then unmarshal each known member into a
-// typed value.
+// exactFields decodes an object into its members keyed by exact name, so the
+// typed checks below see the members the validator checked; what a Go
+// upstream decodes (case-insensitively) is checked in gojson_test.go.
 func exactFields(raw []byte) (map[string]json.RawMessage, error) {
 	var m map[string]json.RawMessage
 	err := json.Unmarshal(raw, &m)

@@ -225,6 +225,7 @@ func TestUsageAPI(t *testing.T) {
 
 	req, _ := http.NewRequest("POST", "http://"+p.admin+"/usage/key", strings.NewReader(`{"key":"svc_dsc_usage"}`))
 	req.Header.Set("Authorization", "Bearer "+adminToken)
+	req.Header.Set("Content-Type", "application/json")
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)

@@ -101,7 +101,11 @@ func TestNoKeyLeaks(t *testing.T) {
 	// The usage API takes a key in its body (admin listener).
 	req, _ := http.NewRequest("POST", "http://"+a.admin+"/usage/key", strings.NewReader(`{"key":"svc_dsc_`+suffixes["usage"]+`"}`))
 	req.Header.Set("Authorization", "Bearer "+adminToken)
+	req.Header.Set("Content-Type", "application/json")
 	if res, err := client.Do(req); err == nil {
+		if res.StatusCode != 200 {
+			t.Errorf("POST /usage/key: %d", res.StatusCode)
+		}
 		data, _ := io.ReadAll(res.Body)
 		res.Body.Close()
 		fmt.Fprintf(&answers, "%d %v %s\n", res.StatusCode, res.Header, data)

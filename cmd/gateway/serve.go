@@ -251,7 +251,7 @@ func drain(sc config.Server, pub, admin *http.Server, gw *proxy.Gateway, stopTra
 	}
 	_ = admin.Close()
 	if err := gw.Close(ctx); err != nil {
-		log.Warn("token debits still under way at the end of the grace period were dropped")
+		log.Warn("token debits and refunds still under way at the end of the grace period were dropped")
 	}
 	if stopTracing != nil {
 		// The spans still queued are exported within what is left of the grace period.

@@ -73,7 +73,8 @@ func TestTLSListenerStreamsOverHTTP2(t *testing.T) {
 	}))
 
 	certFile, keyFile, pool := selfSigned(t)
-	p := startGateway(t, upURL, fmt.Sprintf("tls:\n  cert_file: %q\n  key_file: %q\n", certFile, keyFile))
+	// The admin listener follows tls too (no admin_tls): the start waits on it over HTTPS.
+	p := startGatewayWith(t, startOpts{adminCAs: pool}, fmt.Sprintf("upstream:\n  url: %q\ntls:\n  cert_file: %q\n  key_file: %q\n", upURL, certFile, keyFile))
 	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}, ForceAttemptHTTP2: true}}
 	req, _ := http.NewRequest("POST", "https://"+p.public+"/discovery/v1/assistant/acme/message", strings.NewReader(`{"fp":"a","messages":[]}`))
 	req.Header.Set("Authorization", "Bearer svc_dsc_tls")

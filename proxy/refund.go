@@ -1,0 +1,66 @@
+package proxy
+
+import (
+	"context"
+	"net/http"
+
+	"go.uber.org/zap"
+
+	"github.com/docsgate/gateway/limits"
+)
+
+// The upstream has the last word on keys: in prefix mode the gateway only checks a key's
+// family, so a request with an invented key is counted before the upstream refuses it, and a
+// stream of such requests would spend a tenant's quota (agent_job_per_project,
+// assistant_per_org) without any real key. When the upstream answers 401 or 403, the request
+// did not deserve counting: its units are given back, all in one store call made after the
+// answer, off the request path (the request itself still costs exactly one decision before
+// it is forwarded). So that refunds are no free pass to hammer the upstream, the refusal
+// counts against the client's auth.failure_limit budget like the gateway's own 401s: past it
+// the client gets 429 too_many_auth_failures before anything is forwarded.
+//
+// What it cannot do: a unit is held from the decision until the upstream has answered and
+// the refund has run, so attackers with enough requests in flight at once still hold that
+// much quota while they are in flight.
+
+// keepTaken records the units the admitting decision took for hits, for a refund.
+func (s *scope) keepTaken(hits []limits.Hit, d *limits.Decision) {
+	s.taken = d.Taken(hits, s.takenBuf[:0])
+}
+
+// Reasons of gateway_ratelimit_refunds_total.
+const (
+	refundUpstream401 = "upstream_401"
+	refundUpstream403 = "upstream_403"
+)
+
+// upstreamRefusedKey handles an upstream 401 or 403: the failure counts against the client's
+// budget, and what the request took is given back.
+func (g *Gateway) upstreamRefusedKey(s *scope, status int) {
+	if s.snap.authFailLimit > 0 {
+		g.authFailures.Fail(s.snap.failureClient(s))
+	}
+	if len(s.taken) == 0 || g.limiter == nil {
+		return
+	}
+	s.refund = refundUpstream401
+	if status == http.StatusForbidden {
+		s.refund = refundUpstream403
+	}
+	taken, reason, route := s.taken, s.refund, s.route.name
+	g.debits.Add(1)
+	go func() {
+		defer g.debits.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), debitTimeout)
+		defer cancel()
+		if err := g.limiter.Refund(ctx, taken); err != nil {
+			// The units stay taken: the tenant is under-served until the window ends, never
+			// over it.
+			g.log.Warn("refund failed", zap.String("route", route), zap.String("reason", reason), zap.Int("limits", len(taken)), zap.Error(err))
+			return
+		}
+		for i := range taken {
+			g.metrics.Refunded(taken[i].Rule.Name, reason)
+		}
+	}()
+}
