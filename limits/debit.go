@@ -102,7 +102,18 @@ func (g *Guard) Debit(ctx context.Context, hits []Hit, n int64) error {
 	if err := g.admit(); err != nil {
 		return err
 	}
-	cctx, cancel := context.WithTimeout(ctx, g.o.Timeout)
+	cctx, cancel := g.offPath(ctx)
 	defer cancel()
 	return g.record(ctx, g.s.Debit(cctx, hits, n))
+}
+
+// offPath bounds a write made after the answer (a debit, a refund) by the caller's deadline
+// rather than by redis.timeout: that is the request path's budget, and a write cut short by
+// it on a loaded Redis is lost (tokens never charged, units never given back) while nobody
+// waits for it. Without a deadline from the caller, redis.timeout still bounds it.
+func (g *Guard) offPath(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, g.o.Timeout)
 }

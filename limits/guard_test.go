@@ -194,3 +194,51 @@ func TestGuardPassThrough(t *testing.T) {
 		t.Fatal("caller cancellation opened the breaker")
 	}
 }
+
+// A debit or a refund runs after the answer: a Redis slower than redis.timeout (paused for
+// 300 ms here, against a 50 ms timeout) delays it but does not lose it, as long as the
+// caller's own deadline allows; a Take in the same pause still fails within the timeout.
+func TestGuardOffPathWritesOutlastTimeout(t *testing.T) {
+	srv := redistest.Start(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { c.Close() })
+	const timeout = 50 * time.Millisecond
+	g := NewGuard(newRedisT(t, c, uniquePrefix()), GuardOptions{Timeout: timeout, FailureThreshold: 1 << 30, Cooldown: time.Millisecond})
+	tokens := rule(t, "tok", 1000, "hour", Fixed)
+	tokens.Unit = Tokens
+	reqs := rule(t, "req", 10, "hour", Fixed)
+	var d Decision
+	if err := g.Take(context.Background(), []Hit{{reqs, "a"}}, &d); err != nil {
+		t.Fatal(err)
+	}
+	taken := d.Taken([]Hit{{reqs, "a"}}, nil)
+	if len(taken) != 1 {
+		t.Fatalf("taken %v", taken)
+	}
+	pause := func() {
+		if err := srv.Client(t).Do(context.Background(), "client", "pause", "300", "all").Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+
+	pause()
+	start := time.Now()
+	if err := g.Take(context.Background(), []Hit{{reqs, "b"}}, &d); err == nil || time.Since(start) > timeout+margin {
+		t.Fatalf("a Take during the pause: %v after %v, want an error within %v", err, time.Since(start), timeout)
+	}
+	if err := g.Debit(ctx, []Hit{{tokens, "a"}}, 7); err != nil {
+		t.Fatalf("a debit during the pause: %v", err)
+	}
+	pause()
+	if err := g.Refund(ctx, taken); err != nil {
+		t.Fatalf("a refund during the pause: %v", err)
+	}
+	if u, err := g.Usage(context.Background(), tokens, "a"); err != nil || u.Used != 7 {
+		t.Fatalf("tokens used %+v %v, want 7", u, err)
+	}
+	if u, err := g.Usage(context.Background(), reqs, "a"); err != nil || u.Used != 0 {
+		t.Fatalf("requests used %+v %v, want 0 after the refund", u, err)
+	}
+}

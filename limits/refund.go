@@ -133,7 +133,7 @@ func (g *Guard) Refund(ctx context.Context, taken []Taken) error {
 	if err := g.admit(); err != nil {
 		return err
 	}
-	cctx, cancel := context.WithTimeout(ctx, g.o.Timeout)
+	cctx, cancel := g.offPath(ctx)
 	defer cancel()
 	return g.record(ctx, g.refund(cctx, taken))
 }

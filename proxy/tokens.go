@@ -8,7 +8,8 @@ import (
 )
 
 // debitTimeout bounds one token debit or refund. It runs after the answer, so it delays
-// nobody; the limiter's own timeout (redis.timeout) usually ends it much sooner.
+// nobody, and it is not cut short by redis.timeout (the request path's budget): on a loaded
+// Redis a write cut short would be lost.
 const debitTimeout = 5 * time.Second
 
 // countTokens records a streamed answer's token usage once it has ended: the metric, and one
