@@ -83,6 +83,15 @@ func TestErrorsNameTheKey(t *testing.T) {
 		{"upstream: {url: 'http://a'}\nroutes: {name: a}\n", "routes: must be a list"},
 		{"upstream: {url: 'http://a'}\nupstream: {url: 'http://b'}\n", "upstream: appears twice"},
 		{"upstream: [\n", "not valid YAML"},
+		// Limits a store cannot count exactly, named where they are set.
+		{"upstream: {url: 'http://a'}\nlimits: {agent_job_per_project: {limit: 1000000000000000000}}\n",
+			"limits.agent_job_per_project.limit: 1000000000000000000 is above 9007199254740991 (2^53 − 1)"},
+		{"upstream: {url: 'http://a'}\nlimits: {x: {limit: 3600000001, window: hour, by: ip, algorithm: gcra}}\n",
+			"limits.x.limit: 3600000001 is above 3600000000, the largest GCRA limit for window hour"},
+		{"upstream: {url: 'http://a'}\nplans: {gold: {assistant_per_key: {limit: 9007199254740992}}}\n",
+			"plans.gold.assistant_per_key.limit: 9007199254740992 is above"},
+		{"upstream: {url: 'http://a'}\nlimits: {assistant_per_org: {limit: 5000000}}\nplans: {gold: {assistant_per_org: {algorithm: gcra, window: 1s}}}\n",
+			"plans.gold.assistant_per_org: 5000000 is above 1000000, the largest GCRA limit for window 1s"},
 	}
 	for _, c := range cases {
 		_, err := parse(t, c.yaml, nil)
@@ -94,6 +103,15 @@ func TestErrorsNameTheKey(t *testing.T) {
 		if msg := err.Error(); !strings.Contains(msg, c.want) || strings.Contains(msg, "\n") {
 			t.Errorf("%q:\n got %q\nwant a single line containing %q", c.yaml, msg, c.want)
 		}
+	}
+}
+
+// The largest limits a store counts exactly are accepted: 2^53 − 1, and for GCRA one unit per
+// microsecond of the window.
+func TestLargestLimitsAccepted(t *testing.T) {
+	if _, err := parse(t, "upstream: {url: 'http://a'}\nlimits: {agent_job_per_project: {limit: 9007199254740991},"+
+		" x: {limit: 3600000000, window: hour, by: ip, algorithm: gcra}}\n", nil); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -24,7 +24,8 @@ type Redis struct {
 	Timeout time.Duration `yaml:"timeout"`
 	// OnError: deny answers 503 limiter_unavailable when Redis fails; allow lets requests through.
 	OnError string `yaml:"on_error"`
-	// KeyPrefix starts every key name: <prefix>:<limit>:<window>:{<id>}.
+	// KeyPrefix starts every key name: <prefix>:<limit>:<window>:{<id>} (GCRA limits:
+	// <prefix>:<limit>:<window>:gcra:{<id>}).
 	KeyPrefix string  `yaml:"key_prefix"`
 	Breaker   Breaker `yaml:"breaker"`
 	// PoolSize is the number of connections per Redis node; 0 picks max(32, 10 per CPU), so
@@ -227,6 +228,7 @@ func (v *validator) limits(c *Config) {
 		}
 	}
 	v.tokensLimits(c)
+	v.exactLimits(c)
 	names := map[string]bool{}
 	for _, s := range c.ResolvedLimits() {
 		names[s.Name] = true
@@ -290,6 +292,40 @@ func (v *validator) limit(key, name string, l Limit, partial bool) {
 	case "tokens": // checked once resolved (tokensLimits)
 	default:
 		v.fail(key+".unit", "%q is not requests or tokens", l.Unit)
+	}
+}
+
+// exactLimits refuses, as resolved (defaults and every plan), limits a store cannot count
+// exactly (limits.CheckLimit): above 2^53 − 1, or GCRA limits of more than one unit per
+// microsecond. A plan's problem is reported under the plan's entry.
+func (v *validator) exactLimits(c *Config) {
+	check := func(key func(name string) string, specs []LimitSpec) {
+		for _, s := range specs {
+			w, err1 := limits.ParseWindow(s.Window)
+			a, err2 := limits.ParseAlgorithm(s.Algorithm)
+			if err1 != nil || err2 != nil {
+				continue // reported by limit
+			}
+			if err := limits.CheckLimit(s.Limit, w, a); err != nil {
+				v.fail(key(s.Name), "%v", err)
+			}
+		}
+	}
+	base := c.ResolvedLimits()
+	check(func(name string) string { return "limits." + name + ".limit" }, base)
+	for plan, overrides := range c.Plans {
+		var specs []LimitSpec
+		for _, s := range c.PlanLimits(plan) {
+			if _, ok := overrides[s.Name]; ok { // the others are the defaults, checked above
+				specs = append(specs, s)
+			}
+		}
+		check(func(name string) string {
+			if overrides[name].Limit != nil {
+				return "plans." + plan + "." + name + ".limit"
+			}
+			return "plans." + plan + "." + name
+		}, specs)
 	}
 }
 

@@ -411,7 +411,7 @@ func TestDashboard(t *testing.T) {
 		"gateway_requests_total", "gateway_request_duration_seconds_bucket",
 		`gateway_ratelimit_decisions_total{route=~"$route",decision="denied"}`,
 		"gateway_ratelimit_near_limit_total", "topk(10, sum by (org, decision) (rate(gateway_org_requests_total",
-		"gateway_limiter_duration_seconds_bucket", "gateway_limiter_errors_total", "gateway_breaker_open",
+		"gateway_limiter_duration_seconds_bucket", "sum by (kind) (rate(gateway_limiter_errors_total", "gateway_breaker_open",
 		"gateway_stream_first_byte_seconds_bucket", "gateway_stream_duration_seconds_bucket",
 		"sum by (route, kind) (rate(gateway_upstream_errors_total",
 	} {

@@ -17,7 +17,7 @@ func benchHits(b *testing.B, ids []string) []Hit {
 	return []Hit{
 		{rule(b, "per_project", 1<<40, "hour", Fixed), ids[0]},
 		{rule(b, "per_key", 1<<40, "month", Fixed), ids[1%len(ids)]},
-		{rule(b, "per_org", 1<<40, "hour", GCRA), ids[2%len(ids)]},
+		{rule(b, "per_org", MaxGCRALimit(mustWindow(b, "hour")), "hour", GCRA), ids[2%len(ids)]},
 		{rule(b, "per_ip", 1<<40, "day", Fixed), ids[3%len(ids)]},
 	}
 }

@@ -17,8 +17,9 @@ import (
 // round trip per node touched, in parallel.
 //
 // All-or-nothing across nodes needs a second step: each node decides and
-// consumes atomically on its own; if any node denied (or failed), the nodes
-// that consumed are given their unit back (giveBackLua). Between the two steps
+// consumes atomically on its own (its enforced limits all-or-nothing, its
+// shadow limits with room charged along); if any node denied (or failed), the
+// nodes that consumed are given their units back (giveBackLua). Between the two steps
 // a concurrent request can see those units as taken and be denied although
 // the first request is finally rejected: a transient false deny. It can never
 // admit more than the limit, because a unit is only returned after it was
@@ -173,24 +174,32 @@ func (r *Redis) settleCluster(ctx context.Context, sc *scratch, d *Decision, gro
 		return nil
 	}
 
-	// Second step: give back what the admitting nodes took.
+	// Second step: give back what the admitting nodes took: every limit of theirs that had
+	// room (a shadow limit without room was not charged, a tokens limit only checked).
 	gb := r.cluster.Pipeline()
 	n := 0
 	for gi, g := range groups {
 		if !consumed[gi] {
 			continue
 		}
+		var keys []string
 		sc.gargs = sc.gargs[:0]
 		for k := g.lo; k < g.hi; k++ {
+			res := &d.Results[sc.idx[k]]
+			if !res.Allowed || res.Rule.Unit == Tokens {
+				continue
+			}
+			keys = append(keys, sc.keys[k])
 			sc.gargs = append(sc.gargs, sc.args[k], sc.ws[k])
 			// Report the current state: the unit is returned.
-			res := &d.Results[sc.idx[k]]
-			if res.Rule.Unit != Tokens { // a tokens limit was only checked
-				res.Remaining = min(res.Remaining+1, res.Rule.Limit)
-			}
+			res.Remaining = min(res.Remaining+1, res.Rule.Limit)
 		}
-		// Eval, not EvalSha: this path is rare and must not need a NOSCRIPT retry.
-		gb.Eval(ctx, nodePrelude+giveBackLua, sc.keys[g.lo:g.lo+1], nodeArgs(sc.keys[g.lo:g.hi], sc.gargs)...)
+		if len(keys) == 0 {
+			continue
+		}
+		// Eval, not EvalSha: this path is rare and must not need a NOSCRIPT retry. The first
+		// key routes the call to the node; all keys are the node's.
+		gb.Eval(ctx, nodePrelude+giveBackLua, keys[:1], nodeArgs(keys, sc.gargs)...)
 		n++
 	}
 	if n > 0 {

@@ -52,12 +52,12 @@ func (r *Redis) Debit(ctx context.Context, hits []Hit, n int64) error {
 			}
 		}
 		if len(errs) > 0 {
-			return fmt.Errorf("limits: debit: %w", errors.Join(errs...))
+			return withKey(fmt.Errorf("limits: debit: %w", errors.Join(errs...)), keys)
 		}
 		return nil
 	}
 	if err := debitScript.Run(ctx, r.client, keys, args...).Err(); err != nil && err != redis.Nil {
-		return fmt.Errorf("limits: debit: %w", err)
+		return withKey(fmt.Errorf("limits: debit: %w", err), keys)
 	}
 	return nil
 }

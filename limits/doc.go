@@ -15,7 +15,10 @@
 //   - Guard: bounds each call by a timeout and fails fast with ErrBreakerOpen
 //     while the store keeps failing.
 //
-// Keys are "<prefix>:<rule name>:<window>:{<id>}"; fixed windows are hashes
-// {s: window start, n: count} expiring at the window end, GCRA keys hold the
-// TAT exactly like redis_rate/v10 and expire when fully replenished.
+// Keys are "<prefix>:<rule name>:<window>:{<id>}" for fixed windows, hashes
+// {s: window start, n: count} expiring at the window end, and
+// "<prefix>:<rule name>:<window>:gcra:{<id>}" for GCRA, strings holding the TAT
+// exactly like redis_rate/v10 and expiring when fully replenished. The two
+// algorithms never share a key, so a limit can change its algorithm (a reload,
+// a plan) without a script ever meeting a key of the other type.
 package limits

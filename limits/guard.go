@@ -20,7 +20,8 @@ type GuardOptions struct {
 }
 
 // Guard wraps a Store: every call is bounded by Timeout, and a circuit breaker
-// fails fast with ErrBreakerOpen after FailureThreshold consecutive failures.
+// fails fast with ErrBreakerOpen after FailureThreshold consecutive failures of
+// the node (Classify: errors and timeouts that are not a reply about one key).
 // After Cooldown one trial call goes through (half-open); its success closes
 // the breaker, its failure opens it for another Cooldown. So the Guard
 // recovers by itself when Redis returns.
@@ -207,7 +208,9 @@ func (g *Guard) admit() error {
 
 // record updates the breaker with a call's outcome and returns err.
 // Cancellation by the caller's own ctx says nothing about the store and is
-// not counted as a failure.
+// not counted as a failure; nor is a reply about one key's data (Classify):
+// the node answered, and the other tenants' keys are fine. Neither moves the
+// breaker either way.
 func (g *Guard) record(ctx context.Context, err error) error {
 	var notify, openNow bool
 	g.mu.Lock()
@@ -218,7 +221,7 @@ func (g *Guard) record(ctx context.Context, err error) error {
 			g.state, g.trial = closed, false
 			notify, openNow = true, false
 		}
-	case ctx.Err() != nil:
+	case ctx.Err() != nil || !Classify(err).MovesBreaker():
 		if g.state == halfOpen {
 			g.trial = false // let another caller try
 		}

@@ -21,6 +21,11 @@ type Rule struct {
 	// the used tokens are below Limit; nothing is consumed) and debited by Debit once an
 	// answer's token usage is known. Tokens limits count in fixed windows.
 	Unit Unit
+	// Shadow makes the limit count without ever denying: a decision admits when the other
+	// limits have room, and then charges this one too if it still has room (see Decision).
+	// It does not change the limit's counters: a shadow and an enforced Rule of one name,
+	// window and algorithm count the same keys.
+	Shadow bool
 }
 
 // Unit is what a limit counts.
@@ -61,8 +66,8 @@ type Hit struct {
 type Result struct {
 	Rule    *Rule
 	Allowed bool // this limit alone had room for the request
-	// Remaining after this request if the whole decision admitted it, else the
-	// current remaining (nothing was consumed).
+	// Remaining after this request if the decision charged it (admitted, and this limit had
+	// room), else the current remaining (nothing was consumed).
 	Remaining int64
 	// Reset is the time until this limit's window resets (fixed) or until it is
 	// fully replenished (gcra).
@@ -75,12 +80,19 @@ type Result struct {
 }
 
 // Decision is the outcome of one Take.
+//
+// Allowed is true when every enforced limit (Rule.Shadow false) had room. Then one unit of
+// each enforced limit and of each shadow limit that had room was consumed; else nothing was. For
+// example, with an enforced limit of 100 (10 used) and shadow limits of 2 (2 used) and 5 (3
+// used): the request is admitted, the enforced limit goes to 11 and the second shadow limit to
+// 4, and the spent shadow limit stays at 2 (its Result says !Allowed). Were the enforced limit
+// spent, the request would be denied and none of the three would move.
 type Decision struct {
-	Allowed bool     // all limits had room; one unit of each was consumed
+	Allowed bool
 	Results []Result // same order as the hits
 }
 
-// Denied returns the index of the first result that denied, or -1.
+// Denied returns the index of the first result that denied (a shadow one included), or -1.
 func (d *Decision) Denied() int {
 	for i := range d.Results {
 		if !d.Results[i].Allowed {
@@ -131,12 +143,39 @@ type Store interface {
 // ErrInvalidRule is wrapped by errors about rules a store cannot use.
 var ErrInvalidRule = errors.New("limits: invalid rule")
 
+// MaxLimit is the largest limit the stores count exactly: Redis' scripts compute in Lua
+// numbers, doubles, which hold every integer up to 2^53 − 1 and no longer all of them past it
+// (9007199254740993 reads as 9007199254740992). The in-process store refuses the same rules,
+// so the two stores agree on what they accept.
+const MaxLimit = 1<<53 - 1
+
+// MaxGCRALimit is the largest GCRA limit for window w: one unit per microsecond, the
+// resolution of Redis' clock. A GCRA bucket moves its TAT (seconds since 2017, a double
+// precise to about 0.06 µs) by window/limit per request; at a microsecond or more per unit
+// the TAT's rounding stays under a tenth of a unit, while at a nanosecond the remaining count
+// it reports would be off by dozens.
+func MaxGCRALimit(w Window) int64 {
+	return min(int64(w.Nominal()/time.Microsecond), MaxLimit)
+}
+
+// CheckLimit says why a store cannot count limit exactly with algorithm a over window w, or
+// returns nil. Configuration validation and both stores use it.
+func CheckLimit(limit int64, w Window, a Algorithm) error {
+	switch {
+	case limit > MaxLimit:
+		return fmt.Errorf("%d is above %d (2^53 − 1), the largest limit counted exactly", limit, int64(MaxLimit))
+	case a == GCRA && !w.IsZero() && limit > MaxGCRALimit(w):
+		return fmt.Errorf("%d is above %d, the largest GCRA limit for window %s (one unit per microsecond, the resolution of Redis' clock)", limit, MaxGCRALimit(w), w)
+	}
+	return nil
+}
+
 // compiled holds what a store derives from a Rule once, so the hot path does
 // not rebuild key prefixes and script arguments per request.
 type compiled struct {
 	snap    Rule   // the fields this was built from; a mismatch means the Rule was edited
-	keyPre  string // "<prefix>:<name>:<window>:{"
-	spec    any    // script argument "f <limit> <window>", boxed once to avoid an allocation per call
+	keyPre  string // "<prefix>:<name>:<window>:{" (fixed windows), "<prefix>:<name>:<window>:gcra:{" (GCRA)
+	spec    any    // script argument "f <limit> <window>" ("fs ..." when Shadow), boxed once to avoid an allocation per call
 	period  float64
 	enabled bool
 }
@@ -190,7 +229,10 @@ func (c *ruleCache) compile(r *Rule) (*compiled, error) {
 	if r.Unit == Tokens && r.Algorithm != Fixed {
 		return nil, fmt.Errorf("%w: rule %q: a tokens limit counts in fixed windows", ErrInvalidRule, r.Name)
 	}
-	cr.keyPre = c.prefix + r.Name + ":" + r.Window.String() + ":{"
+	if err := CheckLimit(r.Limit, r.Window, r.Algorithm); err != nil {
+		return nil, fmt.Errorf("%w: rule %q: limit %w", ErrInvalidRule, r.Name, err)
+	}
+	cr.keyPre = c.prefix + r.Name + ":" + r.Window.String() + ":" + algoKeyPart(r.Algorithm) + "{"
 	algo := "f"
 	switch {
 	case r.Algorithm == GCRA:
@@ -198,9 +240,27 @@ func (c *ruleCache) compile(r *Rule) (*compiled, error) {
 	case r.Unit == Tokens:
 		algo = "t" // a fixed window that Take only checks
 	}
+	if r.Shadow {
+		algo += "s"
+	}
 	cr.spec = algo + " " + strconv.FormatInt(r.Limit, 10) + " " + r.Window.luaSpec()
 	cr.period = r.Window.Nominal().Seconds()
 	return cr, nil
+}
+
+// algoKeyPart is what a rule's algorithm adds to its key names. A fixed window is a hash and a
+// GCRA bucket a string: were they stored under one name, a reload or a plan that changes a
+// limit's algorithm would make the script meet a key of the other type (WRONGTYPE) for every
+// tenant with a counter in flight. Under names of their own the two never meet, and a tenant
+// whose limit changes algorithm continues on the new algorithm's counter (fresh, or what it
+// counted there earlier in the same window). Fixed windows keep the names they always had, so
+// the quotas counted in them (monthly ones too) survive an upgrade; GCRA buckets refill within
+// one period anyway.
+func algoKeyPart(a Algorithm) string {
+	if a == GCRA {
+		return "gcra:"
+	}
+	return ""
 }
 
 var (

@@ -36,7 +36,7 @@ type memShard struct {
 }
 
 type memKey struct {
-	rule string // "<name>:<window>:{" from compiled.keyPre
+	rule string // "<name>:<window>:{" or "<name>:<window>:gcra:{" from compiled.keyPre
 	id   string
 }
 
@@ -80,12 +80,12 @@ type memHit struct {
 	we    int64   // fixed
 	em    float64 // gcra
 	tat   float64 // gcra
-	diff  float64 // gcra
+	used  int64   // gcra: units the bucket holds (held)
 }
 
 // Take implements Store. It locks the shards of all hits in index order (no
 // deadlock between concurrent Takes), checks every limit, then consumes all
-// or nothing.
+// or nothing (shadow hits: when admitted, those with room; see Decision).
 func (m *Memory) Take(ctx context.Context, hits []Hit, d *Decision) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("limits: take: %w", err)
@@ -140,10 +140,10 @@ func (m *Memory) Take(ctx context.Context, hits []Hit, d *Decision) error {
 			if h.e != nil && h.e.expires > nowUS {
 				h.tat = math.Max(h.e.tat, gnow)
 			}
-			h.diff = gnow - (h.tat + h.em - h.em*float64(lim))
-			h.ok = h.diff >= 0
+			h.used = held(h.tat, gnow, h.em)
+			h.ok = h.used < lim
 		}
-		allOK = allOK && h.ok
+		allOK = allOK && (h.ok || h.cr.snap.Shadow)
 	}
 	for i := range hs {
 		h := &hs[i]
@@ -153,6 +153,7 @@ func (m *Memory) Take(ctx context.Context, hits []Hit, d *Decision) error {
 			continue
 		}
 		lim := h.cr.snap.Limit
+		charge := allOK && h.ok
 		if h.cr.snap.Unit == Tokens { // only checked: Debit counts the tokens later
 			r.Reset = time.Duration(h.we*1e6-nowUS) * time.Microsecond
 			r.Remaining = max(lim-h.cnt, 0)
@@ -164,7 +165,7 @@ func (m *Memory) Take(ctx context.Context, hits []Hit, d *Decision) error {
 		if h.cr.snap.Algorithm == Fixed {
 			r.Reset = time.Duration(h.we*1e6-nowUS) * time.Microsecond
 			r.WindowStart = h.ws
-			if allOK {
+			if charge {
 				e := m.entry(h)
 				if e.ws != h.ws {
 					e.ws, e.n = h.ws, 0
@@ -181,19 +182,19 @@ func (m *Memory) Take(ctx context.Context, hits []Hit, d *Decision) error {
 			continue
 		}
 		switch {
-		case allOK:
+		case charge:
 			newTAT := h.tat + h.em
 			e := m.entry(h)
 			e.tat = newTAT
 			e.expires = nowUS + int64(math.Ceil(newTAT-gnow))*1e6
-			r.Remaining = int64(math.Floor(h.diff / h.em))
+			r.Remaining = lim - h.used - 1
 			r.Reset = secs(newTAT - gnow)
-		case h.ok:
-			r.Remaining = min(int64(math.Floor(h.diff/h.em))+1, lim)
+		case h.ok: // denied by another limit: the current state, nothing consumed
+			r.Remaining = lim - h.used
 			r.Reset = secs(h.tat - gnow)
 		default:
 			r.Reset = secs(h.tat - gnow)
-			r.RetryAfter = secs(-h.diff)
+			r.RetryAfter = secs(h.tat - gnow - float64(lim-1)*h.em)
 		}
 	}
 	for _, s := range locks {
@@ -282,8 +283,7 @@ func (m *Memory) Usage(ctx context.Context, r *Rule, id string) (Usage, error) {
 		if found && e.expires > nowUS && e.tat > gnow {
 			tat = e.tat
 		}
-		em := cr.period / float64(r.Limit)
-		u.Used = int64(math.Ceil((tat-gnow)/em - 1e-9))
+		u.Used = held(tat, gnow, cr.period/float64(r.Limit))
 		u.Reset = time.UnixMicro(int64(math.Floor((tat + jan2017) * 1e6))).UTC()
 	}
 	u.Used = max(u.Used, 0)
@@ -292,6 +292,15 @@ func (m *Memory) Usage(ctx context.Context, r *Rule, id string) (Usage, error) {
 	}
 	u.Remaining = max(r.Limit-u.Used, 0)
 	return u, nil
+}
+
+// gcraSlack and held mirror takeLua's: a GCRA bucket whose TAT is t holds (t - gnow) / em
+// units, a difference below gcraSlack seconds being the doubles' rounding (every time that
+// enters is a whole microsecond), not time.
+const gcraSlack = 2.5e-7
+
+func held(t, gnow, em float64) int64 {
+	return max(int64(math.Ceil((t-gnow-gcraSlack)/em)), 0)
 }
 
 func secs(f float64) time.Duration {

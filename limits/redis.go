@@ -16,8 +16,8 @@ import (
 // the hits are grouped by hash slot and decided with at most one round trip
 // per node (see cluster.go).
 //
-// Keys are "<prefix>:<rule name>:<window>:{<id>}". The id is a hash tag, so
-// all rules of one id share a slot.
+// Keys are "<prefix>:<rule name>:<window>:{<id>}" ("...:<window>:gcra:{<id>}" for GCRA).
+// The id is a hash tag, so all rules of one id share a slot.
 type Redis struct {
 	client  redis.UniversalClient
 	cluster *redis.ClusterClient
@@ -123,7 +123,7 @@ func (r *Redis) Take(ctx context.Context, hits []Hit, d *Decision) error {
 		return nil
 	}
 	if r.cluster != nil && !sameSlot(sc) {
-		return r.followTopology(ctx, r.takeCluster(ctx, sc, d))
+		return r.followTopology(ctx, withKey(r.takeCluster(ctx, sc, d), sc.keys))
 	}
 	var cmd *redis.Cmd
 	switch {
@@ -140,11 +140,11 @@ func (r *Redis) Take(ctx context.Context, hits []Hit, d *Decision) error {
 	}
 	reply, err := cmd.Text()
 	if err != nil {
-		return r.followTopology(ctx, fmt.Errorf("limits: take: %w", err))
+		return r.followTopology(ctx, withKey(fmt.Errorf("limits: take: %w", err), sc.keys))
 	}
 	ok, err := parseTake(reply, sc.idx, sc.ws, d.Results)
 	if err != nil {
-		return err
+		return withKey(err, sc.keys)
 	}
 	d.Allowed = ok
 	return nil
@@ -160,9 +160,10 @@ func (r *Redis) Usage(ctx context.Context, rule *Rule, id string) (Usage, error)
 	if !cr.enabled {
 		return u, nil
 	}
-	reply, err := usageScript.Run(ctx, r.client, []string{cr.keyPre + id + "}"}, cr.spec).Text()
+	keys := []string{cr.keyPre + id + "}"}
+	reply, err := usageScript.Run(ctx, r.client, keys, cr.spec).Text()
 	if err != nil {
-		return Usage{}, fmt.Errorf("limits: usage %s: %w", rule.Name, err)
+		return Usage{}, withKey(fmt.Errorf("limits: usage %s: %w", rule.Name, err), keys)
 	}
 	var f fields
 	f.s = reply
@@ -170,7 +171,7 @@ func (r *Redis) Usage(ctx context.Context, rule *Rule, id string) (Usage, error)
 	rem, e2 := f.next()
 	reset, e3 := f.next()
 	if err := errors.Join(e1, e2, e3); err != nil || f.s != "" {
-		return Usage{}, fmt.Errorf("limits: usage %s: malformed script reply %q", rule.Name, reply)
+		return Usage{}, withKey(fmt.Errorf("limits: usage %s: %w %q", rule.Name, errMalformedReply, reply), keys)
 	}
 	u.Used, u.Remaining, u.Reset = used, rem, time.UnixMicro(reset).UTC()
 	return u, nil
@@ -182,7 +183,7 @@ func parseTake(reply string, idx []int, ws []int64, res []Result) (bool, error) 
 	f := fields{s: reply}
 	ok, err := f.next()
 	if err != nil || ok < 0 || ok > 1 {
-		return false, fmt.Errorf("limits: malformed script reply %q", reply)
+		return false, fmt.Errorf("%w %q", errMalformedReply, reply)
 	}
 	for k, i := range idx {
 		a, e1 := f.next()
@@ -191,7 +192,7 @@ func parseTake(reply string, idx []int, ws []int64, res []Result) (bool, error) 
 		retry, e4 := f.next()
 		w, e5 := f.next()
 		if e1 != nil || e2 != nil || e3 != nil || e4 != nil || e5 != nil {
-			return false, fmt.Errorf("limits: malformed script reply %q", reply)
+			return false, fmt.Errorf("%w %q", errMalformedReply, reply)
 		}
 		r := &res[i]
 		r.Allowed = a == 1
@@ -202,7 +203,7 @@ func parseTake(reply string, idx []int, ws []int64, res []Result) (bool, error) 
 		ws[k] = w
 	}
 	if f.s != "" {
-		return false, fmt.Errorf("limits: malformed script reply %q: trailing data", reply)
+		return false, fmt.Errorf("%w %q: trailing data", errMalformedReply, reply)
 	}
 	return ok == 1, nil
 }
@@ -262,9 +263,10 @@ func (r *Redis) Preload(ctx context.Context) error {
 // followTopology asks a Cluster client to reload the cluster's layout after a failed call: a
 // dead master's slots move to its promoted replica, and go-redis would otherwise keep its
 // cached layout (and keep failing) until its periodic reload, a minute later. Reloads run in
-// the background and are coalesced by go-redis, so a burst of failures costs one reload.
+// the background and are coalesced by go-redis, so a burst of failures costs one reload. A
+// reply about a key's data says the node is there: nothing to reload.
 func (r *Redis) followTopology(ctx context.Context, err error) error {
-	if err != nil && r.cluster != nil && ctx.Err() == nil {
+	if err != nil && r.cluster != nil && ctx.Err() == nil && Classify(err) != KindData {
 		r.cluster.ReloadState(ctx)
 	}
 	return err

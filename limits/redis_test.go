@@ -89,7 +89,11 @@ func TestKeysAndTTL(t *testing.T) {
 	now := time.Now()
 	for i, r := range rules {
 		key, _ := s.Key(r, "abc")
-		if want := "gw:" + r.Name + ":" + r.Window.String() + ":{abc}"; key != want {
+		want := "gw:" + r.Name + ":" + r.Window.String() + ":{abc}"
+		if r.Algorithm == GCRA {
+			want = "gw:" + r.Name + ":" + r.Window.String() + ":gcra:{abc}"
+		}
+		if key != want {
 			t.Fatalf("key %q, want %q", key, want)
 		}
 		ttl, err := c.PTTL(ctx, key).Result()

@@ -57,8 +57,8 @@ type rawCounter struct {
 
 func scanNode(ctx context.Context, c redis.Cmdable, cr *compiled, now time.Time, found func(string, rawCounter)) error {
 	match := globEscape(cr.keyPre) + "*"
-	// The key's type tells fixed windows (hashes) from GCRA (strings), should a plan have
-	// switched the algorithm of a limit under the same name and window.
+	// Each algorithm has keys of its own (algoKeyPart); the type filter also skips a key of
+	// another type that someone wrote under the limit's names, which would fail the read.
 	typ := "hash"
 	if cr.snap.Algorithm == GCRA {
 		typ = "string"
@@ -168,8 +168,7 @@ func (c rawCounter) usage(base, r *Rule, now time.Time) (Usage, bool) {
 	} else {
 		gnow := float64(sec-jan2017) + float64(usec)/1e6
 		tat := math.Max(c.tat, gnow)
-		em := r.Window.Nominal().Seconds() / float64(r.Limit)
-		u.Used = int64(math.Ceil((tat-gnow)/em - 1e-9))
+		u.Used = held(tat, gnow, r.Window.Nominal().Seconds()/float64(r.Limit))
 		u.Reset = time.UnixMicro(int64(math.Floor((tat + jan2017) * 1e6))).UTC()
 	}
 	u.Used = max(u.Used, 0)

@@ -47,10 +47,43 @@ end
 -- numbers keep sub-microsecond precision in a double.
 local jan_1_2017 = 1483228800
 
+-- A spec is "<algo>[s] <limit> <window>"; the s marks a shadow limit (see takeLua).
 local function parse(spec)
-  local algo, limit, win = string.match(spec, '^(%a) (%d+) (%w+)$')
+  local algo, shadow, limit, win = string.match(spec, '^(%a)(s?) (%d+) (%w+)$')
   if not algo then error('limits: bad rule spec ' .. tostring(spec)) end
-  return algo, tonumber(limit), win
+  return algo, tonumber(limit), win, shadow == 's'
+end
+
+-- GCRA in units of the emission interval em: a bucket whose TAT is t holds (t - gnow) / em
+-- units. Every time that enters it is a whole microsecond, so a difference below gcra_slack
+-- seconds is the rounding of the doubles, not time: forgiving it keeps a fresh bucket of 7 per
+-- minute at 6 remaining after one request (floor(diff / em) of redis_rate says 5) and admits
+-- all 7 of a burst.
+local gcra_slack = 2.5e-7
+local function held(t, gnow, em)
+  return math.max(math.ceil((t - gnow - gcra_slack) / em), 0)
+end
+
+-- read runs a read command on one key. A reply about the key's data (a key of another type
+-- that someone wrote under the limit's name: WRONGTYPE) fails the call naming the key, before
+-- anything is written, so the gateway can tell it from a failing node and log which key.
+local function read(cmd, key, ...)
+  local v = redis.pcall(cmd, key, ...)
+  if type(v) == 'table' and v.err then
+    error({err = v.err .. ' (key ' .. key .. ')'})
+  end
+  return v
+end
+
+-- count reads a fixed window's hash: its count if it is of window ws, else 0.
+local function count(key, ws)
+  local v = read('HMGET', key, 's', 'n')
+  if tonumber(v[1]) ~= ws then return 0, false end
+  local n = tonumber(v[2])
+  if v[2] and (not n or n ~= math.floor(n)) then
+    error({err = 'ERR limits: the count is not an integer (key ' .. key .. ')'})
+  end
+  return n or 0, true
 end
 
 local function period_of(win)
@@ -61,11 +94,14 @@ end
 `
 
 // takeLua decides all KEYS at once. ARGV[i] is the spec of KEYS[i]:
-// "f|g <limit> <window>". The first pass only reads; the second pass writes
-// only if every limit had room, which makes the decision all-or-nothing (a
-// script runs atomically). Fixed-window keys are hashes {s = window start,
-// n = count} expiring at the window end; a stale s means a new window. GCRA
-// keys hold the TAT exactly like redis_rate/v10.
+// "f|g|t[s] <limit> <window>", s for a shadow limit. The first pass only reads; the second
+// writes. A request is admitted when every enforced limit had room (a shadow limit never
+// denies); it is then charged to every enforced limit and to every shadow limit that still
+// has room, and a request denied by an enforced limit is charged to none: all-or-nothing in
+// one call (a script runs atomically), shadow limits that keep counting after one of them is
+// spent included. Fixed-window keys are hashes {s = window start, n = count} expiring at the
+// window end; a stale s means a new window. GCRA keys hold the TAT exactly like
+// redis_rate/v10. 't' (tokens) limits are only checked.
 //
 // Reply: "<ok> then per key: <allowed> <remaining> <reset µs> <retry µs> <window start>".
 // One string (instead of an array of integers) keeps the client's reply
@@ -80,28 +116,22 @@ local n = #KEYS
 local st = {}
 local ok = 1
 for i = 1, n do
-  local algo, limit, win = parse(ARGV[i])
+  local algo, limit, win, shadow = parse(ARGV[i])
   local h = {algo = algo, limit = limit}
   if algo == 'f' or algo == 't' then
     local ws, we = bounds(win, sec)
-    local v = redis.call('HMGET', KEYS[i], 's', 'n')
-    local cnt = 0
-    local same = tonumber(v[1]) == ws
-    if same then cnt = tonumber(v[2]) or 0 end
+    local cnt, same = count(KEYS[i], ws)
     h.ws, h.we, h.cnt, h.same = ws, we, cnt, same
     h.reset = we * 1000000 - now_us
     h.allowed = cnt < limit
   else
     local em = period_of(win) / limit
-    local tat = tonumber(redis.call('GET', KEYS[i]))
-    if not tat then tat = gnow end
+    local tat = tonumber(read('GET', KEYS[i])) or gnow
     tat = math.max(tat, gnow)
-    local new_tat = tat + em
-    local diff = gnow - (new_tat - em * limit)
-    h.em, h.tat, h.new_tat, h.diff = em, tat, new_tat, diff
-    h.allowed = diff >= 0
+    h.em, h.tat, h.used = em, tat, held(tat, gnow, em)
+    h.allowed = h.used < limit
   end
-  if not h.allowed then ok = 0 end
+  if not h.allowed and not shadow then ok = 0 end
   st[i] = h
 end
 
@@ -110,6 +140,7 @@ for i = 1, n do
   local h = st[i]
   local a, rem, reset, retry, ws = 0, 0, 0, 0, 0
   if h.allowed then a = 1 end
+  local charge = ok == 1 and h.allowed
   if h.algo == 't' then
     -- A tokens limit is only checked here; Debit counts the answer's tokens later.
     ws, reset = h.ws, h.reset
@@ -117,7 +148,7 @@ for i = 1, n do
     if not h.allowed then retry = reset end
   elseif h.algo == 'f' then
     ws, reset = h.ws, h.reset
-    if ok == 1 then
+    if charge then
       if h.same then
         redis.call('HINCRBY', KEYS[i], 'n', 1)
       else
@@ -130,20 +161,21 @@ for i = 1, n do
       if not h.allowed then retry = reset end
     end
   else
-    if ok == 1 then
-      local reset_after = h.new_tat - gnow
+    if charge then
+      local new_tat = h.tat + h.em
+      local reset_after = new_tat - gnow
       if reset_after > 0 then
-        redis.call('SET', KEYS[i], h.new_tat, 'EX', math.ceil(reset_after))
+        redis.call('SET', KEYS[i], new_tat, 'EX', math.ceil(reset_after))
       end
-      rem = math.floor(h.diff / h.em)
+      rem = h.limit - h.used - 1
       reset = math.floor(reset_after * 1000000)
     elseif h.allowed then
       -- Denied by another limit: report the current state, nothing consumed.
-      rem = math.min(math.floor(h.diff / h.em) + 1, h.limit)
+      rem = h.limit - h.used
       reset = math.floor((h.tat - gnow) * 1000000)
     else
       reset = math.floor((h.tat - gnow) * 1000000)
-      retry = math.floor(-h.diff * 1000000)
+      retry = math.floor((h.tat - gnow - (h.limit - 1) * h.em) * 1000000)
     end
   end
   out[#out + 1] = string.format('%d %d %d %d %d', a, rem, reset, retry, ws)
@@ -190,17 +222,13 @@ local algo, limit, win = parse(ARGV[1])
 local used, reset
 if algo == 'f' or algo == 't' then
   local ws, we = bounds(win, sec)
-  local v = redis.call('HMGET', KEYS[1], 's', 'n')
-  used = 0
-  if tonumber(v[1]) == ws then used = tonumber(v[2]) or 0 end
+  used = count(KEYS[1], ws)
   reset = we * 1000000
 else
   local gnow = (sec - jan_1_2017) + (usec / 1000000)
   local em = period_of(win) / limit
-  local tat = tonumber(redis.call('GET', KEYS[1]))
-  if not tat or tat < gnow then tat = gnow end
-  -- Units still "in flight" in the TAT: each one adds em to it.
-  used = math.ceil((tat - gnow) / em - 1e-9)
+  local tat = math.max(tonumber(read('GET', KEYS[1])) or gnow, gnow)
+  used = held(tat, gnow, em)
   reset = math.floor((tat + jan_1_2017) * 1000000)
 end
 used = math.max(used, 0)
@@ -218,7 +246,8 @@ for i = 1, #KEYS do
   local n = tonumber(ARGV[2 * i])
   if algo == 't' and n and n > 0 then
     local ws, we = bounds(win, sec)
-    if tonumber(redis.call('HGET', KEYS[i], 's')) == ws then
+    local _, same = count(KEYS[i], ws)
+    if same then
       redis.call('HINCRBY', KEYS[i], 'n', n)
     else
       redis.call('HSET', KEYS[i], 's', ws, 'n', n)

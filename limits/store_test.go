@@ -126,6 +126,9 @@ func TestStores(t *testing.T) {
 			t.Run("Tokens", func(t *testing.T) { testTokens(t, b) })
 			t.Run("TokensConcurrentDebits", func(t *testing.T) { testTokensConcurrentDebits(t, b) })
 			t.Run("Scan", func(t *testing.T) { testScan(t, b) })
+			t.Run("AlgorithmSwitch", func(t *testing.T) { testAlgorithmSwitch(t, b) })
+			t.Run("LargestLimit", func(t *testing.T) { testLargestLimit(t, b) })
+			t.Run("ShadowHits", func(t *testing.T) { testShadowHits(t, b) })
 		})
 	}
 }

@@ -26,7 +26,7 @@ type Metrics struct {
 	decisions            *prometheus.CounterVec
 	nearLimit            *prometheus.CounterVec
 	limiterDuration      prometheus.Histogram
-	limiterErrors        prometheus.Counter
+	limiterErrors        *prometheus.CounterVec
 	breakerOpen          prometheus.Gauge
 	orgRequests          *prometheus.CounterVec
 	deprecated           *prometheus.CounterVec
@@ -100,10 +100,10 @@ func New(reg prometheus.Registerer) *Metrics {
 			Help:    "Time of one limiter decision (all limits of a request), round trip to Redis included.",
 			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25},
 		}),
-		limiterErrors: prometheus.NewCounter(prometheus.CounterOpts{
+		limiterErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gateway_limiter_errors_total",
-			Help: "Limiter calls that failed (Redis errors, timeouts, open breaker).",
-		}),
+			Help: "Limiter calls that failed, by kind: node (the Redis node failed: refused or broken connections, LOADING, READONLY, CLUSTERDOWN, ...), timeout (no answer within redis.timeout), breaker_open (not called), data (Redis answered with an error about one key's data, e.g. WRONGTYPE; never moves the breaker), canceled (the request went away).",
+		}, []string{"kind"}),
 		breakerOpen: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "gateway_breaker_open",
 			Help: "1 while the limiter's circuit breaker is open (Redis is not being called), else 0.",
@@ -212,11 +212,20 @@ func (r *Route) StreamFinished(reason string) {
 	r.m.streamFinished.WithLabelValues(r.name, reason).Inc()
 }
 
-// LimiterCall records one limiter decision's duration and whether it failed.
-func (m *Metrics) LimiterCall(seconds float64, failed bool) {
+// LimiterErrorKinds creates the gateway_limiter_errors_total series of these kinds at 0, so
+// that rates and alerts see them before the first error.
+func (m *Metrics) LimiterErrorKinds(kinds ...string) {
+	for _, k := range kinds {
+		m.limiterErrors.WithLabelValues(k)
+	}
+}
+
+// LimiterCall records one limiter decision's duration and, when it failed, the kind of its
+// error ("" when it did not fail).
+func (m *Metrics) LimiterCall(seconds float64, errKind string) {
 	m.limiterDuration.Observe(seconds)
-	if failed {
-		m.limiterErrors.Inc()
+	if errKind != "" {
+		m.limiterErrors.WithLabelValues(errKind).Inc()
 	}
 }
 

@@ -63,7 +63,9 @@ func TestSeries(t *testing.T) {
 	r.Deprecated("other")
 	r.StreamFinished("stop")
 	m.BreakerOpen(true)
-	m.LimiterCall(0.001, true)
+	m.LimiterErrorKinds("data", "node")
+	m.LimiterCall(0.001, "node")
+	m.LimiterCall(0.001, "")
 	m.Refunded("agent_job_per_project", "upstream_401")
 
 	for _, c := range []struct {
@@ -85,7 +87,8 @@ func TestSeries(t *testing.T) {
 		{"gateway_token_limit_near_total", []string{"route", "agent_job", "limit", "agent_job_per_project"}, -1},
 		{"gateway_stream_tokens_total", []string{"route", "agent_job", "org", "acme", "kind", "prompt"}, 15},
 		{"gateway_stream_tokens_total", []string{"route", "agent_job", "org", "acme", "kind", "completion"}, 30},
-		{"gateway_limiter_errors_total", nil, 1},
+		{"gateway_limiter_errors_total", []string{"kind", "node"}, 1},
+		{"gateway_limiter_errors_total", []string{"kind", "data"}, 0}, // created at 0
 		{"gateway_ratelimit_refunds_total", []string{"limit", "agent_job_per_project", "reason", "upstream_401"}, 1},
 	} {
 		if got := value(t, reg, c.name, c.labels...); got != c.want {

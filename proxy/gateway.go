@@ -17,6 +17,7 @@ import (
 
 	"github.com/docsgate/gateway/auth"
 	"github.com/docsgate/gateway/config"
+	"github.com/docsgate/gateway/limits"
 	"github.com/docsgate/gateway/metrics"
 )
 
@@ -63,6 +64,7 @@ type Gateway struct {
 	debits              sync.WaitGroup      // token debits and refunds under way (see Close)
 	authFailures        *auth.FailureBudget // failed authentications per client IP (auth.failure_limit)
 	tracing             *Tracing            // nil: off
+	dataErrors          dataErrorLog        // limiter replies about one key's data, logged once a minute
 }
 
 var _ http.Handler = (*Gateway)(nil)
@@ -94,6 +96,9 @@ func New(o Options) (*Gateway, error) {
 	}
 	if o.WrapTransport != nil {
 		transport = o.WrapTransport(transport)
+	}
+	for _, k := range limits.ErrorKinds() {
+		g.metrics.LimiterErrorKinds(string(k))
 	}
 	g.proxy = g.newReverseProxy(transport, false)
 	g.streamProxy = g.newReverseProxy(transport, true)

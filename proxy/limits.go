@@ -116,7 +116,7 @@ func compileLimits(cfg *config.Config, routes []*route) (map[string][]routeLimit
 			if err != nil {
 				return nil, fmt.Errorf("limits.%s.unit: %w", s.Name, err)
 			}
-			c := compiledLimit{rule: &limits.Rule{Name: s.Name, Limit: s.Limit, Window: w, Algorithm: a, Unit: u}, by: b, shadow: s.Shadow}
+			c := compiledLimit{rule: &limits.Rule{Name: s.Name, Limit: s.Limit, Window: w, Algorithm: a, Unit: u, Shadow: s.Shadow}, by: b, shadow: s.Shadow}
 			set[s.Name] = c
 			if s.Limit > 0 {
 				all[plan] = append(all[plan], routeLimit{rule: c.rule, by: b, shadow: c.shadow})
@@ -201,17 +201,15 @@ func policyHeader(ls []routeLimit) string {
 // limitState is the per-request scratch space of a decision, pooled so that a limited request
 // allocates no slices.
 type limitState struct {
-	hits    []limits.Hit
-	dec     limits.Decision
-	enforce []limits.Hit    // the second decision, without shadow limits
-	dec2    limits.Decision // its outcome
-	buf     []byte
+	hits []limits.Hit
+	dec  limits.Decision
+	buf  []byte
 }
 
-// limit applies the route's limits for the request's plan: one decision for all of them. A
-// shadow limit never denies: when only shadow limits would have denied, the request is
-// decided again without them (a second round trip, only in that case). It answers the request
-// itself (429 or 503) and returns false when the request must not be forwarded.
+// limit applies the route's limits for the request's plan: one decision for all of them, one
+// store call. A shadow limit never denies: the store admits the request when the enforced
+// limits have room and charges it to every shadow limit that still has room too. It answers
+// the request itself (429 or 503) and returns false when the request must not be forwarded.
 func (g *Gateway) limit(s *scope, r *http.Request) bool {
 	rt := s.route
 	if rt.hasDomain {
@@ -240,24 +238,12 @@ func (g *Gateway) limit(s *scope, r *http.Request) bool {
 		}
 	}
 	dec, err := g.take(st.hits, &st.dec, r)
-	taken, takenBy := st.hits, dec // the decision that took the units, if one admitted
-	if err == nil && !dec.Allowed && onlyShadowDenied(set.limits, dec) {
+	if err == nil && dec.Allowed {
 		for i, l := range set.limits {
-			if !dec.Results[i].Allowed {
+			if !dec.Results[i].Allowed { // a shadow limit that would have denied
 				l.metrics.ShadowDenied.Inc()
 				s.shadowDenied = l.rule.Name
 			}
-		}
-		st.enforce = st.enforce[:0]
-		for i, l := range set.limits {
-			if !l.shadow {
-				st.enforce = append(st.enforce, st.hits[i])
-			}
-		}
-		var dec2 *limits.Decision
-		if dec2, err = g.take(st.enforce, &st.dec2, r); err == nil {
-			mergeEnforced(set.limits, dec, dec2)
-			taken, takenBy = st.enforce, dec2
 		}
 	}
 	if err != nil {
@@ -289,7 +275,7 @@ func (g *Gateway) limit(s *scope, r *http.Request) bool {
 	h[hdrPolicy] = set.policyValue
 	st.buf = s.rateLimitHeaders(h, st.buf[:0], dec, set.limits)
 	if dec.Allowed {
-		s.keepTaken(taken, takenBy)
+		s.keepTaken(st.hits, dec) // every enforced limit, and the shadow limits that had room
 		if s.orgMetrics != nil {
 			s.orgMetrics.Allowed.Inc()
 		}
@@ -336,7 +322,11 @@ func (g *Gateway) take(hits []limits.Hit, d *limits.Decision, r *http.Request) (
 	}
 	start := time.Now()
 	err := g.limiter.Take(ctx, hits, d)
-	g.metrics.LimiterCall(time.Since(start).Seconds(), err != nil)
+	kind := limits.Classify(err)
+	g.metrics.LimiterCall(time.Since(start).Seconds(), string(kind))
+	if kind == limits.KindData {
+		g.dataErrors.log(g.log, err)
+	}
 	if span != nil {
 		if err != nil {
 			span.SetStatus(codes.Error, "limiter_error")
@@ -361,29 +351,6 @@ func (g *Gateway) limitSpan(ctx context.Context, hits []limits.Hit) (context.Con
 		attrs = append(attrs, attribute.String("db.system.name", g.tracing.Store))
 	}
 	return g.childSpan(ctx, "ratelimit", attrs...)
-}
-
-func onlyShadowDenied(ls []routeLimit, d *limits.Decision) bool {
-	for i, l := range ls {
-		if !d.Results[i].Allowed && !l.shadow {
-			return false
-		}
-	}
-	return true
-}
-
-// mergeEnforced copies the second decision (enforced limits only) into the first, whose
-// shadow results stay as they were, for the headers.
-func mergeEnforced(ls []routeLimit, d, enforced *limits.Decision) {
-	d.Allowed = enforced.Allowed
-	j := 0
-	for i, l := range ls {
-		if l.shadow {
-			continue
-		}
-		d.Results[i] = enforced.Results[j]
-		j++
-	}
 }
 
 // enforcedDenial is the index of the first enforced limit that denied.

@@ -131,9 +131,10 @@ func TestUpstream403RefundsEveryLimit(t *testing.T) {
 	}
 }
 
-// When a shadow limit made the gateway decide again without it, only what that second
-// decision took is given back: the shadow limit's count, taken by an earlier request, stays.
-func TestRefundAfterShadowRedecision(t *testing.T) {
+// A request admitted while a shadow limit is spent took the enforced limit and the shadow
+// limits that still had room, in its one decision: a refund gives back exactly those, and the
+// spent shadow limit's count, taken by an earlier request, stays.
+func TestRefundAfterShadowDenial(t *testing.T) {
 	up := keyCheckingUpstream(t, http.StatusUnauthorized, adminKey)
 	g := newGateway(t, up, func(c *cfgT) {
 		c.Auth.FailureLimit = 0
@@ -153,9 +154,9 @@ func TestRefundAfterShadowRedecision(t *testing.T) {
 	eventually(t, "the refund", func() bool {
 		return g.counter(t, "gateway_ratelimit_refunds_total", "limit", "agent_job_per_project", "reason", "upstream_401") == 1
 	})
-	for _, l := range []string{"shadow_per_project", "shadow_roomy"} {
-		if n := g.counter(t, "gateway_ratelimit_refunds_total", "limit", l, "reason", "upstream_401"); n != 0 {
-			t.Fatalf("%s, not taken by the refused request, was refunded %v times", l, n)
+	for l, want := range map[string]float64{"shadow_per_project": 0, "shadow_roomy": 1} {
+		if n := g.counter(t, "gateway_ratelimit_refunds_total", "limit", l, "reason", "upstream_401"); n != want {
+			t.Fatalf("%s refunded %v times, want %v (taken by the refused request: %v)", l, n, want, want == 1)
 		}
 		if used := usedOf(t, g, "project", "sh", l); used != 1 {
 			t.Fatalf("%s used %d, want 1 (the owner's request)", l, used)

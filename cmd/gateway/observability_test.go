@@ -153,9 +153,13 @@ routes:
 		`gateway_upstream_duration_seconds_count{route="agent_job"}`:                                                   2,
 		`gateway_request_duration_seconds_count{route="agent_job"}`:                                                    6,
 		`gateway_limiter_duration_seconds_count`:                                                                       8, // 3 agent + 5 assistant
-		`gateway_limiter_errors_total`:                                                                                 0,
-		`gateway_breaker_open`:                                                                                         0,
-		`gateway_inflight_requests{route="agent_job"}`:                                                                 0,
+		`gateway_limiter_errors_total{kind="data"}`:                                                                    0,
+		`gateway_limiter_errors_total{kind="node"}`:                                                                    0,
+		`gateway_limiter_errors_total{kind="timeout"}`:                                                                 0,
+		`gateway_limiter_errors_total{kind="breaker_open"}`:                                                            0,
+		`gateway_limiter_errors_total{kind="canceled"}`:                                                                0,
+		`gateway_breaker_open`:                         0,
+		`gateway_inflight_requests{route="agent_job"}`: 0,
 	}
 	for k, v := range want {
 		if got, ok := m[k]; !ok || got != v {
