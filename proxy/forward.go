@@ -32,12 +32,9 @@ func newTransport(u config.Upstream, upstream *url.URL) http.RoundTripper {
 		DialTimeout:           u.DialTimeout,
 		ResponseHeaderTimeout: u.Timeout,
 		MaxIdleConns:          u.MaxIdleConns,
-		IdleConnTimeout:       idleConnTimeout,
+		IdleConnTimeout:       u.IdleTimeout,
 	})
 }
-
-// idleConnTimeout closes keep-alive connections to the upstream idle this long.
-const idleConnTimeout = 90 * time.Second
 
 // newStandardTransport is a cloned-default transport tuned for one upstream: many idle
 // connections, no environment proxies, and no transparent compression, which would re-frame
@@ -52,7 +49,7 @@ func newStandardTransport(u config.Upstream) *http.Transport {
 		ForceAttemptHTTP2:     true,
 		MaxIdleConns:          u.MaxIdleConns,
 		MaxIdleConnsPerHost:   u.MaxIdleConns,
-		IdleConnTimeout:       idleConnTimeout,
+		IdleConnTimeout:       u.IdleTimeout,
 		TLSHandshakeTimeout:   10 * time.Second,
 		ExpectContinueTimeout: time.Second,
 		ResponseHeaderTimeout: u.Timeout,
