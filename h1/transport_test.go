@@ -128,8 +128,8 @@ func TestConcurrentExchanges(t *testing.T) {
 	}
 	tr.mu.Lock()
 	idle := 0
-	for _, l := range tr.idle {
-		idle += len(l)
+	for _, h := range tr.hosts {
+		idle += len(h.idle)
 	}
 	tr.mu.Unlock()
 	if idle > 8 {
