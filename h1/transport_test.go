@@ -447,9 +447,9 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-// rawServer runs serve on every connection accepted on 127.0.0.1, each bounded to 5 s; it
-// stops with the test.
-func rawServer(t *testing.T, serve func(c net.Conn, br *bufio.Reader)) string {
+// rawServer runs serve on every connection accepted on 127.0.0.1, each bounded to 5 s and
+// closed when serve returns; it stops with the test.
+func rawServer(t testing.TB, serve func(c net.Conn, br *bufio.Reader)) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
