@@ -9,9 +9,13 @@
 // responses are parsed by http.ReadResponse.
 //
 // What it does not do, and net/http's Transport does: TLS and HTTP/2, proxies from the
-// environment, transparent compression, retries, 100-continue waits, and protocol switches
-// (101). The gateway needs none of them on a cleartext upstream leg; for an https upstream,
-// or with upstream.transport: standard, it uses net/http's Transport.
+// environment, transparent compression, retries of idempotent requests that may have reached
+// the upstream (a request is sent again only when none of it left, see RoundTrip),
+// 100-continue waits, and protocol switches (101). The gateway needs none of them on a
+// cleartext upstream leg; for an https upstream, or with upstream.transport: standard, it
+// uses net/http's Transport. What it does that net/http's Transport does not: it checks an
+// idle connection is still open right before writing on it, never reuses a connection after
+// an answer whose framing is in doubt, and learns the upstream's idle timeout (pool.go).
 package h1
 
 import (
@@ -22,6 +26,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -203,12 +208,14 @@ func (e *notSent) Unwrap() error { return e.err }
 // exchange sends req on c and reads the response headers. raw, when not nil, is req as
 // written before, sent as it is (req's body has been read and closed).
 func (t *Transport) exchange(ctx context.Context, c *conn, req *http.Request, raw []byte) (*http.Response, error) {
+	var deadline time.Time
 	if d := t.o.ResponseHeaderTimeout; d > 0 {
 		// The timeout covers writing the request as well as awaiting the response headers
 		// (net/http's starts after the write, so an upstream that stops reading a large
 		// body would hold the request as long as its context lives). Set before the
 		// cancellation hook below, which must be able to override it.
-		_ = c.nc.SetDeadline(time.Now().Add(d))
+		deadline = time.Now().Add(d)
+		_ = c.nc.SetDeadline(deadline)
 	}
 	stop := context.AfterFunc(ctx, func() { _ = c.nc.SetDeadline(aLongTimeAgo) })
 	fail := func(err error) (*http.Response, error) {
@@ -217,9 +224,10 @@ func (t *Transport) exchange(ctx context.Context, c *conn, req *http.Request, ra
 		if ctxErr := ctx.Err(); ctxErr != nil {
 			return nil, fmt.Errorf("upstream: %w", ctxErr)
 		}
-		var ne net.Error
-		if t.o.ResponseHeaderTimeout > 0 && errors.As(err, &ne) && ne.Timeout() {
-			return nil, fmt.Errorf("upstream: no response headers within %v: %w", t.o.ResponseHeaderTimeout, err)
+		if !deadline.IsZero() && (isTimeout(err) || !time.Now().Before(deadline)) {
+			// Past the deadline, whatever the error says: a header line cut short by the
+			// deadline reads as a malformed one, not as a timeout.
+			return nil, fmt.Errorf("upstream: no response headers within %v: %w (%w)", t.o.ResponseHeaderTimeout, os.ErrDeadlineExceeded, err)
 		}
 		return nil, fmt.Errorf("upstream: %w", err)
 	}

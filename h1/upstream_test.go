@@ -1,7 +1,6 @@
 package h1
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
@@ -13,131 +12,42 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/docsgate/gateway/internal/upstreamtest"
 )
 
 // Issue 23, section 3: upstreams that behave like real servers, good and bad, each case run
 // on the pool and on net/http's Transport with the outcome compared.
 
-// scriptUp is a hand-written HTTP/1.1 upstream on loopback. It reads requests on keep-alive
-// connections and answers each with script(path): bytes written as they come (a part
-// "<pause>" sleeps 20 ms), then the connection kept, closed, reset, or left hanging until
-// the client closes it. It records on which connection each request arrived and tells when
-// every connection it accepted has closed.
-type scriptUp struct {
-	url    string
-	script func(path string) (parts []string, end string) // end: "keep", "close", "reset", "hang"
-
-	mu     sync.Mutex
-	seen   []seenReq
-	conns  int
-	open   int
-	byPeer map[string]*net.TCPConn // open connections by the client's address
-}
-
-type seenReq struct {
-	path string
-	conn int
-}
-
-const pause = "<pause>"
-
-func newScriptUp(t *testing.T, script func(path string) ([]string, string)) *scriptUp {
-	t.Helper()
-	u := &scriptUp{script: script, byPeer: map[string]*net.TCPConn{}}
-	u.url = rawServer(t, func(c net.Conn, br *bufio.Reader) {
-		peer := c.RemoteAddr().String()
-		u.mu.Lock()
-		u.conns++
-		u.open++
-		id := u.conns
-		u.byPeer[peer] = c.(*net.TCPConn)
-		u.mu.Unlock()
-		defer func() {
-			u.mu.Lock()
-			u.open--
-			delete(u.byPeer, peer)
-			u.mu.Unlock()
-		}()
-		u.serve(c, br, id)
-	})
-	return u
-}
-
-func (u *scriptUp) serve(c net.Conn, br *bufio.Reader, id int) {
-	for {
-		req, err := http.ReadRequest(br)
-		if err != nil {
-			return
+// script answers /case with parts and end, anything else with okNext on a kept connection.
+func script(parts []string, end upstreamtest.End) upstreamtest.Script {
+	return func(path string) ([]string, upstreamtest.End) {
+		if path == "/case" {
+			return parts, end
 		}
-		if _, err := io.Copy(io.Discard, req.Body); err != nil {
-			return
-		}
-		u.mu.Lock()
-		u.seen = append(u.seen, seenReq{req.URL.Path, id})
-		u.mu.Unlock()
-		parts, end := u.script(req.URL.Path)
-		for _, p := range parts {
-			if p == pause {
-				time.Sleep(20 * time.Millisecond)
-				continue
-			}
-			if _, err := io.WriteString(c, p); err != nil {
-				return
-			}
-		}
-		switch end {
-		case "close":
-			return
-		case "reset":
-			_ = c.(*net.TCPConn).SetLinger(0)
-			return
-		case "hang":
-			_, _ = io.Copy(io.Discard, br) // until the client closes
-			return
-		}
+		return []string{okNext}, upstreamtest.Keep
 	}
-}
-
-func (u *scriptUp) hasConnFrom(peer string) bool {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	return u.byPeer[peer] != nil
-}
-
-// resetConnFrom resets the upstream's side of the connection from peer.
-func (u *scriptUp) resetConnFrom(peer string) {
-	u.mu.Lock()
-	c := u.byPeer[peer]
-	u.mu.Unlock()
-	_ = c.SetLinger(0)
-	_ = c.Close()
-}
-
-func (u *scriptUp) requests() []seenReq {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	return append([]seenReq(nil), u.seen...)
 }
 
 // allClosed waits until every connection the upstream accepted is closed: the client leaked
 // none.
-func (u *scriptUp) allClosed(t *testing.T) {
+func allClosed(t *testing.T, up *upstreamtest.Upstream) {
 	t.Helper()
-	waitFor(t, "the upstream's connections to close", func() bool {
-		u.mu.Lock()
-		defer u.mu.Unlock()
-		return u.open == 0
-	})
+	waitFor(t, "the upstream's connections to close", func() bool { return up.Open() == 0 })
 }
 
 // outcome is what a client of the transport sees of one exchange.
 type outcome struct {
 	status  int    // 0: the round trip failed
+	timeout bool   // it failed with a timeout
 	body    string // what was read of the body
 	bodyErr bool   // the body broke before its end
 }
 
 func (o outcome) String() string {
+	if o.status == 0 && o.timeout {
+		return "timeout"
+	}
 	if o.status == 0 {
 		return "error"
 	}
@@ -154,7 +64,7 @@ func exchangeOnce(tr http.RoundTripper, method, url string) outcome {
 	req, _ := http.NewRequestWithContext(ctx, method, url, strings.NewReader(`{"x":1}`))
 	res, err := tr.RoundTrip(req)
 	if err != nil {
-		return outcome{}
+		return outcome{timeout: isTimeout(err)}
 	}
 	b, err := io.ReadAll(res.Body)
 	res.Body.Close()
@@ -187,7 +97,6 @@ func TestDesyncBothTransports(t *testing.T) {
 		name   string
 		method string
 		parts  []string
-		end    string
 		want   outcome
 		reuse  bool // the pool sends the next request on the same connection
 		// poolOnly: net/http's Transport hands an unasked 101 to its caller with the
@@ -197,10 +106,10 @@ func TestDesyncBothTransports(t *testing.T) {
 	}{
 		{name: "second answer in the same write", parts: []string{"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok" +
 			"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nWRONG"}, want: outcome{status: 200, body: "ok"}},
-		{name: "second answer later", parts: []string{"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", pause,
+		{name: "second answer later", parts: []string{"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", upstreamtest.Pause,
 			"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nWRONG"}, want: outcome{status: 200, body: "ok"}},
 		{name: "stray line", parts: []string{"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok\r\nstray\r\n"}, want: outcome{status: 200, body: "ok"}},
-		{name: "stray line after a chunked answer", parts: []string{"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n", pause, "\r\n"},
+		{name: "stray line after a chunked answer", parts: []string{"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n", upstreamtest.Pause, "\r\n"},
 			want: outcome{status: 200, body: "ok"}},
 		{name: "Transfer-Encoding and Content-Length", parts: []string{"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n"},
 			want: outcome{status: 200, body: "hello"}},
@@ -221,7 +130,7 @@ func TestDesyncBothTransports(t *testing.T) {
 		{name: "204 with an answer after it", parts: []string{"HTTP/1.1 204 No Content\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nWRONG"}, want: outcome{status: 204}},
 		{name: "304 with a chunked body", parts: []string{"HTTP/1.1 304 Not Modified\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nWRONG\r\n0\r\n\r\n"}, want: outcome{status: 304}},
 		{name: "HEAD answered with a body", method: http.MethodHead, parts: []string{"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nWRONG"}, want: outcome{status: 200}},
-		{name: "interim 100 and 103", parts: []string{"HTTP/1.1 100 Continue\r\n\r\n", pause, "HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\n",
+		{name: "interim 100 and 103", parts: []string{"HTTP/1.1 100 Continue\r\n\r\n", upstreamtest.Pause, "HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\n",
 			"HTTP/1.1 201 Created\r\nContent-Length: 2\r\n\r\nok"}, want: outcome{status: 201, body: "ok"}, reuse: true},
 		{name: "interim answer with a body", parts: []string{"HTTP/1.1 103 Early Hints\r\nContent-Length: 5\r\n\r\nWRONGHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"}},
 		{name: "101 unasked", parts: []string{"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\nWRONG"}, poolOnly: true},
@@ -234,34 +143,29 @@ func TestDesyncBothTransports(t *testing.T) {
 				if c.poolOnly && name != "pool" {
 					continue
 				}
-				up := newScriptUp(t, func(path string) ([]string, string) {
-					if path == "/case" {
-						return c.parts, "keep"
-					}
-					return []string{okNext}, "keep"
-				})
+				up := upstreamtest.Start(t, script(c.parts, upstreamtest.Keep))
 				method := c.method
 				if method == "" {
 					method = http.MethodPost
 				}
-				got := exchangeOnce(tr, method, up.url+"/case")
+				got := exchangeOnce(tr, method, up.URL+"/case")
 				results[name] = got
 				if got != c.want {
 					t.Errorf("%s: got %v, want %v", name, got, c.want)
 				}
 				time.Sleep(60 * time.Millisecond) // past any late bytes: the next request comes later
-				if next := exchangeOnce(tr, http.MethodPost, up.url+"/next"); next != (outcome{status: 200, body: "next"}) {
+				if next := exchangeOnce(tr, http.MethodPost, up.URL+"/next"); next != (outcome{status: 200, body: "next"}) {
 					t.Errorf("%s: the next request got %v, want its own 200 next", name, next)
 				}
-				seen := up.requests()
+				seen := up.Requests()
 				if len(seen) != 2 {
 					t.Fatalf("%s: upstream saw %v, want /case and /next once each", name, seen)
 				}
-				if reused := seen[1].conn == seen[0].conn; name == "pool" && reused != c.reuse {
+				if reused := seen[1].Conn == seen[0].Conn; name == "pool" && reused != c.reuse {
 					t.Errorf("pool: next request on the same connection %t, want %t", reused, c.reuse)
 				}
 				tr.CloseIdleConnections()
-				up.allClosed(t)
+				allClosed(t, up)
 			}
 			if !c.poolOnly && results["pool"] != results["standard"] {
 				t.Errorf("pool %v, standard %v", results["pool"], results["standard"])
@@ -280,40 +184,36 @@ func TestEarlyCloseAndResetsBothTransports(t *testing.T) {
 	cases := []struct {
 		name  string
 		parts []string
-		end   string
+		end   upstreamtest.End
 		want  outcome
 	}{
-		{name: "close before any answer", end: "close"},
-		{name: "reset before any answer", end: "reset"},
-		{name: "close in the status line", parts: []string{"HTTP/1.1 20"}, end: "close"},
-		{name: "close in the headers", parts: []string{"HTTP/1.1 200 OK\r\nContent-Le"}, end: "close"},
-		{name: "reset in the headers", parts: []string{"HTTP/1.1 200 OK\r\nContent-Le", pause}, end: "reset"},
-		{name: "stall in the headers", parts: []string{"HTTP/1.1 200 OK\r\nContent-Le"}, end: "hang"},
-		{name: "close in the body", parts: []string{head, `{"id":"j"`}, end: "close", want: outcome{status: 200, body: `{"id":"j"`, bodyErr: true}},
-		{name: "reset in the body", parts: []string{head, `{"id":"j"`, pause}, end: "reset", want: outcome{status: 200, body: `{"id":"j"`, bodyErr: true}},
-		{name: "close in a chunk", parts: []string{"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n9\r\n{\"id\":\"j\"\r\n14\r\n{\"a\""}, end: "close",
+		{name: "close before any answer", end: upstreamtest.Close},
+		{name: "reset before any answer", end: upstreamtest.Reset},
+		{name: "close in the status line", parts: []string{"HTTP/1.1 20"}, end: upstreamtest.Close},
+		{name: "close in the headers", parts: []string{"HTTP/1.1 200 OK\r\nContent-Le"}, end: upstreamtest.Close},
+		{name: "reset in the headers", parts: []string{"HTTP/1.1 200 OK\r\nContent-Le", upstreamtest.Pause}, end: upstreamtest.Reset},
+		{name: "stall in the headers", parts: []string{"HTTP/1.1 200 OK\r\nContent-Le"}, end: upstreamtest.Hang, want: outcome{timeout: true}},
+		{name: "stall after the status line", parts: []string{"HTTP/1.1 200 OK\r\n"}, end: upstreamtest.Hang, want: outcome{timeout: true}},
+		{name: "close in the body", parts: []string{head, `{"id":"j"`}, end: upstreamtest.Close, want: outcome{status: 200, body: `{"id":"j"`, bodyErr: true}},
+		{name: "reset in the body", parts: []string{head, `{"id":"j"`, upstreamtest.Pause}, end: upstreamtest.Reset, want: outcome{status: 200, body: `{"id":"j"`, bodyErr: true}},
+		{name: "close in a chunk", parts: []string{"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n9\r\n{\"id\":\"j\"\r\n14\r\n{\"a\""}, end: upstreamtest.Close,
 			want: outcome{status: 200, body: `{"id":"j"{"a"`, bodyErr: true}},
-		{name: "reset in a chunk", parts: []string{"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n9\r\n{\"id\":\"j\"\r\n14\r\n{\"a\"", pause}, end: "reset",
+		{name: "reset in a chunk", parts: []string{"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n9\r\n{\"id\":\"j\"\r\n14\r\n{\"a\"", upstreamtest.Pause}, end: upstreamtest.Reset,
 			want: outcome{status: 200, body: `{"id":"j"{"a"`, bodyErr: true}},
-		{name: "close before the last chunk", parts: []string{"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n9\r\n{\"id\":\"j\"\r\n"}, end: "close",
+		{name: "close before the last chunk", parts: []string{"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n9\r\n{\"id\":\"j\"\r\n"}, end: upstreamtest.Close,
 			want: outcome{status: 200, body: `{"id":"j"`, bodyErr: true}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			results := map[string]outcome{}
 			for name, tr := range bothTransports(headerTimeout) {
-				up := newScriptUp(t, func(path string) ([]string, string) {
-					if path == "/case" {
-						return c.parts, c.end
-					}
-					return []string{okNext}, "keep"
-				})
+				up := upstreamtest.Start(t, script(c.parts, c.end))
 				// A reused connection first, as in production.
-				if got := exchangeOnce(tr, http.MethodPost, up.url+"/warm"); got != (outcome{status: 200, body: "next"}) {
+				if got := exchangeOnce(tr, http.MethodPost, up.URL+"/warm"); got != (outcome{status: 200, body: "next"}) {
 					t.Fatalf("%s: warm-up %v", name, got)
 				}
 				start := time.Now()
-				got := exchangeOnce(tr, http.MethodPost, up.url+"/case")
+				got := exchangeOnce(tr, http.MethodPost, up.URL+"/case")
 				took := time.Since(start)
 				results[name] = got
 				if got != c.want {
@@ -322,12 +222,12 @@ func TestEarlyCloseAndResetsBothTransports(t *testing.T) {
 				if took > headerTimeout+time.Second {
 					t.Errorf("%s: took %v, past the header timeout of %v", name, took, headerTimeout)
 				}
-				if next := exchangeOnce(tr, http.MethodPost, up.url+"/next"); next != (outcome{status: 200, body: "next"}) {
+				if next := exchangeOnce(tr, http.MethodPost, up.URL+"/next"); next != (outcome{status: 200, body: "next"}) {
 					t.Errorf("%s: the next request got %v", name, next)
 				}
 				n := 0
-				for _, r := range up.requests() {
-					if r.path == "/case" {
+				for _, r := range up.Requests() {
+					if r.Path == "/case" {
 						n++
 					}
 				}
@@ -335,7 +235,7 @@ func TestEarlyCloseAndResetsBothTransports(t *testing.T) {
 					t.Errorf("%s: /case reached the upstream %d times, want once (a request that left is never sent again)", name, n)
 				}
 				tr.CloseIdleConnections()
-				up.allClosed(t)
+				allClosed(t, up)
 			}
 			if results["pool"] != results["standard"] {
 				t.Errorf("pool %v, standard %v", results["pool"], results["standard"])
@@ -423,11 +323,11 @@ func TestSentAgainOnlyWhenNothingLeft(t *testing.T) {
 	ignore := goleak.IgnoreCurrent()
 	t.Cleanup(func() { goleak.VerifyNone(t, ignore) }) // after the upstream's and the pool's cleanups
 	var mu sync.Mutex
-	up := newScriptUp(t, func(path string) ([]string, string) {
+	up := upstreamtest.Start(t, func(path string) ([]string, upstreamtest.End) {
 		if path == "/gone" {
-			return nil, "reset" // read whole, then reset: it left, and may have been acted on
+			return nil, upstreamtest.Reset // read whole, then reset: it left, and may have been acted on
 		}
-		return []string{"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"}, "keep"
+		return []string{"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"}, upstreamtest.Keep
 	})
 	armed := false
 	var dials int
@@ -442,25 +342,25 @@ func TestSentAgainOnlyWhenNothingLeft(t *testing.T) {
 		tc := nc.(*net.TCPConn)
 		return &resetOnWrite{TCPConn: tc, armed: &armed, reset: func() {
 			local := tc.LocalAddr().String()
-			waitFor(t, "the upstream to see the connection", func() bool { return up.hasConnFrom(local) })
-			up.resetConnFrom(local)
+			waitFor(t, "the upstream to see the connection", func() bool { return up.HasConnFrom(local) })
+			up.ResetConnFrom(local)
 			probe := newProber(tc)
 			waitFor(t, "the reset to arrive", func() bool { return !probe.alive() })
 		}}, nil
 	}})
-	if got := exchangeOnce(tr, http.MethodPost, up.url+"/a"); got != (outcome{status: 200, body: "ok"}) {
+	if got := exchangeOnce(tr, http.MethodPost, up.URL+"/a"); got != (outcome{status: 200, body: "ok"}) {
 		t.Fatalf("first request: %v", got)
 	}
 	armed = true
-	if got := exchangeOnce(tr, http.MethodPost, up.url+"/b"); got != (outcome{status: 200, body: "ok"}) {
+	if got := exchangeOnce(tr, http.MethodPost, up.URL+"/b"); got != (outcome{status: 200, body: "ok"}) {
 		t.Fatalf("a request whose connection was reset before it was written: %v, want it sent on another connection", got)
 	}
-	if got := exchangeOnce(tr, http.MethodPost, up.url+"/gone"); got.status != 0 {
+	if got := exchangeOnce(tr, http.MethodPost, up.URL+"/gone"); got.status != 0 {
 		t.Fatalf("a request reset after it was read: %v, want an error", got)
 	}
 	count := map[string]int{}
-	for _, r := range up.requests() {
-		count[r.path]++
+	for _, r := range up.Requests() {
+		count[r.Path]++
 	}
 	if count["/a"] != 1 || count["/b"] != 1 || count["/gone"] != 1 {
 		t.Fatalf("deliveries %v, want each request once", count)
@@ -469,5 +369,5 @@ func TestSentAgainOnlyWhenNothingLeft(t *testing.T) {
 		t.Fatalf("%d connections dialled, want 2 (the second for /b after the first was reset)", dials)
 	}
 	tr.CloseIdleConnections()
-	up.allClosed(t)
+	allClosed(t, up)
 }

@@ -154,3 +154,26 @@ func TestUpstreamIdleCloseRace(t *testing.T) {
 		t.Errorf("default idle_timeout: the pool failed %d requests, net/http's Transport %d", pool, std)
 	}
 }
+
+// upstream.idle_timeout reaches both transports: against an upstream that keeps idle
+// connections a minute, a connection idle about 300 ms is closed by the gateway under
+// idle_timeout: 250ms, and reused under the default.
+func TestUpstreamIdleTimeoutApplied(t *testing.T) {
+	for _, tr := range transports {
+		for _, c := range []struct {
+			idle  string
+			conns int
+		}{{"250ms", 2}, {"", 1}} {
+			up := newIdleUpstream(t, time.Minute)
+			extra := fmt.Sprintf("  transport: %s\n", tr)
+			if c.idle != "" {
+				extra += fmt.Sprintf("  idle_timeout: %s\n", c.idle)
+			}
+			p := startGatewayRaw(t, fmt.Sprintf("upstream:\n  url: %q\n%s", up.URL, extra))
+			r := runIdleRace(t, p, up, 2, rand.New(rand.NewPCG(1, 2)))
+			if r.failed > 0 || r.connections != c.conns {
+				t.Errorf("%s, idle_timeout %q: %d failed, %d upstream connections for two requests 280-320 ms apart, want %d", tr, c.idle, r.failed, r.connections, c.conns)
+			}
+		}
+	}
+}
