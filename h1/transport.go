@@ -246,8 +246,9 @@ func (t *Transport) exchange(ctx context.Context, c *conn, req *http.Request, ra
 	if werr == nil {
 		werr = c.bw.Flush()
 	}
-	if werr != nil && c.cw.written == 0 && c.cw.err != nil {
+	if werr != nil && c.cw.written == 0 && c.cw.err != nil && !isTimeout(c.cw.err) {
 		// The connection failed before any byte of the request left: nothing can answer it.
+		// (Not its own deadline or a cancellation: those end the request.)
 		ns := &notSent{err: c.cw.err, reused: c.reusedAfter > 0}
 		if serialized {
 			ns.raw = c.cw.unsent // the whole request: the failed write was its only one
