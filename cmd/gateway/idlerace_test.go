@@ -111,10 +111,10 @@ func runIdleRace(t *testing.T, p *proc, up *idleUpstream, n int, rng *rand.Rand)
 
 func TestUpstreamIdleCloseRace(t *testing.T) {
 	// 100 requests a variant, the four variants at once against their own upstreams: about
-	// 30 s in all. With the default idle_timeout net/http's Transport failed 1, 1, 3 and 6 of
-	// 100 in four runs on a loaded 2-core machine (the pool, before it learned the upstream's
-	// clock, 2, 2 and 7): at 100 the race shows in every run, and about a quarter of the
-	// requests go out within 5 ms of the upstream's closing moment.
+	// 30 s in all. With the default idle_timeout net/http's Transport failed 1, 1, 3, 6, 5 and
+	// 1 of 100 in six runs on a loaded 2-core machine (the pool without learning the
+	// upstream's clock 2, 2 and 7; with it 0 every time): at 100 the race shows in every run,
+	// and about a quarter of the requests go out within 5 ms of the upstream's closing moment.
 	const n = 100
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
