@@ -125,6 +125,11 @@ type Upstream struct {
 	DialTimeout time.Duration `yaml:"dial_timeout"`
 	// MaxIdleConns is the number of idle keep-alive connections kept to the upstream.
 	MaxIdleConns int `yaml:"max_idle_conns"`
+	// IdleTimeout closes a keep-alive connection to the upstream once it has been idle this
+	// long. It must be below the upstream's own idle timeout (and any load balancer's in
+	// between): a request written on a connection the upstream is closing at that moment
+	// fails with 502, and is not sent again since it may have been received.
+	IdleTimeout time.Duration `yaml:"idle_timeout"`
 	// Transport is "pool", the gateway's own HTTP/1.1 connection pool (package h1) for an
 	// http:// upstream, or "standard", net/http's Transport, which an https:// upstream
 	// always gets (TLS, and HTTP/2 when the upstream offers it).
@@ -248,7 +253,11 @@ func Defaults() Config {
 			Timeout:      30 * time.Second,
 			DialTimeout:  5 * time.Second,
 			MaxIdleConns: 512,
-			Transport:    "pool",
+			// Below the 60 s idle timeout of the common load balancers (AWS's ALB and ELB
+			// among them) and nginx's 75 s: none of them closes a connection the gateway
+			// still counts on. Upstreams with shorter timeouts (Node's 5 s) need a lower value.
+			IdleTimeout: 50 * time.Second,
+			Transport:   "pool",
 		},
 		CORS: CORS{
 			AllowedOrigins: []string{"*"},

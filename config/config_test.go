@@ -26,7 +26,9 @@ func TestExampleConfigLoads(t *testing.T) {
 	}
 	// The example documents the defaults: loading it must give the same values.
 	d := Defaults()
-	if cfg.Upstream.Timeout != d.Upstream.Timeout || cfg.Server != d.Server || cfg.MaxBodyBytes != d.MaxBodyBytes ||
+	if cfg.Upstream.URL != "http://127.0.0.1:9000" || cfg.Upstream.Timeout != d.Upstream.Timeout ||
+		cfg.Upstream.DialTimeout != d.Upstream.DialTimeout || cfg.Upstream.MaxIdleConns != d.Upstream.MaxIdleConns ||
+		cfg.Upstream.IdleTimeout != d.Upstream.IdleTimeout || cfg.Upstream.Transport != d.Upstream.Transport || cfg.Server != d.Server || cfg.MaxBodyBytes != d.MaxBodyBytes ||
 		cfg.Redis.Timeout != d.Redis.Timeout || cfg.Redis.OnError != d.Redis.OnError || cfg.Auth != d.Auth ||
 		cfg.ClientIP.IPv6Prefix != d.ClientIP.IPv6Prefix || cfg.Log != d.Log {
 		t.Fatalf("example and defaults disagree: %+v vs %+v", cfg.Server, d.Server)
@@ -39,7 +41,8 @@ func TestMinimalConfigGetsDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	if cfg.AdminListen != "127.0.0.1:9090" || cfg.Upstream.Timeout != 30*time.Second || cfg.MaxBodyBytes != 1<<20 ||
-		cfg.Server.ShutdownGrace != 30*time.Second || cfg.CORS.AllowedOrigins[0] != "*" {
+		cfg.Server.ShutdownGrace != 30*time.Second || cfg.CORS.AllowedOrigins[0] != "*" ||
+		cfg.Upstream.IdleTimeout != 50*time.Second {
 		t.Fatalf("defaults not applied: %+v", cfg)
 	}
 }
@@ -69,6 +72,8 @@ func TestErrorsNameTheKey(t *testing.T) {
 		{"upstream: {url: ':::'}\n", "upstream.url:"},
 		{"upstream: {url: 'http://a', timeout: soon}\n", "upstream.timeout: cannot use \"soon\" here: want a duration"},
 		{"upstream: {url: 'http://a', timeout: -1s}\n", "upstream.timeout: must be a positive duration"},
+		{"upstream: {url: 'http://a', idle_timeout: 0s}\n", "upstream.idle_timeout: must be a positive duration"},
+		{"upstream: {url: 'http://a', idle_timeout: 5}\n", "upstream.idle_timeout: cannot use \"5\" here: want a duration"},
 		{"upstream: {url: 'http://a', transport: fast}\n", "upstream.transport: \"fast\" is not pool or standard"},
 		{"upstream: {url: 'http://a'}\nmax_body_bytes: lots\n", "max_body_bytes: cannot use \"lots\" here: want a whole number"},
 		{"upstream: {url: 'http://a'}\nmax_body_bytes: 0\n", "max_body_bytes: must be a positive"},

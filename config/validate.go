@@ -172,6 +172,7 @@ func (v *validator) upstream(u *Upstream) {
 	}
 	v.positive("upstream.timeout", u.Timeout)
 	v.positive("upstream.dial_timeout", u.DialTimeout)
+	v.positive("upstream.idle_timeout", u.IdleTimeout)
 	if u.MaxIdleConns < 0 {
 		v.fail("upstream.max_idle_conns", "must not be negative")
 	}

@@ -9,9 +9,13 @@
 // responses are parsed by http.ReadResponse.
 //
 // What it does not do, and net/http's Transport does: TLS and HTTP/2, proxies from the
-// environment, transparent compression, retries, 100-continue waits, and protocol switches
-// (101). The gateway needs none of them on a cleartext upstream leg; for an https upstream,
-// or with upstream.transport: standard, it uses net/http's Transport.
+// environment, transparent compression, retries of idempotent requests that may have reached
+// the upstream (a request is sent again only when none of it left, see RoundTrip),
+// 100-continue waits, and protocol switches (101). The gateway needs none of them on a
+// cleartext upstream leg; for an https upstream, or with upstream.transport: standard, it
+// uses net/http's Transport. What it does that net/http's Transport does not: it checks an
+// idle connection is still open right before writing on it, never reuses a connection after
+// an answer whose framing is in doubt, and learns the upstream's idle timeout (pool.go).
 package h1
 
 import (
@@ -22,7 +26,7 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"strings"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -52,8 +56,8 @@ type Transport struct {
 	dialer net.Dialer
 
 	mu     sync.Mutex
-	idle   map[string][]*conn // by host[:port], most recently used last
-	sweep  *time.Timer        // closes connections idle past IdleConnTimeout; nil when none are
+	hosts  map[string]*host // by host[:port]
+	sweep  *time.Timer      // closes connections idle past IdleConnTimeout; nil when none are
 	closed bool
 }
 
@@ -74,19 +78,45 @@ func New(o Options) *Transport {
 	return &Transport{
 		o:      o,
 		dialer: net.Dialer{Timeout: o.DialTimeout, KeepAlive: 30 * time.Second},
-		idle:   map[string][]*conn{},
+		hosts:  map[string]*host{},
 	}
 }
 
 // conn is one connection to an upstream host.
 type conn struct {
-	key    string
-	nc     net.Conn
-	probe  *prober // liveness check of nc
-	lr     limitedReader
-	br     *bufio.Reader // reads nc through lr
-	bw     *bufio.Writer
-	idleAt time.Time
+	key         string
+	nc          net.Conn
+	probe       *prober // liveness check of nc
+	lr          limitedReader
+	br          *bufio.Reader // reads nc through lr
+	cw          countingWriter
+	bw          *bufio.Writer // writes nc through cw
+	idleAt      time.Time
+	reusedAfter time.Duration // how long it was idle before this exchange; 0 when new
+}
+
+// countingWriter writes to a connection and tells whether an exchange's request left.
+type countingWriter struct {
+	w       io.Writer
+	written int64  // bytes of this exchange written
+	err     error  // the connection's write error
+	unsent  []byte // what the first write failed to send, when nothing was written
+}
+
+func (cw *countingWriter) start() { cw.written, cw.err, cw.unsent = 0, nil, nil }
+
+func (cw *countingWriter) Write(p []byte) (int, error) {
+	n, err := cw.w.Write(p)
+	cw.written += int64(n)
+	if err != nil {
+		cw.err = err
+		if cw.written == 0 {
+			// p is the buffered writer's own buffer, which the failed connection never uses
+			// again: no copy needed.
+			cw.unsent = p
+		}
+	}
+	return n, err
 }
 
 // limitedReader reads from a connection at most n more bytes, then fails: it bounds the
@@ -123,6 +153,12 @@ var aLongTimeAgo = time.Unix(1, 0)
 // caller's goroutine; the body is read from the connection as the caller reads it, and the
 // connection goes back to the pool once the body has been read to its end. Closing the body
 // before its end closes the connection (nothing is drained).
+//
+// A request is sent again only when it provably never left: its connection, taken from the
+// pool, failed the first write with nothing written (the upstream reset it in the moment
+// between the pool's liveness check and the write), and the whole request was in that write,
+// so the same bytes go out on another connection. Once any byte is out, the upstream may have
+// acted on the request, and a failure is the caller's to see.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	closeBody := func() {
 		if req.Body != nil {
@@ -143,17 +179,43 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		closeBody()
 		return nil, err
 	}
-	return t.exchange(ctx, c, req)
+	res, err := t.exchange(ctx, c, req, nil)
+	// Each round consumes an idle connection or ends on a new one (never reused, so its
+	// failure is final): the loop is bounded by the pool.
+	for {
+		var ns *notSent
+		if !errors.As(err, &ns) || ns.raw == nil || !ns.reused {
+			return res, err
+		}
+		if c, err = t.getConn(ctx, req.URL.Host); err != nil {
+			return nil, err
+		}
+		res, err = t.exchange(ctx, c, req, ns.raw)
+	}
 }
 
-// exchange sends req on c and reads the response headers.
-func (t *Transport) exchange(ctx context.Context, c *conn, req *http.Request) (*http.Response, error) {
+// notSent is the error of a request that never left: its connection failed the first write,
+// and no byte of it was written.
+type notSent struct {
+	err    error
+	raw    []byte // the whole request as it was to go out; nil when it did not fit in one write
+	reused bool   // the connection came from the pool
+}
+
+func (e *notSent) Error() string { return e.err.Error() }
+func (e *notSent) Unwrap() error { return e.err }
+
+// exchange sends req on c and reads the response headers. raw, when not nil, is req as
+// written before, sent as it is (req's body has been read and closed).
+func (t *Transport) exchange(ctx context.Context, c *conn, req *http.Request, raw []byte) (*http.Response, error) {
+	var deadline time.Time
 	if d := t.o.ResponseHeaderTimeout; d > 0 {
 		// The timeout covers writing the request as well as awaiting the response headers
 		// (net/http's starts after the write, so an upstream that stops reading a large
 		// body would hold the request as long as its context lives). Set before the
 		// cancellation hook below, which must be able to override it.
-		_ = c.nc.SetDeadline(time.Now().Add(d))
+		deadline = time.Now().Add(d)
+		_ = c.nc.SetDeadline(deadline)
 	}
 	stop := context.AfterFunc(ctx, func() { _ = c.nc.SetDeadline(aLongTimeAgo) })
 	fail := func(err error) (*http.Response, error) {
@@ -162,19 +224,38 @@ func (t *Transport) exchange(ctx context.Context, c *conn, req *http.Request) (*
 		if ctxErr := ctx.Err(); ctxErr != nil {
 			return nil, fmt.Errorf("upstream: %w", ctxErr)
 		}
-		var ne net.Error
-		if t.o.ResponseHeaderTimeout > 0 && errors.As(err, &ne) && ne.Timeout() {
-			return nil, fmt.Errorf("upstream: no response headers within %v: %w", t.o.ResponseHeaderTimeout, err)
+		if !deadline.IsZero() && (isTimeout(err) || !time.Now().Before(deadline)) {
+			// Past the deadline, whatever the error says: a header line cut short by the
+			// deadline reads as a malformed one, not as a timeout.
+			return nil, fmt.Errorf("upstream: no response headers within %v: %w (%w)", t.o.ResponseHeaderTimeout, os.ErrDeadlineExceeded, err)
 		}
 		return nil, fmt.Errorf("upstream: %w", err)
 	}
 
-	werr := req.Write(c.bw)
+	c.cw.start()
+	var werr error
+	if raw != nil {
+		_, werr = c.bw.Write(raw)
+	} else {
+		werr = req.Write(c.bw)
+		if req.Body != nil {
+			_ = req.Body.Close() // a RoundTripper closes the request body, even on errors
+		}
+	}
+	serialized := werr == nil
 	if werr == nil {
 		werr = c.bw.Flush()
 	}
-	if req.Body != nil {
-		_ = req.Body.Close() // a RoundTripper closes the request body, even on errors
+	if werr != nil && c.cw.written == 0 && c.cw.err != nil && !isTimeout(c.cw.err) {
+		// The connection failed before any byte of the request left: nothing can answer it.
+		// (Not its own deadline or a cancellation: those end the request.)
+		ns := &notSent{err: c.cw.err, reused: c.reusedAfter > 0}
+		if serialized {
+			ns.raw = c.cw.unsent // the whole request: the failed write was its only one
+		}
+		t.closedByUpstream(c)
+		_, err := fail(ns)
+		return nil, err
 	}
 	if werr != nil {
 		// Only an answer already on its way can stand (an early 413); a request body that
@@ -182,17 +263,23 @@ func (t *Transport) exchange(ctx context.Context, c *conn, req *http.Request) (*
 		_ = c.nc.SetReadDeadline(time.Now().Add(earlyAnswerWait))
 	}
 	c.lr.n = t.o.MaxResponseHeaderBytes
-	res, err := readResponse(c.br, req)
+	res, doubt, err := readResponse(c.br, req)
+	silent := c.lr.n == t.o.MaxResponseHeaderBytes // not a byte of an answer came
 	c.lr.n = unlimited
 	if err != nil {
 		if werr != nil {
 			err = werr
 		}
+		if silent && ctx.Err() == nil && !isTimeout(err) {
+			t.closedByUpstream(c)
+		}
 		return fail(err)
 	}
-	if werr != nil {
+	if werr != nil || doubt {
 		// The upstream answered before it took the whole request (an early 413, say) and
-		// stopped reading: its answer stands, and the connection is done.
+		// stopped reading: its answer stands, and the connection is done. Or the answer's
+		// framing is in doubt: it is read as RFC 9112 says, and the connection is not
+		// trusted with another.
 		res.Close = true
 	}
 
@@ -220,36 +307,12 @@ func (t *Transport) exchange(ctx context.Context, c *conn, req *http.Request) (*
 	return res, nil
 }
 
-// buffered reports whether res's whole body is already in br.
-func buffered(res *http.Response, br *bufio.Reader) bool {
-	return res.Body == http.NoBody || (res.ContentLength >= 0 && len(res.TransferEncoding) == 0 && int64(br.Buffered()) >= res.ContentLength)
-}
-
 // earlyAnswerWait is how long an answer is awaited after writing the request failed.
 const earlyAnswerWait = 50 * time.Millisecond
 
-// maxInterim bounds the interim 1xx answers skipped before the final one (net/http's number).
-const maxInterim = 5
-
-// readResponse reads the response to req, skipping interim 1xx responses (100 Continue, 103
-// Early Hints). A protocol switch is an error: the gateway never asks for one.
-func readResponse(br *bufio.Reader, req *http.Request) (*http.Response, error) {
-	for interim := 0; ; interim++ {
-		res, err := http.ReadResponse(br, req)
-		if err != nil {
-			return nil, err
-		}
-		switch {
-		case res.StatusCode == http.StatusSwitchingProtocols:
-			return nil, errors.New("unexpected 101 Switching Protocols")
-		case res.StatusCode >= 100 && res.StatusCode < 200:
-			if interim == maxInterim {
-				return nil, fmt.Errorf("more than %d interim 1xx answers", maxInterim)
-			}
-			continue
-		}
-		return res, nil
-	}
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }
 
 // body is a response body; reading it to its end gives the connection back to the pool.
@@ -290,118 +353,4 @@ func (b *body) release(whole bool) {
 		return
 	}
 	b.c.close()
-}
-
-// getConn returns a live idle connection to host, or dials one.
-func (t *Transport) getConn(ctx context.Context, host string) (*conn, error) {
-	for {
-		t.mu.Lock()
-		list := t.idle[host]
-		n := len(list)
-		if n == 0 {
-			t.mu.Unlock()
-			break
-		}
-		c := list[n-1]
-		list[n-1] = nil
-		t.idle[host] = list[:n-1]
-		t.mu.Unlock()
-		if time.Since(c.idleAt) < t.o.IdleConnTimeout && c.probe.alive() {
-			return c, nil
-		}
-		// Closed by the upstream while idle (its keep-alive timeout, a restart), or sent
-		// something unasked: never write a request to it.
-		c.close()
-	}
-	return t.dial(ctx, host)
-}
-
-func (t *Transport) dial(ctx context.Context, host string) (*conn, error) {
-	addr := host
-	if _, _, err := net.SplitHostPort(host); err != nil {
-		addr = net.JoinHostPort(strings.Trim(host, "[]"), "80")
-	}
-	dial := t.o.DialContext
-	if dial == nil {
-		dial = t.dialer.DialContext
-	}
-	nc, err := dial(ctx, "tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("upstream: %w", err)
-	}
-	c := &conn{key: host, nc: nc, probe: newProber(nc)}
-	c.lr = limitedReader{r: nc, n: unlimited, limit: t.o.MaxResponseHeaderBytes}
-	c.br = bufio.NewReaderSize(&c.lr, 4<<10)
-	c.bw = bufio.NewWriterSize(nc, 4<<10)
-	return c, nil
-}
-
-// putConn keeps c for reuse, or closes it when the pool is full or closed.
-func (t *Transport) putConn(c *conn) {
-	c.idleAt = time.Now()
-	t.mu.Lock()
-	list := t.idle[c.key]
-	if t.closed || len(list) >= t.o.MaxIdleConns {
-		t.mu.Unlock()
-		c.close()
-		return
-	}
-	t.idle[c.key] = append(list, c)
-	if t.sweep == nil {
-		t.sweep = time.AfterFunc(t.o.IdleConnTimeout, t.sweepIdle)
-	}
-	t.mu.Unlock()
-}
-
-// sweepIdle closes the connections idle past IdleConnTimeout (the oldest are first in each
-// list), and runs again while any are left.
-func (t *Transport) sweepIdle() {
-	var stale []*conn
-	t.mu.Lock()
-	t.sweep = nil
-	left := 0
-	for key, list := range t.idle {
-		i := 0
-		for i < len(list) && time.Since(list[i].idleAt) >= t.o.IdleConnTimeout {
-			stale = append(stale, list[i])
-			i++
-		}
-		rest := append(list[:0], list[i:]...)
-		clear(list[len(rest):])
-		t.idle[key] = rest
-		left += len(rest)
-	}
-	if left > 0 && !t.closed {
-		t.sweep = time.AfterFunc(t.o.IdleConnTimeout/2, t.sweepIdle)
-	}
-	t.mu.Unlock()
-	for _, c := range stale {
-		c.close()
-	}
-}
-
-// CloseIdleConnections closes the idle connections; connections in use close when their
-// exchange ends.
-func (t *Transport) CloseIdleConnections() {
-	t.mu.Lock()
-	idle := t.idle
-	t.idle = map[string][]*conn{}
-	t.mu.Unlock()
-	for _, list := range idle {
-		for _, c := range list {
-			c.close()
-		}
-	}
-}
-
-// Close closes the idle connections and keeps no more from now on.
-func (t *Transport) Close() {
-	t.mu.Lock()
-	t.closed = true
-	if t.sweep != nil {
-		t.sweep.Stop()
-		t.sweep = nil
-	}
-	t.mu.Unlock()
-	t.CloseIdleConnections()
 }

@@ -15,6 +15,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/docsgate/gateway/internal/upstreamtest"
 )
 
 // server is a real HTTP server that counts the connections it accepted and closed.
@@ -128,8 +130,8 @@ func TestConcurrentExchanges(t *testing.T) {
 	}
 	tr.mu.Lock()
 	idle := 0
-	for _, l := range tr.idle {
-		idle += len(l)
+	for _, h := range tr.hosts {
+		idle += len(h.idle)
 	}
 	tr.mu.Unlock()
 	if idle > 8 {
@@ -447,34 +449,14 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-// rawServer runs serve on every connection accepted on 127.0.0.1, each bounded to 5 s; it
-// stops with the test.
-func rawServer(t *testing.T, serve func(c net.Conn, br *bufio.Reader)) string {
+// rawServer runs serve on every connection accepted on 127.0.0.1, each bounded to 5 s and
+// closed when serve returns; it stops with the test.
+func rawServer(t testing.TB, serve func(c net.Conn, br *bufio.Reader)) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	t.Cleanup(func() { ln.Close(); wg.Wait() })
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				defer c.Close()
-				_ = c.SetDeadline(time.Now().Add(5 * time.Second))
-				serve(c, bufio.NewReader(c))
-			}()
-		}
-	}()
-	return "http://" + ln.Addr().String()
+	return upstreamtest.Serve(t, func(c *net.TCPConn) {
+		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+		serve(c, bufio.NewReader(c))
+	})
 }
 
 // Bytes past the end of an answer (here a second answer in the same write) must not answer

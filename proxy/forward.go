@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -32,12 +34,9 @@ func newTransport(u config.Upstream, upstream *url.URL) http.RoundTripper {
 		DialTimeout:           u.DialTimeout,
 		ResponseHeaderTimeout: u.Timeout,
 		MaxIdleConns:          u.MaxIdleConns,
-		IdleConnTimeout:       idleConnTimeout,
+		IdleConnTimeout:       u.IdleTimeout,
 	})
 }
-
-// idleConnTimeout closes keep-alive connections to the upstream idle this long.
-const idleConnTimeout = 90 * time.Second
 
 // newStandardTransport is a cloned-default transport tuned for one upstream: many idle
 // connections, no environment proxies, and no transparent compression, which would re-frame
@@ -52,7 +51,7 @@ func newStandardTransport(u config.Upstream) *http.Transport {
 		ForceAttemptHTTP2:     true,
 		MaxIdleConns:          u.MaxIdleConns,
 		MaxIdleConnsPerHost:   u.MaxIdleConns,
-		IdleConnTimeout:       idleConnTimeout,
+		IdleConnTimeout:       u.IdleTimeout,
 		TLSHandshakeTimeout:   10 * time.Second,
 		ExpectContinueTimeout: time.Second,
 		ResponseHeaderTimeout: u.Timeout,
@@ -192,18 +191,10 @@ func (g *Gateway) modifyResponse(res *http.Response) error {
 			delete(res.Header, k) // canonical keys: no need for Header.Del's canonicalization
 		}
 	}
-	if !s.route.stream && res.ContentLength > 0 && res.ContentLength <= maxBufferedAnswer {
-		// A short answer of known length is read whole before anything is sent, so an
-		// upstream that breaks off mid-body gets the client a clean 502, not a 201 with half
-		// a JSON object; and the upstream connection is free again at once.
-		body := make([]byte, res.ContentLength)
-		_, err := io.ReadFull(res.Body, body)
-		res.Body.Close()
-		if err != nil {
-			return fmt.Errorf("reading the upstream's answer: %w", err)
+	if !s.route.stream && readWhole(res) {
+		if err := s.readAnswer(res); err != nil {
+			return err
 		}
-		s.answer.reset(body, nil)
-		res.Body = &s.answer
 	}
 	if s.route.stream {
 		res.Header.Set("X-Accel-Buffering", "no")
@@ -258,6 +249,45 @@ func upstreamErrorKind(ctx context.Context, err error) string {
 
 // maxBufferedAnswer bounds the non-stream answers read whole before they are sent.
 const maxBufferedAnswer = 1 << 20
+
+// readWhole reports whether a non-stream answer is read whole before anything is sent, so an
+// upstream that breaks off or mis-frames it mid-body (a reset, a bad chunk size) gets the
+// client a clean 502, not a 201 with half a JSON object, and the upstream connection is free
+// again at once: one of known length up to maxBufferedAnswer, or one of unknown length
+// (chunked, or ending with the connection), read up to that bound and sent as it comes past
+// it. Not one with announced trailers, which only a chunked answer can carry to the client.
+func readWhole(res *http.Response) bool {
+	return res.Body != http.NoBody && res.ContentLength != 0 && res.ContentLength <= maxBufferedAnswer && len(res.Trailer) == 0
+}
+
+// readAnswer reads a short answer whole (see readWhole).
+func (s *scope) readAnswer(res *http.Response) error {
+	var body []byte
+	var err error
+	if res.ContentLength > 0 {
+		body = make([]byte, res.ContentLength)
+		_, err = io.ReadFull(res.Body, body)
+	} else {
+		body, err = io.ReadAll(io.LimitReader(res.Body, maxBufferedAnswer+1))
+		if err == nil && len(body) > maxBufferedAnswer {
+			// Longer than the bound: what was read goes out first, the rest as it comes.
+			res.Body = struct {
+				io.Reader
+				io.Closer
+			}{io.MultiReader(bytes.NewReader(body), res.Body), res.Body}
+			return nil
+		}
+		res.ContentLength = int64(len(body))
+		res.Header["Content-Length"] = []string{strconv.Itoa(len(body))}
+	}
+	res.Body.Close()
+	if err != nil {
+		return fmt.Errorf("reading the upstream's answer: %w", err)
+	}
+	s.answer.reset(body, nil)
+	res.Body = &s.answer
+	return nil
+}
 
 // Copy buffer sizes of the two proxies.
 const (

@@ -17,6 +17,7 @@ targets=(
   "./validate FuzzAssistantMessage"
   "./validate FuzzFoldedKeys"
   "./proxy FuzzClientIP"
+  "./h1 FuzzPoolAnswer"
 )
 for t in "${targets[@]}"; do
   read -r pkg name <<<"$t"

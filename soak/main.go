@@ -1,10 +1,14 @@
 // Command soak runs mixed traffic for SOAK_MINUTES (default 5) against two gateway replicas
 // sharing one Redis (a master with two replicas behind three Sentinels, the gateways with
 // redis.wait_replicas: 1), while the Redis master is killed every 20 s (a Sentinel failover
-// each time; it rejoins as a replica) and the upstream simulator flaps. It
+// each time; it rejoins as a replica) and the upstream simulator flaps; beside them, two more
+// gateways (one per upstream transport) forward to an upstream that closes idle connections
+// after 1 s (idle.go). It
 // prints requests sent, answers by status, lost requests (no HTTP answer at all), limit
 // overshoot (2xx per limit, id and window above the limit, counted on the client side), and
-// RSS and goroutine growth of each gateway; it exits 1 on any loss, overshoot or leak.
+// RSS and goroutine growth of each gateway, and the idle-timeout upstream's failures per
+// transport; it exits 1 on any loss, overshoot or leak, any request delivered twice, or the
+// pool failing more requests than net/http's Transport against the idle-timeout upstream.
 //
 //	make soak                  # 5 minutes
 //	SOAK_MINUTES=1 make soak
@@ -281,6 +285,16 @@ routes:
 		gws = append(gws, g)
 	}
 
+	idle, err := startIdleFault(dir, filepath.Join(dir, "gateway"))
+	if idle != nil {
+		defer idle.close()
+		services = append(services, idle.services()...)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "soak: idle-timeout upstream:", err)
+		return 1
+	}
+
 	// Traffic.
 	st := newStats()
 	transport := &http.Transport{MaxIdleConnsPerHost: 64, DisableCompression: true}
@@ -401,8 +415,12 @@ routes:
 		}
 		close(stop)
 	}()
+	var idleDone sync.WaitGroup
+	idleDone.Add(1)
+	go func() { defer idleDone.Done(); idle.run(stop) }()
 	load(stop, true)
 	chaos.Wait()
+	idleDone.Wait()
 	// Both dependencies back for the end measurement.
 	for _, n := range group.nodes {
 		if n.pid() == 0 {
@@ -460,6 +478,9 @@ routes:
 		fmt.Printf("  %s\n", o)
 	}
 	if st.lost > 0 || len(over) > 0 {
+		fail = true
+	}
+	if !idle.report() {
 		fail = true
 	}
 	for i, g := range gws {
