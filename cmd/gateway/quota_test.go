@@ -147,6 +147,22 @@ func admitted(t *testing.T, p *proc, n int, path, key, body string) int {
 	return ok
 }
 
+// limiterHealthyButSlow fails the test unless the limiter's only failures were timeouts and its
+// breaker is closed, and returns how many timeouts there were.
+func limiterHealthyButSlow(t *testing.T, p *proc) float64 {
+	t.Helper()
+	m := scrape(t, p)
+	for k, v := range limiterErrors(m) {
+		if k != `{kind="timeout"}` && v != 0 {
+			t.Errorf("gateway_limiter_errors_total%s = %v, want 0", k, v)
+		}
+	}
+	if m["gateway_breaker_open"] != 0 {
+		t.Error("the breaker opened")
+	}
+	return limiterErrors(m)[`{kind="timeout"}`]
+}
+
 // limiterHealthy fails the test unless the limiter never failed and its breaker is closed.
 func limiterHealthy(t *testing.T, p *proc) {
 	t.Helper()
@@ -233,10 +249,14 @@ orgs:
 			close(stop)
 			wg.Wait()
 			codes := load.get()
-			if len(codes) == 0 || codes[0] != 0 || codes[503] != 0 || codes[201] == 0 || codes[201]+codes[429] != sumCodes(codes) {
-				t.Fatalf("answers under load: %v (0 = no answer)", codes)
+			// The background load may meet redis.timeout (100 ms) on a loaded machine: such a
+			// 503 is a timeout, counted as kind="timeout". Any other limiter error (data: a
+			// key of the other type; node; an open breaker) fails the test, and so does a
+			// 503 that no timeout explains.
+			timeouts := limiterHealthyButSlow(t, p)
+			if len(codes) == 0 || codes[0] != 0 || float64(codes[503]) > timeouts || codes[201] == 0 || codes[201]+codes[429]+codes[503] != sumCodes(codes) {
+				t.Fatalf("answers under load: %v (0 = no answer), %v limiter timeouts", codes, timeouts)
 			}
-			limiterHealthy(t, p)
 		})
 	}
 }
