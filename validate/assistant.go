@@ -26,11 +26,48 @@ const maxCurrentPath = 200
 // problem found, or nil when the body is valid. The body is not modified.
 func AssistantMessage(body []byte) error {
 	s := scanner{data: body}
-	if err := s.assistantMessage(); err != nil {
+	if err := s.assistantMessage(&schemaV1); err != nil {
 		return err
 	}
 	return nil // not a nil *Error: that would be a non-nil error interface
 }
+
+// AssistantMessageV2 validates the body of
+// POST /discovery/v2/assistant/{domain}/message, what the AI SDK 5+ chat
+// transport (DefaultChatTransport) posts plus the platform's fields:
+//
+//	fp                 required, string
+//	messages           required, non-empty array of objects {id, role: string;
+//	                   parts: array of objects {type: string, ...}, ...}
+//	threadId, retrievalPageSize, filter, context, currentPath: as on v1
+//
+// A v4 message (content and no parts) is refused: parts is required. The
+// transport's own fields (id, trigger, messageId) and any other field are
+// allowed and forwarded. It returns a *Error for the first problem found, or
+// nil when the body is valid. The body is not modified.
+func AssistantMessageV2(body []byte) error {
+	s := scanner{data: body}
+	if err := s.assistantMessage(&schemaV2); err != nil {
+		return err
+	}
+	return nil
+}
+
+// assistantSchema is what differs between the two versions of the assistant
+// body; the rest (threadId, retrievalPageSize, filter, context, currentPath)
+// is the same.
+type assistantSchema struct {
+	fpReason         string // what fp must be: a non-empty string (v1), a string (v2)
+	messagesNonEmpty bool   // v2: at least one message
+	content          bool   // v1: every message has a string content
+	partsRequired    bool   // v2: every message has parts
+	messageNames     []string
+}
+
+var (
+	schemaV1 = assistantSchema{fpReason: reasonNonEmptyString, content: true, messageNames: messageNames[:]}
+	schemaV2 = assistantSchema{fpReason: reasonString, messagesNonEmpty: true, partsRequired: true, messageNames: messageNamesV2[:]}
+)
 
 // Bits recording which known top-level fields have been seen, to refuse
 // duplicates and find missing required fields.
@@ -54,7 +91,7 @@ const (
 	levelPartObj = 5 // messages[i].parts[j]
 )
 
-func (s *scanner) assistantMessage() *Error {
+func (s *scanner) assistantMessage(sc *assistantSchema) *Error {
 	if err := s.begin(); err != nil {
 		return err
 	}
@@ -99,7 +136,7 @@ func (s *scanner) assistantMessage() *Error {
 			return fieldError(name, reasonDuplicated)
 		}
 		seen |= bit
-		if err := s.topField(bit); err != nil {
+		if err := s.topField(sc, bit); err != nil {
 			return err
 		}
 	}
@@ -118,21 +155,21 @@ func (s *scanner) assistantMessage() *Error {
 }
 
 // topField checks the value of the known top-level field identified by bit.
-func (s *scanner) topField(bit uint8) *Error {
+func (s *scanner) topField(sc *assistantSchema, bit uint8) *Error {
 	switch bit {
 	case seenFp:
 		if s.peek() != '"' {
-			return s.mismatch("fp", reasonNonEmptyString, levelBody)
+			return s.mismatch("fp", sc.fpReason, levelBody)
 		}
 		raw, _, err := s.str()
 		if err != nil {
 			return err
 		}
-		if len(raw) == 0 { // escapes never unescape to nothing
+		if len(raw) == 0 && sc.fpReason == reasonNonEmptyString { // escapes never unescape to nothing
 			return fieldError("fp", reasonNonEmptyString)
 		}
 	case seenMessages:
-		return s.messages()
+		return s.messages(sc)
 	case seenThreadID:
 		switch s.peek() {
 		case '"':
@@ -194,9 +231,13 @@ func (s *scanner) pageSize() *Error {
 }
 
 // messages checks the messages array and each message in it.
-func (s *scanner) messages() *Error {
+func (s *scanner) messages(sc *assistantSchema) *Error {
+	reason := reasonArrayOfObjects
+	if sc.messagesNonEmpty {
+		reason = reasonNonEmptyArrayOfObjects
+	}
 	if s.peek() != '[' {
-		return s.mismatch("messages", reasonArrayOfObjects, levelBody)
+		return s.mismatch("messages", reason, levelBody)
 	}
 	s.pos++
 	for i, first := 0, true; ; i, first = i+1, false {
@@ -205,12 +246,15 @@ func (s *scanner) messages() *Error {
 			return err
 		}
 		if !more {
+			if i == 0 && sc.messagesNonEmpty {
+				return fieldError("messages", reason)
+			}
 			return nil
 		}
 		if s.peek() != '{' {
 			return s.mismatch(elem("messages", i, ""), reasonObject, levelList)
 		}
-		if err := s.message(i); err != nil {
+		if err := s.message(sc, i); err != nil {
 			return err
 		}
 	}
@@ -225,7 +269,7 @@ const (
 )
 
 // message checks messages[i]; s.pos is at its '{'.
-func (s *scanner) message(i int) *Error {
+func (s *scanner) message(sc *assistantSchema, i int) *Error {
 	s.pos++
 	var seen uint8
 	for first := true; ; first = false {
@@ -246,11 +290,17 @@ func (s *scanner) message(i int) *Error {
 		case "role":
 			bit, name = seenRole, "role"
 		case "content":
+			if !sc.content { // v2: free, like any unknown field
+				if err := s.skipInElem("messages", i, levelItem); err != nil {
+					return err
+				}
+				continue
+			}
 			bit, name = seenContent, "content"
 		case "parts":
 			bit, name = seenParts, "parts"
 		default:
-			if known := foldedName(k, messageNames[:]); known != "" {
+			if known := foldedName(k, sc.messageNames); known != "" {
 				return foldedError(elem("messages", i, known), k)
 			}
 			if err := s.skipInElem("messages", i, levelItem); err != nil {
@@ -280,8 +330,10 @@ func (s *scanner) message(i int) *Error {
 		return fieldError(elem("messages", i, "id"), reasonRequired)
 	case seen&seenRole == 0:
 		return fieldError(elem("messages", i, "role"), reasonRequired)
-	case seen&seenContent == 0:
+	case sc.content && seen&seenContent == 0:
 		return fieldError(elem("messages", i, "content"), reasonRequired)
+	case sc.partsRequired && seen&seenParts == 0:
+		return fieldError(elem("messages", i, "parts"), reasonRequired)
 	}
 	return nil
 }

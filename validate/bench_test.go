@@ -109,11 +109,13 @@ func TestZeroAllocs(t *testing.T) {
 	escaped := []byte(`{"f\u0070":"x","messages":[{"id":"1","r\u006fle":"u","content":"\ud83d\ude00","parts":[{"typ\u0065":"t"}]}],` +
 		`"retrievalPageSize":2.5e1,"currentPath":"\u00e9/p","context":[{"value":"v","type":"textS\u0065lection"}],"threadId":null,"filter":null}`)
 	job := []byte(`{"pr\u006fmpt":"a","x":[1,{"y":null}]}`)
+	v2 := []byte(sdkBodies[1])
 	runtime.GC() // see BenchmarkAssistantMessage100KiB
 	for name, run := range map[string]func(){
 		"assistant 100KiB":  func() { _ = AssistantMessage(big) },
 		"assistant escaped": func() { _ = AssistantMessage(escaped) },
 		"agent job":         func() { _ = AgentJob(job) },
+		"assistant v2":      func() { _ = AssistantMessageV2(v2) },
 	} {
 		if a := testing.AllocsPerRun(20, run); a != 0 {
 			t.Errorf("%s: %v allocs per run, want 0", name, a)
@@ -123,6 +125,9 @@ func TestZeroAllocs(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := AgentJob(job); err != nil {
+		t.Fatal(err)
+	}
+	if err := AssistantMessageV2(v2); err != nil {
 		t.Fatal(err)
 	}
 }

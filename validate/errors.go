@@ -1,5 +1,6 @@
-// Package validate checks the JSON request bodies of the gateway's two
-// upstream operations before they are forwarded byte for byte.
+// Package validate checks the JSON request bodies of the gateway's built-in
+// upstream operations (agent jobs, assistant messages v1 and v2) before they
+// are forwarded byte for byte.
 //
 // The validators never decode into maps or use reflection: each is a single
 // pass over the body by a small JSON scanner (scanner.go) driven by the
@@ -41,18 +42,19 @@ func (e *Error) Error() string {
 // Reasons shared by both operations. They are phrased to follow the field
 // name in Error().
 const (
-	reasonRequired       = "is required"
-	reasonDuplicated     = "is duplicated"
-	reasonString         = "must be a string"
-	reasonNonEmptyString = "must be a non-empty string"
-	reasonStringOrNull   = "must be a string or null"
-	reasonObject         = "must be an object"
-	reasonObjectOrNull   = "must be an object or null"
-	reasonArray          = "must be an array"
-	reasonArrayOfObjects = "must be an array of objects"
-	reasonPositive       = "must be a positive number"
-	reasonBodyObject     = "must be a JSON object"
-	reasonTooDeep        = "is nested too deeply (at most 64 levels of objects and arrays are allowed)" // 64 == MaxDepth, checked by a test
+	reasonRequired               = "is required"
+	reasonDuplicated             = "is duplicated"
+	reasonString                 = "must be a string"
+	reasonNonEmptyString         = "must be a non-empty string"
+	reasonStringOrNull           = "must be a string or null"
+	reasonObject                 = "must be an object"
+	reasonObjectOrNull           = "must be an object or null"
+	reasonArray                  = "must be an array"
+	reasonArrayOfObjects         = "must be an array of objects"
+	reasonNonEmptyArrayOfObjects = "must be a non-empty array of objects"
+	reasonPositive               = "must be a positive number"
+	reasonBodyObject             = "must be a JSON object"
+	reasonTooDeep                = "is nested too deeply (at most 64 levels of objects and arrays are allowed)" // 64 == MaxDepth, checked by a test
 )
 
 func fieldError(field, reason string) *Error {

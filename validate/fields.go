@@ -72,6 +72,7 @@ var (
 	agentNames     = [...]string{"prompt"}
 	assistantNames = [...]string{"fp", "messages", "threadId", "retrievalPageSize", "filter", "context", "currentPath"}
 	messageNames   = [...]string{"id", "role", "content", "parts"}
+	messageNamesV2 = [...]string{"id", "role", "parts"} // content is free on v2
 	partNames      = [...]string{"type"}
 	contextNames   = [...]string{"value", "type"}
 )

@@ -158,7 +158,7 @@ func goAssistantAgrees(body []byte) error {
 
 // Where FuzzFoldedKeys puts its key: an object of each kind the validators check.
 var foldedKeyPlaces = []struct {
-	validator string // "agent" or "assistant"
+	validator string // "agent", "assistant" or "v2"
 	format    string // %s is the member "key": value
 }{
 	{"agent", `{"prompt":"p",%s}`},
@@ -169,6 +169,11 @@ var foldedKeyPlaces = []struct {
 	{"assistant", `{"fp":"u","messages":[{"id":"1","role":"user","content":"c","parts":[{"type":"text",%s}]}]}`},
 	{"assistant", `{"fp":"u","messages":[],"context":[{"value":"v",%s}]}`},
 	{"assistant", `{"fp":"u","messages":[],"context":[{%s,"value":"v","type":"code"}]}`},
+	{"v2", `{"fp":"u","messages":[{"id":"1","role":"user","parts":[]}],%s}`},
+	{"v2", `{"fp":"u","messages":[{"id":"1","role":"user","parts":[],%s}]}`},
+	{"v2", `{"fp":"u","messages":[{%s,"id":"1","role":"user","parts":[{"type":"text"}]}]}`},
+	{"v2", `{"fp":"u","messages":[{"id":"1","role":"user","parts":[{"type":"text",%s}]}]}`},
+	{"v2", `{"fp":"u","messages":[{"id":"1","role":"user","parts":[]}],"context":[{"value":"v",%s}]}`},
 }
 
 // jsonKey renders key as a JSON string: as it is, or with every non-ASCII character (or
@@ -239,9 +244,12 @@ func FuzzFoldedKeys(f *testing.F) {
 	f.Fuzz(func(t *testing.T, where uint8, key, value string, escape uint8) {
 		place := foldedKeyPlaces[int(where)%len(foldedKeyPlaces)]
 		body := []byte(fmt.Sprintf(place.format, jsonKey(key, escape)+":"+value))
-		if place.validator == "agent" {
+		switch place.validator {
+		case "agent":
 			checkAgentJob(t, body)
-		} else {
+		case "v2":
+			checkAssistantMessageV2(t, body)
+		default:
 			checkAssistantMessage(t, body)
 		}
 	})
@@ -252,7 +260,7 @@ func FuzzFoldedKeys(f *testing.F) {
 // every spelling a case-insensitive decoder matches to a known name fits the buffer and every
 // known name is ASCII. Spellings are built from each letter's whole simple-fold orbit.
 func TestFoldedSpellingsFitTheKeyBuffer(t *testing.T) {
-	all := [][]string{agentNames[:], assistantNames[:], messageNames[:], partNames[:], contextNames[:]}
+	all := [][]string{agentNames[:], assistantNames[:], messageNames[:], messageNamesV2[:], partNames[:], contextNames[:]}
 	for _, names := range all {
 		for _, name := range names {
 			longest := 0
