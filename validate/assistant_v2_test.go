@@ -98,9 +98,9 @@ func TestVersionsDoNotMix(t *testing.T) {
 
 func TestErrorMessagesV2(t *testing.T) {
 	for body, want := range map[string]string{
-		`{"fp":"f","messages":[]}`: "messages must be a non-empty array of objects",
+		`{"fp":"f","messages":[]}`:                                       "messages must be a non-empty array of objects",
 		`{"fp":"f","messages":[{"id":"1","role":"user","content":"c"}]}`: "messages[0].parts is required",
-		`{"fp":2,"messages":[]}`:                                          "fp must be a string",
+		`{"fp":2,"messages":[]}`:                                         "fp must be a string",
 	} {
 		if err := AssistantMessageV2([]byte(body)); err == nil || err.Error() != want {
 			t.Errorf("%s: %v, want %q", body, err, want)
