@@ -345,6 +345,7 @@ func (s *stack) drive(t *testing.T) {
 	}
 	project := fmt.Sprintf("p%d", time.Now().UnixNano())
 	msg := `{"fp":"anon","messages":[{"id":"1","role":"user","content":"How do I start?"}]}`
+	msgV2 := `{"fp":"anon","messages":[{"id":"1","role":"user","parts":[{"type":"text","text":"How do I start?"}]}]}`
 	reqs := []req{
 		{"POST", "/v2/agent/" + project + "/job", "svc_deploytest", `{"prompt":"document it"}`, 201},
 		{"POST", "/v2/agent/" + project + "/job", "svc_deploytest", `{"prompt":"again"}`, 429},
@@ -353,7 +354,7 @@ func (s *stack) drive(t *testing.T) {
 		{"POST", "/v2/agent/broken/job", "svc_deploytest", `{"prompt":"x"}`, 502},
 		{"POST", "/discovery/v1/assistant/acme-docs/message", "svc_dsc_deploytest", msg, 200},
 		{"POST", "/discovery/v1/assistant/solo-docs/message", "svc_dsc_deploytest", msg, 200},
-		{"POST", "/discovery/v2/assistant/acme-docs/message", "svc_dsc_deploytest", msg, 200},
+		{"POST", "/discovery/v2/assistant/acme-docs/message", "svc_dsc_deploytest", msgV2, 200},
 		{"GET", "/nowhere", "", "", 404},
 		{"OPTIONS", "/discovery/v1/assistant/acme-docs/message", "", "", 204},
 	}

@@ -31,6 +31,7 @@ type Metrics struct {
 	orgRequests          *prometheus.CounterVec
 	deprecated           *prometheus.CounterVec
 	streamTokens         *prometheus.CounterVec
+	streamTokensEstim    *prometheus.CounterVec
 	tokenLimitNear       *prometheus.CounterVec
 	spansDropped         prometheus.Counter
 	refunds              *prometheus.CounterVec // refunds.go
@@ -85,7 +86,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, []string{"route"}),
 		streamFinished: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gateway_stream_finished_total",
-			Help: "Streamed answers by the finish reason of their d: part; incomplete when none was seen.",
+			Help: "Streamed answers by finish reason: error when an error part passed (v4 3:, UI stream error), else the finish reason of the finish part (v4 d:, UI stream finish), incomplete when none passed.",
 		}, []string{"route", "reason"}),
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gateway_ratelimit_decisions_total",
@@ -119,8 +120,12 @@ func New(reg prometheus.Registerer) *Metrics {
 	}
 	m.streamTokens = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "gateway_stream_tokens_total",
-		Help: "Tokens of streamed answers as the upstream reported them (the d: part's usage, else the sum of the e: parts that passed), by route, organization (configured orgs; all others are other) and kind (prompt or completion).",
+		Help: "Tokens charged for streamed answers, by route, organization (configured orgs; all others are other) and kind (prompt or completion): the usage the upstream reported (v4 data stream: the d: part's, else the sum of the e: parts that passed; UI message stream: the last messageMetadata.usage), else an estimate (see gateway_stream_tokens_estimated_total).",
 	}, []string{"route", "org", "kind"})
+	m.streamTokensEstim = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "gateway_stream_tokens_estimated_total",
+		Help: "Tokens charged by estimate for streamed answers that reported no usage (cut, or closed by the client, before it), by route and kind: prompt is the request body's bytes / 4, completion the answer text's UTF-8 bytes that passed / 4, rounded up. Also counted in gateway_stream_tokens_total.",
+	}, []string{"route", "kind"})
 	m.tokenLimitNear = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "gateway_token_limit_near_total",
 		Help: "Requests decided while their tokens limit was 90% or more spent (admitted, denied or shadow-denied), by route and limit.",
@@ -132,7 +137,7 @@ func New(reg prometheus.Registerer) *Metrics {
 	m.refunds = newRefunds()
 	reg.MustRegister(
 		m.refunds,
-		m.orgRequests, m.deprecated, m.streamTokens, m.tokenLimitNear, m.spansDropped,
+		m.orgRequests, m.deprecated, m.streamTokens, m.streamTokensEstim, m.tokenLimitNear, m.spansDropped,
 		m.decisions, m.nearLimit, m.limiterDuration, m.limiterErrors, m.breakerOpen,
 		m.requests, m.requestDuration, m.inflight, m.authRejections, m.validationRejections,
 		m.upstreamErrors, m.upstreamDuration, m.streamFirstByte, m.streamDuration, m.streamFinished,
@@ -269,6 +274,16 @@ func (r *Route) Tokens(org string, prompt, completion int64) {
 	}
 	if completion > 0 {
 		r.m.streamTokens.WithLabelValues(r.name, org, "completion").Add(float64(completion))
+	}
+}
+
+// TokensEstimated counts the tokens charged by estimate for an answer that reported no usage.
+func (r *Route) TokensEstimated(prompt, completion int64) {
+	if prompt > 0 {
+		r.m.streamTokensEstim.WithLabelValues(r.name, "prompt").Add(float64(prompt))
+	}
+	if completion > 0 {
+		r.m.streamTokensEstim.WithLabelValues(r.name, "completion").Add(float64(completion))
 	}
 }
 

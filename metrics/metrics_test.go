@@ -58,6 +58,8 @@ func TestSeries(t *testing.T) {
 	r.Limit("tokens_per_org", true).TokensNear.Inc()
 	r.Tokens("acme", 12, 30)
 	r.Tokens("acme", 3, 0)
+	r.TokensEstimated(7, 0)
+	r.TokensEstimated(1, 2)
 	l.ShadowDenied.Inc()
 	m.Org("acme").Denied.Inc()
 	r.Deprecated("other")
@@ -87,6 +89,8 @@ func TestSeries(t *testing.T) {
 		{"gateway_token_limit_near_total", []string{"route", "agent_job", "limit", "agent_job_per_project"}, -1},
 		{"gateway_stream_tokens_total", []string{"route", "agent_job", "org", "acme", "kind", "prompt"}, 15},
 		{"gateway_stream_tokens_total", []string{"route", "agent_job", "org", "acme", "kind", "completion"}, 30},
+		{"gateway_stream_tokens_estimated_total", []string{"route", "agent_job", "kind", "prompt"}, 8},
+		{"gateway_stream_tokens_estimated_total", []string{"route", "agent_job", "kind", "completion"}, 2},
 		{"gateway_limiter_errors_total", []string{"kind", "node"}, 1},
 		{"gateway_limiter_errors_total", []string{"kind", "data"}, 0}, // created at 0
 		{"gateway_ratelimit_refunds_total", []string{"limit", "agent_job_per_project", "reason", "upstream_401"}, 1},

@@ -24,17 +24,19 @@ func (g *Gateway) finish(s *scope, r *http.Request) {
 	}
 	m.ObserveDuration(elapsed.Seconds(), traceID)
 	finish := ""
+	var out *streamOutcome
 	if s.tap != nil {
-		finish = s.tap.result()
+		out = s.tap.outcome()
+		finish = out.result()
 		m.StreamFinished(finish)
 		if !s.w.firstByte.IsZero() {
 			m.FirstByte.Observe(s.w.firstByte.Sub(s.start).Seconds())
 		}
 		m.StreamDuration.Observe(elapsed.Seconds())
-		g.countTokens(s)
+		g.countTokens(s, out)
 	}
 	if s.span != nil {
-		g.endSpan(s, status, finish)
+		g.endSpan(s, status, out)
 	}
 	ce := g.accessLog.Check(zap.InfoLevel, "request")
 	if ce == nil {

@@ -108,7 +108,7 @@ func (g *Gateway) tooLarge(s *scope) {
 
 func (g *Gateway) rejectBody(s *scope, err error) {
 	var ve *validate.Error
-	field, code := "", codeInvalidRequest
+	field, code := "", s.route.bodyCode
 	if errors.As(err, &ve) {
 		field = ve.Field
 		if ve.CaseFolded {

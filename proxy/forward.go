@@ -200,9 +200,7 @@ func (g *Gateway) modifyResponse(res *http.Response) error {
 		res.Header.Set("X-Accel-Buffering", "no")
 		if res.StatusCode/100 == 2 {
 			s.rw.flushHeader = true
-			s.tapStore.start(res.Body)
-			s.tap = &s.tapStore
-			res.Body = s.tap
+			res.Body = s.startTap(res.Header, res.Body)
 		}
 	}
 	return nil

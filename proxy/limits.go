@@ -73,10 +73,12 @@ type limitSet struct {
 // retryAfterOne is the Retry-After of a 503, shared read-only by requests.
 var retryAfterOne = []string{"1"}
 
-// builtinRouteLimits are the platform's limits for its two operations.
+// builtinRouteLimits are the platform's limits for its operations; both assistant versions
+// apply the same ones (counters belong to the limit, so they share one quota).
 var builtinRouteLimits = map[string][]string{
-	"agent_job":         {"agent_job_per_project"},
-	"assistant_message": {"assistant_per_key", "assistant_per_org", "assistant_per_ip"},
+	"agent_job":            {"agent_job_per_project"},
+	"assistant_message":    {"assistant_per_key", "assistant_per_org", "assistant_per_ip"},
+	"assistant_message_v2": {"assistant_per_key", "assistant_per_org", "assistant_per_ip"},
 }
 
 // compiledLimit is a limit with its rule, for one plan.

@@ -21,6 +21,10 @@ type route struct {
 	stream   bool
 	cors     bool               // assistant routes: keys are public, browsers call them
 	validate func([]byte) error // nil: the body is forwarded unchecked (size cap only)
+	// bodyCode is the error code of a refused body: invalid_request on the routes that had
+	// it before invalid_body existed (agent_job, assistant_message: their clients rely on
+	// it; a case-folded field is invalid_body there too), invalid_body on the others.
+	bodyCode string
 	metrics  *metrics.Route
 	// sets holds the limits applied in one decision after the body is validated, by plan
 	// name; "" is the default set.
@@ -34,14 +38,17 @@ type route struct {
 	cfgKey string
 }
 
-// builtin is the spec's two operations; their method, path, key family and validators are
-// fixed, and config entries with their names may only adjust the rest.
+// builtin is the platform's operations: the spec's two and the v2 assistant route of AI SDK
+// 5 and later. Their method, path, key family and validators are fixed, and config entries
+// with their names may only adjust the rest (limits, deprecation).
 func builtin() []route {
 	return []route{
 		{name: "agent_job", method: http.MethodPost, path: "/v2/agent/{projectId}/job",
-			key: auth.Admin, validate: validate.AgentJob},
+			key: auth.Admin, validate: validate.AgentJob, bodyCode: codeInvalidRequest},
 		{name: "assistant_message", method: http.MethodPost, path: "/discovery/v1/assistant/{domain}/message",
-			key: auth.Assistant, stream: true, validate: validate.AssistantMessage},
+			key: auth.Assistant, stream: true, validate: validate.AssistantMessage, bodyCode: codeInvalidRequest},
+		{name: "assistant_message_v2", method: http.MethodPost, path: "/discovery/v2/assistant/{domain}/message",
+			key: auth.Assistant, stream: true, validate: validate.AssistantMessageV2, bodyCode: codeInvalidBody},
 	}
 }
 
@@ -55,13 +62,14 @@ const (
 // with the config key they concern.
 func compileRoutes(entries []config.Route) ([]*route, error) {
 	routes := builtin()
+	nBuiltin := len(routes)
 	var problems []config.Problem
 	fail := func(key, format string, args ...any) {
 		problems = append(problems, config.Problem{Key: key, Msg: fmt.Sprintf(format, args...)})
 	}
 	for i, e := range entries {
 		key := fmt.Sprintf("routes[%d]", i)
-		if j := slices.IndexFunc(routes[:2], func(r route) bool { return r.name == e.Name }); j >= 0 {
+		if j := slices.IndexFunc(routes[:nBuiltin], func(r route) bool { return r.name == e.Name }); j >= 0 {
 			b := &routes[j]
 			if e.Method != "" && e.Method != b.method {
 				fail(key+".method", "the built-in route %s is always %s", b.name, b.method)
@@ -79,6 +87,13 @@ func compileRoutes(entries []config.Route) ([]*route, error) {
 			if b.deprecation, err = deprecationHeaders(e.Deprecation); err != nil {
 				fail(key+".deprecation", "%v", err)
 			}
+			continue
+		}
+		if j := slices.IndexFunc(routes[:nBuiltin], func(r route) bool { return r.method == e.Method && r.path == e.Path }); j >= 0 {
+			// Before assistant_message_v2 was built in, configs added it as a pass-through
+			// route; under its own name such an entry now adjusts the built-in one (above).
+			fail(key+".name", "%s %s is the built-in route %s: name the entry %s to adjust it (its limits, deprecation), or remove it",
+				e.Method, e.Path, routes[j].name, routes[j].name)
 			continue
 		}
 		r := route{name: e.Name, method: e.Method, path: e.Path, stream: e.Stream != nil && *e.Stream, cfgKey: key}

@@ -52,8 +52,8 @@ type scope struct {
 	limited        bool   // the gateway decided limits and owns the rate-limit headers
 	limitErr       bool   // the limiter failed (the request was denied or let through per on_error)
 	upstreamStatus int
-	upstreamKind   string     // set when the upstream exchange failed
-	tap            *finishTap // streamed answers: watches for the finish part
+	upstreamKind   string    // set when the upstream exchange failed
+	tap            streamTap // streamed answers: reads the finish and usage (dataTap or uiTap)
 	// tokenHits are the request's tokens limits, debited with its answer's tokens.
 	tokenHits []limits.Hit
 	// taken are the units the request's admitting decision took (backed by takenBuf), given
@@ -67,7 +67,9 @@ type scope struct {
 	// response writer wrapper, the header values, the replayed body and the log fields.
 	rw           responseWriter
 	upBody       upstreamBody
-	tapStore     finishTap
+	dataTap      dataStreamTap
+	uiTap        uiStreamTap
+	tapBody      tappedBody
 	hdrValues    [slotCount]string
 	body         replayBody   // a stream's request body
 	shortBody    bytes.Reader // the request body of other routes

@@ -3,23 +3,21 @@ package proxy
 import (
 	"bytes"
 	"encoding/json"
-	"io"
 	"math"
 	"time"
 )
 
-// finishTap watches an AI SDK v4 data stream as it passes: it remembers the finish reason of
-// its d: part (finish message) and the token usage of its e: parts (finish step) and d: part.
-// It never buffers or delays: every Read returns exactly what the upstream body returned, and
-// the tap only looks at the bytes on their way through.
-type finishTap struct {
-	io.ReadCloser
+// dataStreamTap reads the AI SDK v4 data stream (lines "<code>:<JSON>\n"): the finish reason
+// and usage of its d: part (finish message), the usage of its e: parts (finish step), the
+// text of its 0: parts and whether a 3: part (error) passed. d: and e: lines are kept (up to
+// maxPartLine) until they end; 0: text is counted as it passes, without being kept.
+type dataStreamTap struct {
+	out         streamOutcome
 	atLineStart bool
-	pending     byte      // 'd' or 'e' began a line at the end of the previous read
-	inPart      byte      // inside a d: or e: line: which one
-	line        []byte    // that line so far, capped
-	reason      string    // "" until a d: part was seen
-	finishAt    time.Time // when the d: part went by (for the span's finish event)
+	pending     byte   // a part's code began a line at the end of the previous read
+	inPart      byte   // inside a part this tap reads: its code
+	line        []byte // a d: or e: line so far, capped
+	text        jsonTextLen
 
 	// Usage: the d: part's (the answer's total) when it had one, else the sum of the e:
 	// parts that passed, because those tokens were spent upstream even if the stream broke.
@@ -28,31 +26,22 @@ type finishTap struct {
 	ePrompt, eCompletion int64
 }
 
+var _ streamTap = (*dataStreamTap)(nil)
+
 // maxPartLine caps what is kept of a d: or e: line; finishReason and usage come first in
 // practice, and a longer line is parsed as far as it was kept (it then fails as JSON).
 const maxPartLine = 4096
 
-func newFinishTap(body io.ReadCloser) *finishTap {
-	t := new(finishTap)
-	t.start(body)
-	return t
-}
-
-// start (re)sets the tap to watch body from its first byte.
-func (t *finishTap) start(body io.ReadCloser) {
+// reset makes the tap watch a new stream from its first byte.
+func (t *dataStreamTap) reset() {
 	line := t.line[:0]
-	*t = finishTap{ReadCloser: body, atLineStart: true, line: line}
+	*t = dataStreamTap{atLineStart: true, line: line}
 }
 
-func (t *finishTap) Read(p []byte) (int, error) {
-	n, err := t.ReadCloser.Read(p)
-	t.scan(p[:n])
-	return n, err
-}
+// isPart: the codes whose lines the tap reads.
+func isPart(c byte) bool { return c == 'd' || c == 'e' || c == '0' || c == '3' }
 
-func isPart(c byte) bool { return c == 'd' || c == 'e' }
-
-func (t *finishTap) scan(b []byte) {
+func (t *dataStreamTap) feed(b []byte) {
 	for len(b) > 0 {
 		if t.inPart != 0 {
 			i := bytes.IndexByte(b, '\n')
@@ -60,22 +49,26 @@ func (t *finishTap) scan(b []byte) {
 			if i >= 0 {
 				end = i
 			}
-			if room := maxPartLine - len(t.line); room > 0 {
-				t.line = append(t.line, b[:min(end, room)]...)
+			switch t.inPart {
+			case '0':
+				t.text.feed(b[:end])
+			case 'd', 'e':
+				if room := maxPartLine - len(t.line); room > 0 {
+					t.line = append(t.line, b[:min(end, room)]...)
+				}
 			}
 			if i < 0 {
 				return
 			}
-			t.part(t.inPart, t.line)
-			t.inPart, t.line, t.atLineStart = 0, t.line[:0], true
+			t.endPart()
 			b = b[i+1:]
 			continue
 		}
 		if t.pending != 0 {
-			kind := t.pending
+			code := t.pending
 			t.pending = 0
 			if b[0] == ':' {
-				t.inPart = kind
+				t.beginPart(code)
 				b = b[1:]
 				continue
 			}
@@ -87,7 +80,7 @@ func (t *finishTap) scan(b []byte) {
 				return
 			}
 			if b[1] == ':' {
-				t.inPart = b[0]
+				t.beginPart(b[0])
 				b = b[2:]
 				continue
 			}
@@ -102,10 +95,27 @@ func (t *finishTap) scan(b []byte) {
 	}
 }
 
-// knownReasons bounds the metric label to the AI SDK's finish reasons.
-var knownReasons = map[string]bool{
-	"stop": true, "length": true, "content-filter": true, "tool-calls": true,
-	"error": true, "other": true, "unknown": true,
+func (t *dataStreamTap) beginPart(code byte) {
+	t.inPart = code
+	if code == '0' {
+		t.text.reset()
+	}
+}
+
+// endPart takes in a part whose line has ended.
+func (t *dataStreamTap) endPart() {
+	switch t.inPart {
+	case '0':
+		// Only a whole string counts: a client's parser drops a broken line.
+		if n, ok := t.text.done(); ok {
+			t.out.textBytes += n
+		}
+	case '3':
+		t.out.errored = true
+	case 'd', 'e':
+		t.part(t.inPart, t.line)
+	}
+	t.inPart, t.line, t.atLineStart = 0, t.line[:0], true
 }
 
 // finishPart is what the tap reads of a d: or e: part.
@@ -118,18 +128,18 @@ type finishPart struct {
 }
 
 // part takes in one complete d: or e: line.
-func (t *finishTap) part(kind byte, line []byte) {
+func (t *dataStreamTap) part(kind byte, line []byte) {
 	var p finishPart
 	err := json.Unmarshal(line, &p)
 	if kind == 'd' {
-		t.finishAt = time.Now()
+		t.out.finishAt = time.Now()
 		switch {
 		case err != nil:
-			t.reason = "unknown"
+			t.out.reason = "unknown"
 		case knownReasons[p.FinishReason]:
-			t.reason = p.FinishReason
+			t.out.reason = p.FinishReason
 		default:
-			t.reason = "other"
+			t.out.reason = "other"
 		}
 	}
 	if err != nil || p.Usage == nil {
@@ -149,6 +159,18 @@ func (t *finishTap) part(kind byte, line []byte) {
 	t.eCompletion += completion
 }
 
+// outcome: the usage is the d: part's when it had one, else the sum of the e: parts seen.
+func (t *dataStreamTap) outcome() *streamOutcome {
+	o := &t.out
+	switch {
+	case t.dUsage:
+		o.usage, o.prompt, o.completion = true, t.dPrompt, t.dCompletion
+	case t.eUsage:
+		o.usage, o.prompt, o.completion = true, t.ePrompt, t.eCompletion
+	}
+	return o
+}
+
 // maxTokens bounds one part's counts: larger values are not a model's usage.
 const maxTokens = 1 << 40
 
@@ -157,24 +179,4 @@ func tokenCount(f float64) (int64, bool) {
 		return 0, false
 	}
 	return int64(f), true
-}
-
-// result is the finish reason, or "incomplete" when the stream ended without a d: part.
-func (t *finishTap) result() string {
-	if t.reason == "" {
-		return "incomplete"
-	}
-	return t.reason
-}
-
-// tokens is the answer's usage: the d: part's, else the sum of the e: parts seen; ok is false
-// when the stream reported none.
-func (t *finishTap) tokens() (prompt, completion int64, ok bool) {
-	switch {
-	case t.dUsage:
-		return t.dPrompt, t.dCompletion, true
-	case t.eUsage:
-		return t.ePrompt, t.eCompletion, true
-	}
-	return 0, 0, false
 }

@@ -12,15 +12,16 @@ import (
 // Redis a write cut short would be lost.
 const debitTimeout = 5 * time.Second
 
-// countTokens records a streamed answer's token usage once it has ended: the metric, and one
-// debit of the request's tokens limits. The debit is one store write made off the request
-// path, so it never delays a byte of the stream or the end of the request.
-func (g *Gateway) countTokens(s *scope) {
-	prompt, completion, ok := s.tap.tokens()
-	if !ok {
-		return
-	}
+// countTokens records a streamed answer's tokens once it has ended, the usage it reported or
+// else the estimate (streamOutcome.tokens): the metrics, and one debit of the request's
+// tokens limits. The debit is one store write made off the request path, so it never
+// delays a byte of the stream or the end of the request.
+func (g *Gateway) countTokens(s *scope, out *streamOutcome) {
+	prompt, completion, estimated := out.tokens(s.bodyBytes)
 	s.route.metrics.Tokens(s.snap.orgLabel(s.org), prompt, completion)
+	if estimated {
+		s.route.metrics.TokensEstimated(prompt, completion)
+	}
 	n := prompt + completion
 	if n <= 0 || len(s.tokenHits) == 0 || g.limiter == nil {
 		return

@@ -73,7 +73,8 @@ func (g *Gateway) startSpan(s *scope, r *http.Request) *http.Request {
 
 // endSpan records the outcome on the server span and ends it: for a stream, when the stream
 // has ended.
-func (g *Gateway) endSpan(s *scope, status int, finish string) {
+// out is the stream's outcome, nil for other answers.
+func (g *Gateway) endSpan(s *scope, status int, out *streamOutcome) {
 	span := s.span
 	attrs := []attribute.KeyValue{
 		attribute.Int("http.response.status_code", status),
@@ -96,16 +97,17 @@ func (g *Gateway) endSpan(s *scope, status int, finish string) {
 	if status >= 500 {
 		span.SetStatus(codes.Error, errType)
 	}
-	if s.tap != nil {
+	if out != nil {
 		if !s.w.firstByte.IsZero() {
 			span.AddEvent("first_byte", trace.WithTimestamp(s.w.firstByte))
 		}
-		if finish != "incomplete" || s.tap.eUsage {
-			ev := []attribute.KeyValue{attribute.String("finish_reason", finish)}
-			if p, c, ok := s.tap.tokens(); ok {
-				ev = append(ev, attribute.Int64("gen_ai.usage.input_tokens", p), attribute.Int64("gen_ai.usage.output_tokens", c))
+		// The same event on both protocols: when a finish or an error passed, or usage.
+		if out.reason != "" || out.errored || out.usage {
+			ev := []attribute.KeyValue{attribute.String("finish_reason", out.result())}
+			if out.usage {
+				ev = append(ev, attribute.Int64("gen_ai.usage.input_tokens", out.prompt), attribute.Int64("gen_ai.usage.output_tokens", out.completion))
 			}
-			at := s.tap.finishAt
+			at := out.finishAt
 			if at.IsZero() {
 				at = time.Now()
 			}

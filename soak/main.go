@@ -554,7 +554,7 @@ func one(client *http.Client, public string, rng *rand.Rand, st *stats, record b
 		body = `{"fp":"soak","messages":[{"id":"1","role":"user","content":"How do I start?"}]}`
 	case r < 75: // unlimited streams (v2 route without limits): keeps streams in flight when things fail
 		method, path, key, stream = "POST", fmt.Sprintf("/discovery/v2/assistant/docs-%d/message", rng.IntN(100)), "svc_dsc_soak", true
-		body = `{"fp":"soak","messages":[{"id":"1","role":"user","content":"How do I start?"}]}`
+		body = `{"fp":"soak","messages":[{"id":"1","role":"user","parts":[{"type":"text","text":"How do I start?"}]}]}`
 	case r < 80:
 		method, path, key = "GET", "/v2/agent/soak-0/job/unknown", "svc_soak"
 	case r < 85:

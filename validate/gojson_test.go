@@ -3,7 +3,6 @@ package validate
 import (
 	"encoding/json"
 	"fmt"
-	"strconv"
 	"strings"
 	"testing"
 	"unicode"
@@ -90,7 +89,7 @@ func goAssistantAgrees(body []byte) error {
 	for _, c := range []struct {
 		key string
 		got *string
-	}{{"fp", a.Fp}, {"threadId", a.ThreadID}, {"currentPath", a.CurrentPath}} {
+	}{{"fp", a.Fp}} {
 		if err := sameString(n, c.key, c.got); err != nil {
 			return err
 		}
@@ -109,48 +108,28 @@ func goAssistantAgrees(body []byte) error {
 				return fmt.Errorf("messages[%d].%w", i, err)
 			}
 		}
-		parts, _ := m.get("parts")
-		if parts == nil {
-			if g.Parts != nil {
-				return fmt.Errorf("messages[%d].parts: Go decoded %d parts where the body has none", i, len(g.Parts))
-			}
-			continue
-		}
-		if len(parts.elems) != len(g.Parts) {
-			return fmt.Errorf("messages[%d].parts: Go decoded %d, the validator checked %d", i, len(g.Parts), len(parts.elems))
-		}
-		for j, p := range parts.elems {
-			if err := sameString(p, "type", g.Parts[j].Type); err != nil {
-				return fmt.Errorf("messages[%d].parts[%d].%w", i, j, err)
-			}
+		if err := sameParts(m, i, g.Parts); err != nil {
+			return err
 		}
 	}
-	if v, _ := n.get("retrievalPageSize"); v == nil {
-		if a.RetrievalPageSize != nil {
-			return fmt.Errorf("retrievalPageSize: Go decoded %v where the body has none", *a.RetrievalPageSize)
-		}
-	} else if f, err := strconv.ParseFloat(string(v.num), 64); a.RetrievalPageSize == nil || err != nil || *a.RetrievalPageSize != f || !(f > 0) {
-		return fmt.Errorf("retrievalPageSize: Go decoded %v, the validator checked %s", a.RetrievalPageSize, v.num)
-	}
-	if v, _ := n.get("filter"); (v != nil && v.kind == 'o') != (a.Filter != nil) {
-		return fmt.Errorf("filter: Go decoded %v", a.Filter)
-	}
-	ctx, _ := n.get("context")
-	if ctx == nil {
-		if a.Context != nil {
-			return fmt.Errorf("context: Go decoded %d items where the body has none", len(a.Context))
+	return goV1FieldsAgree(n, body)
+}
+
+// sameParts compares messages[i].parts of the body with the parts Go decoded.
+func sameParts(m *node, i int, got []goPart) error {
+	parts, _ := m.get("parts")
+	if parts == nil {
+		if got != nil {
+			return fmt.Errorf("messages[%d].parts: Go decoded %d parts where the body has none", i, len(got))
 		}
 		return nil
 	}
-	if len(ctx.elems) != len(a.Context) {
-		return fmt.Errorf("context: Go decoded %d, the validator checked %d", len(a.Context), len(ctx.elems))
+	if len(parts.elems) != len(got) {
+		return fmt.Errorf("messages[%d].parts: Go decoded %d, the validator checked %d", i, len(got), len(parts.elems))
 	}
-	for k, c := range ctx.elems {
-		if err := sameString(c, "value", a.Context[k].Value); err != nil {
-			return fmt.Errorf("context[%d].%w", k, err)
-		}
-		if err := sameString(c, "type", a.Context[k].Type); err != nil {
-			return fmt.Errorf("context[%d].%w", k, err)
+	for j, p := range parts.elems {
+		if err := sameString(p, "type", got[j].Type); err != nil {
+			return fmt.Errorf("messages[%d].parts[%d].%w", i, j, err)
 		}
 	}
 	return nil

@@ -162,14 +162,23 @@ func refAssistantMessage(body []byte) bool {
 	if !ok || n.kind != 'o' {
 		return false
 	}
-	part := func(p *node) bool { return exactlySpelled(p, "type") && refField(p, "type", true, isString) }
 	message := func(m *node) bool {
 		return exactlySpelled(m, "id", "role", "content", "parts") &&
 			refField(m, "id", true, isString) &&
 			refField(m, "role", true, isString) &&
 			refField(m, "content", true, isString) &&
-			refField(m, "parts", false, arrayOf(part))
+			refField(m, "parts", false, arrayOf(refPart))
 	}
+	return refField(n, "fp", true, isNonEmptyString) &&
+		refField(n, "messages", true, arrayOf(message)) &&
+		refSharedFields(n)
+}
+
+func refPart(p *node) bool { return exactlySpelled(p, "type") && refField(p, "type", true, isString) }
+
+// refSharedFields checks the top-level spellings and the members both assistant versions
+// share: threadId, retrievalPageSize, filter, context, currentPath.
+func refSharedFields(n *node) bool {
 	ctx := func(c *node) bool {
 		return exactlySpelled(c, "value", "type") &&
 			refField(c, "value", true, isString) &&
@@ -178,8 +187,6 @@ func refAssistantMessage(body []byte) bool {
 			})
 	}
 	return exactlySpelled(n, "fp", "messages", "threadId", "retrievalPageSize", "filter", "context", "currentPath") &&
-		refField(n, "fp", true, isNonEmptyString) &&
-		refField(n, "messages", true, arrayOf(message)) &&
 		refField(n, "threadId", false, func(t *node) bool { return t.kind == 's' || t.kind == 'z' }) &&
 		refField(n, "retrievalPageSize", false, func(t *node) bool {
 			if t.kind != 'n' {

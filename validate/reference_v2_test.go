@@ -7,7 +7,6 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"testing"
-	"unicode/utf8"
 )
 
 // The reference model, typed decoding and Go's own decoding of the v2 body, as for v1 in
@@ -18,36 +17,15 @@ func refAssistantMessageV2(body []byte) bool {
 	if !ok || n.kind != 'o' {
 		return false
 	}
-	part := func(p *node) bool { return exactlySpelled(p, "type") && refField(p, "type", true, isString) }
 	message := func(m *node) bool {
 		return exactlySpelled(m, "id", "role", "parts") &&
 			refField(m, "id", true, isString) &&
 			refField(m, "role", true, isString) &&
-			refField(m, "parts", true, arrayOf(part))
+			refField(m, "parts", true, arrayOf(refPart))
 	}
-	ctx := func(c *node) bool {
-		return exactlySpelled(c, "value", "type") &&
-			refField(c, "value", true, isString) &&
-			refField(c, "type", false, func(t *node) bool {
-				return t.kind == 's' && (t.str == "code" || t.str == "textSelection")
-			})
-	}
-	return exactlySpelled(n, "fp", "messages", "threadId", "retrievalPageSize", "filter", "context", "currentPath") &&
-		refField(n, "fp", true, isString) &&
+	return refField(n, "fp", true, isString) &&
 		refField(n, "messages", true, func(m *node) bool { return arrayOf(message)(m) && len(m.elems) > 0 }) &&
-		refField(n, "threadId", false, func(t *node) bool { return t.kind == 's' || t.kind == 'z' }) &&
-		refField(n, "retrievalPageSize", false, func(t *node) bool {
-			if t.kind != 'n' {
-				return false
-			}
-			f, err := strconv.ParseFloat(string(t.num), 64)
-			return err == nil && f > 0
-		}) &&
-		refField(n, "filter", false, func(t *node) bool { return t.kind == 'o' || t.kind == 'z' }) &&
-		refField(n, "context", false, arrayOf(ctx)) &&
-		refField(n, "currentPath", false, func(t *node) bool {
-			return t.kind == 's' && utf8.RuneCountInString(t.str) <= maxCurrentPath
-		})
+		refSharedFields(n)
 }
 
 // typedAssistantV2Err decodes an accepted v2 body as an upstream would, by exact names, and
@@ -136,14 +114,8 @@ func goAssistantV2Agrees(body []byte) error {
 		if err := sameString(m, "role", g.Role); err != nil {
 			return fmt.Errorf("messages[%d].%w", i, err)
 		}
-		parts, _ := m.get("parts")
-		if len(parts.elems) != len(g.Parts) {
-			return fmt.Errorf("messages[%d].parts: Go decoded %d, the validator checked %d", i, len(g.Parts), len(parts.elems))
-		}
-		for j, p := range parts.elems {
-			if err := sameString(p, "type", g.Parts[j].Type); err != nil {
-				return fmt.Errorf("messages[%d].parts[%d].%w", i, j, err)
-			}
+		if err := sameParts(m, i, g.Parts); err != nil {
+			return err
 		}
 	}
 	return goV1FieldsAgree(n, body)

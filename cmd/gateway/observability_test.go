@@ -103,6 +103,7 @@ routes:
      limits: [assistant_per_key, assistant_per_org, assistant_per_ip]}
 `, adminToken))
 	asst := `{"fp":"a","messages":[]}`
+	asstV2 := `{"fp":"a","messages":[{"id":"1","role":"user","parts":[{"type":"text","text":"hi"}]}]}`
 	for range 3 { // 2 admitted, 1 denied
 		send(t, p, "POST", "/v2/agent/p1/job", "svc_m", `{"prompt":"x"}`)
 	}
@@ -111,7 +112,7 @@ routes:
 	send(t, p, "POST", "/v2/agent/p1/job", "svc_m", `{"prompt":""}`)                                                                 // 400 prompt
 	send(t, p, "POST", "/discovery/v1/assistant/x/message", "svc_dsc_m", `{"fp":"a","messages":[{"id":"1","role":2,"content":""}]}`) // 400
 	send(t, p, "POST", "/discovery/v1/assistant/acme-docs/message", "svc_dsc_m", asst)                                               // acme 1
-	send(t, p, "POST", "/discovery/v2/assistant/acme-api/message", "svc_dsc_m", asst)                                                // acme 2 (shared quota)
+	send(t, p, "POST", "/discovery/v2/assistant/acme-api/message", "svc_dsc_m", asstV2)                                              // acme 2 (shared quota)
 	send(t, p, "POST", "/discovery/v1/assistant/acme-docs/message", "svc_dsc_m", asst)                                               // acme 3
 	send(t, p, "POST", "/discovery/v1/assistant/acme-docs/message", "svc_dsc_m", asst)                                               // acme denied
 	send(t, p, "POST", "/discovery/v1/assistant/cut/message", "svc_dsc_m", asst)                                                     // other, incomplete stream

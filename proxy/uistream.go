@@ -1,0 +1,297 @@
+package proxy
+
+import (
+	"strconv"
+	"time"
+)
+
+// uiStreamTap reads the UI message stream of AI SDK 5 and later: server-sent events, each
+// "data: {JSON chunk}" and a blank line, ending with "data: [DONE]". It reads the events
+// as a client's SSE parser does (lines ending in LF, CRLF or CR; several data lines joined
+// by LF; comments and other fields ignored; a leading byte-order mark dropped; an event
+// counts once its blank line has passed) and, of the chunks:
+//   - text-delta: the length of its delta (the answer text, for the estimate);
+//   - start, message-metadata, finish: messageMetadata.usage, {"inputTokens": N,
+//     "outputTokens": M} (the platform's contract; other fields ignored); the last one seen
+//     is the answer's usage;
+//   - finish: its finishReason ("unknown" when it has none);
+//   - error: that an error passed.
+//
+// An event's data is kept until its blank line, up to maxEventData bytes; of a longer
+// event only the members wholly within that prefix are read (a text-delta cut there counts
+// its whole length as text).
+type uiStreamTap struct {
+	out streamOutcome
+
+	// The line being read.
+	field    [8]byte // its field name so far (room for a byte-order mark and "data")
+	fieldLen int
+	inValue  bool // past the field's colon (of a data field, unless skip)
+	trimmed  bool // the value's one optional leading space has been dealt with
+	skip     bool // the rest of the line does not matter (another field, a comment)
+	afterCR  bool // the last line ended in CR: an LF right after it ends nothing
+	started  bool // a line has ended: no byte-order mark any more
+
+	// The event being read.
+	hasData bool   // a data field was seen
+	data    []byte // its data lines joined, up to maxEventData (backed by buf at first)
+	size    int    // its whole length
+	buf     [256]byte
+}
+
+var _ streamTap = (*uiStreamTap)(nil)
+
+// maxEventData bounds the data kept of one event.
+const maxEventData = 64 << 10
+
+func (t *uiStreamTap) reset() {
+	*t = uiStreamTap{}
+	t.data = t.buf[:0]
+}
+
+func (t *uiStreamTap) outcome() *streamOutcome { return &t.out }
+
+func (t *uiStreamTap) feed(b []byte) {
+	for len(b) > 0 {
+		if t.afterCR {
+			t.afterCR = false
+			if b[0] == '\n' {
+				b = b[1:]
+				continue
+			}
+		}
+		if t.inValue && !t.skip {
+			i := lineEnd(b)
+			seg := b
+			if i >= 0 {
+				seg = b[:i]
+			}
+			if !t.trimmed && len(seg) > 0 {
+				t.trimmed = true
+				if seg[0] == ' ' {
+					seg = seg[1:]
+				}
+			}
+			t.appendData(seg)
+			if i < 0 {
+				return
+			}
+			t.endLine(b[i])
+			b = b[i+1:]
+			continue
+		}
+		if t.skip {
+			i := lineEnd(b)
+			if i < 0 {
+				return
+			}
+			t.endLine(b[i])
+			b = b[i+1:]
+			continue
+		}
+		// The field name.
+		c := b[0]
+		b = b[1:]
+		switch c {
+		case '\r', '\n':
+			if t.fieldLen == 0 {
+				t.dispatch() // a blank line ends the event
+			} else if t.isData() {
+				t.beginData() // "data" alone: an empty data line
+			}
+			t.endLine(c)
+		case ':':
+			t.inValue = true
+			if t.isData() {
+				t.beginData()
+			} else {
+				t.skip = true // a comment (empty name) or a field the tap does not need
+			}
+		default:
+			if t.fieldLen == len(t.field) {
+				t.skip = true // no field the tap reads is that long
+				continue
+			}
+			t.field[t.fieldLen] = c
+			t.fieldLen++
+		}
+	}
+}
+
+// lineEnd is the index of the first CR or LF in b, or -1.
+func lineEnd(b []byte) int {
+	for i, c := range b {
+		if c == '\n' || c == '\r' {
+			return i
+		}
+	}
+	return -1
+}
+
+// isData: the line's field is data (after the byte-order mark a stream may start with).
+func (t *uiStreamTap) isData() bool {
+	f := t.field[:t.fieldLen]
+	if !t.started && len(f) >= 3 && f[0] == 0xEF && f[1] == 0xBB && f[2] == 0xBF {
+		f = f[3:]
+	}
+	return string(f) == "data"
+}
+
+// beginData starts a data line: joined to the event's earlier ones by an LF.
+func (t *uiStreamTap) beginData() {
+	if t.hasData {
+		t.appendData([]byte{'\n'})
+	}
+	t.hasData = true
+}
+
+func (t *uiStreamTap) appendData(seg []byte) {
+	if len(seg) == 0 {
+		return
+	}
+	t.size += len(seg)
+	if room := maxEventData - len(t.data); room > 0 {
+		t.data = append(t.data, seg[:min(len(seg), room)]...)
+	}
+}
+
+func (t *uiStreamTap) endLine(c byte) {
+	t.fieldLen, t.inValue, t.trimmed, t.skip = 0, false, false, false
+	t.afterCR = c == '\r'
+	t.started = true
+}
+
+// dispatch takes in the event whose blank line just passed.
+func (t *uiStreamTap) dispatch() {
+	if t.hasData {
+		t.event(t.data, t.size > len(t.data))
+	}
+	t.hasData, t.size = false, 0
+	if cap(t.data) > len(t.buf) {
+		t.data = t.buf[:0] // a long event's buffer is not kept for the rest of the stream
+	} else {
+		t.data = t.data[:0]
+	}
+}
+
+// Chunk types the tap reads.
+const (
+	chunkOther = iota
+	chunkStart
+	chunkTextDelta
+	chunkMetadata
+	chunkFinish
+	chunkError
+)
+
+func chunkType(raw []byte) int {
+	switch string(raw) {
+	case "text-delta":
+		return chunkTextDelta
+	case "start":
+		return chunkStart
+	case "message-metadata":
+		return chunkMetadata
+	case "finish":
+		return chunkFinish
+	case "error":
+		return chunkError
+	}
+	return chunkOther
+}
+
+// event reads one chunk; cut says data is only the event's first maxEventData bytes.
+func (t *uiStreamTap) event(data []byte, cut bool) {
+	if string(data) == "[DONE]" {
+		return
+	}
+	typ := chunkOther
+	var delta, reason, meta []byte
+	haveDelta, haveReason := false, false
+	whole := eachMember(data, func(key []byte, escaped bool, val []byte) {
+		switch {
+		case keyIs(key, escaped, "type"):
+			typ = chunkOther
+			if s, ok := stringContents(val); ok {
+				typ = chunkType(s)
+			}
+		case keyIs(key, escaped, "delta"):
+			delta, haveDelta = val, true
+		case keyIs(key, escaped, "finishReason"):
+			reason, haveReason = val, true
+		case keyIs(key, escaped, "messageMetadata"):
+			meta = val
+		}
+	})
+	if !whole && !cut {
+		return // not JSON: a client fails on it too
+	}
+	switch typ {
+	case chunkTextDelta:
+		if n, ok := textLen(delta); haveDelta && ok {
+			t.out.textBytes += n
+		} else if cut {
+			t.out.textBytes += int64(t.size) // its delta ran past what was kept
+		}
+	case chunkError:
+		t.out.errored = true
+	case chunkFinish:
+		t.out.finishAt = time.Now()
+		t.out.reason = "unknown" // the finish chunk's finishReason is optional (absent in SDK 5)
+		if s, ok := stringContents(reason); haveReason && ok {
+			t.out.reason = reasonLabel(s)
+		}
+		t.usage(meta)
+	case chunkStart, chunkMetadata:
+		t.usage(meta)
+	}
+}
+
+// usage takes messageMetadata.usage when it is one the gateway can trust: an object whose
+// inputTokens and outputTokens, where present (not null), are whole numbers of tokens, at
+// least one of them present. Anything else leaves the usage seen before.
+func (t *uiStreamTap) usage(meta []byte) {
+	if meta == nil {
+		return
+	}
+	var usage []byte
+	eachMember(meta, func(key []byte, escaped bool, val []byte) {
+		if keyIs(key, escaped, "usage") {
+			usage = val
+		}
+	})
+	if usage == nil {
+		return
+	}
+	var in, out []byte
+	if !eachMember(usage, func(key []byte, escaped bool, val []byte) {
+		switch {
+		case keyIs(key, escaped, "inputTokens"):
+			in = val
+		case keyIs(key, escaped, "outputTokens"):
+			out = val
+		}
+	}) {
+		return
+	}
+	prompt, ok1, has1 := tokenValue(in)
+	completion, ok2, has2 := tokenValue(out)
+	if !ok1 || !ok2 || !(has1 || has2) {
+		return
+	}
+	t.out.usage, t.out.prompt, t.out.completion = true, prompt, completion
+}
+
+// tokenValue reads a token count: absent or null is 0 and not there; a number must be a
+// whole count.
+func tokenValue(val []byte) (n int64, ok, present bool) {
+	if val == nil || string(val) == "null" {
+		return 0, true, false
+	}
+	f, err := strconv.ParseFloat(string(val), 64)
+	if err != nil {
+		return 0, false, true
+	}
+	n, ok = tokenCount(f)
+	return n, ok, true
+}
