@@ -15,8 +15,11 @@ targets=(
   "./config FuzzParse"
   "./validate FuzzAgentJob"
   "./validate FuzzAssistantMessage"
+  "./validate FuzzAssistantMessageV2"
   "./validate FuzzFoldedKeys"
   "./proxy FuzzClientIP"
+  "./proxy FuzzUIStreamTap"
+  "./proxy FuzzDataStreamTap"
   "./h1 FuzzPoolAnswer"
 )
 for t in "${targets[@]}"; do
