@@ -12,16 +12,83 @@ import (
 	"unicode/utf8"
 )
 
-// assistantService streams answers in the AI SDK v4 data stream format:
+// assistantService streams answers: on /discovery/v1 in the AI SDK v4 data stream format
+// (dataStream), on /discovery/v2 in the UI message stream of AI SDK 5 and later (uiStream,
+// uistream.go). Both carry the same text, paced the same way: the parts before the text at
+// once, each text part after PartDelay, the finish at once after the last one.
+type assistantService struct {
+	cfg simConfig
+}
+
+// wireFormat is one stream protocol: what goes before the text, around each text part and
+// after it. Each part is sent (written and flushed) on its own.
+type wireFormat interface {
+	// head appends the i-th part before the text; false when there is none.
+	head(b []byte, i int, messageID string) ([]byte, bool)
+	// text appends a text part holding text, a JSON string literal.
+	text(b []byte, text []byte) []byte
+	// tail appends the i-th part after the text; false when there is none.
+	tail(b []byte, i int, a answerEnd) ([]byte, bool)
+	// headers sets the answer's headers.
+	headers(h http.Header)
+}
+
+// answerEnd is what the finish parts report.
+type answerEnd struct {
+	promptTokens, completionTokens int
+	threadID                       string
+}
+
+// dataStream is the AI SDK v4 data stream (v1):
 //
 //	f:{"messageId":"msg-..."}
 //	0:"text"            (AnswerParts times, paced by PartDelay)
 //	e:{"finishReason":"stop","usage":{...},"isContinued":false}
 //	d:{"finishReason":"stop","usage":{...},"threadId":"..."}
-//
-// The same format is served on /discovery/v1 and /discovery/v2.
-type assistantService struct {
-	cfg simConfig
+type dataStream struct{}
+
+func (dataStream) headers(h http.Header) {
+	h["Content-Type"] = textPlain
+	h["X-Vercel-Ai-Data-Stream"] = []string{"v1"}
+	h["Cache-Control"] = []string{"no-cache"}
+}
+
+func (dataStream) head(b []byte, i int, messageID string) ([]byte, bool) {
+	if i > 0 {
+		return b, false
+	}
+	b = append(b, `f:{"messageId":"`...)
+	b = append(b, messageID...)
+	return append(b, "\"}\n"...), true
+}
+
+func (dataStream) text(b, text []byte) []byte {
+	b = append(b, '0', ':')
+	b = append(b, text...)
+	return append(b, '\n')
+}
+
+func (dataStream) tail(b []byte, i int, a answerEnd) ([]byte, bool) {
+	usage := func(b []byte) []byte {
+		b = append(b, `{"finishReason":"stop","usage":{"promptTokens":`...)
+		b = strconv.AppendInt(b, int64(a.promptTokens), 10)
+		b = append(b, `,"completionTokens":`...)
+		b = strconv.AppendInt(b, int64(a.completionTokens), 10)
+		return append(b, '}')
+	}
+	switch i {
+	case 0: // e: and d: go out as separate chunks, like every other part.
+		b = append(b, 'e', ':')
+		b = usage(b)
+		return append(b, ",\"isContinued\":false}\n"...), true
+	case 1:
+		b = append(b, 'd', ':')
+		b = usage(b)
+		b = append(b, `,"threadId":`...)
+		b = appendJSONString(b, a.threadID)
+		return append(b, "}\n"...), true
+	}
+	return b, false
 }
 
 // assistantBody is the part of the request body (spec 2.3) the simulator
@@ -67,8 +134,18 @@ const echoMaxRunes = 60
 // errClientGone reports a stream stopped because the client went away.
 var errClientGone = errors.New("client went away")
 
-// message handles POST /discovery/v{1,2}/assistant/{domain}/message.
-func (s *assistantService) message(w http.ResponseWriter, r *http.Request) {
+// messageV1 handles POST /discovery/v1/assistant/{domain}/message.
+func (s *assistantService) messageV1(w http.ResponseWriter, r *http.Request) {
+	s.message(w, r, dataStream{})
+}
+
+// messageV2 handles POST /discovery/v2/assistant/{domain}/message.
+func (s *assistantService) messageV2(w http.ResponseWriter, r *http.Request) {
+	s.message(w, r, uiStream{})
+}
+
+// message answers an assistant request in format f.
+func (s *assistantService) message(w http.ResponseWriter, r *http.Request, f wireFormat) {
 	if !strings.HasPrefix(bearerToken(r), "svc_dsc_") {
 		writeRaw(w, http.StatusUnauthorized, errAssistAuthBody)
 		return
@@ -104,9 +181,7 @@ func (s *assistantService) message(w http.ResponseWriter, r *http.Request) {
 	}
 
 	h := w.Header()
-	h["Content-Type"] = textPlain
-	h["X-Vercel-Ai-Data-Stream"] = []string{"v1"}
-	h["Cache-Control"] = []string{"no-cache"}
+	f.headers(h)
 	threadID := ""
 	if body.ThreadID != nil && *body.ThreadID != "" {
 		threadID = *body.ThreadID
@@ -117,15 +192,15 @@ func (s *assistantService) message(w http.ResponseWriter, r *http.Request) {
 	}
 	w.WriteHeader(http.StatusOK)
 
-	parts, err := s.stream(r.Context(), w, lastUserText(*body.Messages), threadID, promptBytes/4+1)
+	parts, err := s.stream(r.Context(), w, f, lastUserText(*body.Messages), threadID, promptBytes/4+1)
 	if s.cfg.streamDone != nil {
 		s.cfg.streamDone(parts, err)
 	}
 }
 
-// stream writes the data stream parts, flushing after each one. It returns
-// the number of text parts written and nil, or the reason it stopped early.
-func (s *assistantService) stream(ctx context.Context, w http.ResponseWriter, echo, threadID string, promptTokens int) (int, error) {
+// stream writes the answer's parts in format f, flushing after each one. It returns the
+// number of text parts written and nil, or the reason it stopped early.
+func (s *assistantService) stream(ctx context.Context, w http.ResponseWriter, f wireFormat, echo, threadID string, promptTokens int) (int, error) {
 	rc := http.NewResponseController(w)
 	bp := outPool.Get().(*[]byte)
 	defer outPool.Put(bp)
@@ -143,11 +218,15 @@ func (s *assistantService) stream(ctx context.Context, w http.ResponseWriter, ec
 		return nil
 	}
 
-	b = append(b, `f:{"messageId":"msg-`...)
-	b = append(b, randomHex(24)...)
-	b = append(b, "\"}\n"...)
-	if err := send(); err != nil {
-		return 0, err
+	messageID := "msg-" + randomHex(24)
+	for i := 0; ; i++ {
+		var more bool
+		if b, more = f.head(b, i, messageID); !more {
+			break
+		}
+		if err := send(); err != nil {
+			return 0, err
+		}
 	}
 
 	var echoJSON []byte
@@ -159,6 +238,7 @@ func (s *assistantService) stream(ctx context.Context, w http.ResponseWriter, ec
 		timer = time.NewTimer(s.cfg.PartDelay)
 		defer timer.Stop()
 	}
+	var stamped []byte
 	words := 0
 	for i := 0; i < s.cfg.AnswerParts; i++ {
 		if timer != nil {
@@ -178,45 +258,30 @@ func (s *assistantService) stream(ctx context.Context, w http.ResponseWriter, ec
 			text = echoJSON
 		}
 		words += countWords(text)
-		b = append(b, '0', ':')
 		if s.cfg.Stamp {
-			// text is a JSON string literal: splice "<nanos> " after its
-			// opening quote.
-			b = append(b, '"')
-			b = strconv.AppendInt(b, time.Now().UnixNano(), 10)
-			b = append(b, ' ')
-			b = append(b, text[1:]...)
+			// text is a JSON string literal: splice "<nanos> " after its opening quote.
+			stamped = append(stamped[:0], '"')
+			stamped = strconv.AppendInt(stamped, time.Now().UnixNano(), 10)
+			stamped = append(stamped, ' ')
+			stamped = append(stamped, text[1:]...)
+			text = stamped
 			words++
-		} else {
-			b = append(b, text...)
 		}
-		b = append(b, '\n')
+		b = f.text(b, text)
 		if err := send(); err != nil {
 			return i, err
 		}
 	}
 
-	usage := func(b []byte) []byte {
-		b = append(b, `{"finishReason":"stop","usage":{"promptTokens":`...)
-		b = strconv.AppendInt(b, int64(promptTokens), 10)
-		b = append(b, `,"completionTokens":`...)
-		b = strconv.AppendInt(b, int64(words), 10)
-		return append(b, '}')
-	}
-	// e: and d: go out as separate chunks, like every other part.
-	b = append(b, 'e', ':')
-	b = usage(b)
-	b = append(b, ",\"isContinued\":false}\n"...)
-	if err := send(); err != nil {
-		return s.cfg.AnswerParts, err
-	}
-	b = append(b, 'd', ':')
-	b = usage(b)
-	b = append(b, `,"threadId":`...)
-	b = appendJSONString(b, threadID)
-	b = append(b, "}\n"...)
-	if err := send(); err != nil {
-		return s.cfg.AnswerParts, err
+	end := answerEnd{promptTokens: promptTokens, completionTokens: words, threadID: threadID}
+	for i := 0; ; i++ {
+		var more bool
+		if b, more = f.tail(b, i, end); !more {
+			break
+		}
+		if err := send(); err != nil {
+			return s.cfg.AnswerParts, err
+		}
 	}
 	return s.cfg.AnswerParts, nil
 }

@@ -64,8 +64,8 @@ func newHandler(cfg simConfig) http.Handler {
 	mux.HandleFunc("/v2/agent/{projectId}/job", onlyMethod(http.MethodPost, js.create))
 	mux.HandleFunc("/v2/agent/{projectId}/job/{jobId}", onlyMethod(http.MethodGet, js.get))
 	mux.HandleFunc("/v2/agent/{projectId}/job/{jobId}/message", onlyMethod(http.MethodPost, js.message))
-	mux.HandleFunc("/discovery/v1/assistant/{domain}/message", onlyMethod(http.MethodPost, as.message))
-	mux.HandleFunc("/discovery/v2/assistant/{domain}/message", onlyMethod(http.MethodPost, as.message))
+	mux.HandleFunc("/discovery/v1/assistant/{domain}/message", onlyMethod(http.MethodPost, as.messageV1))
+	mux.HandleFunc("/discovery/v2/assistant/{domain}/message", onlyMethod(http.MethodPost, as.messageV2))
 	mux.HandleFunc("/healthz", onlyMethod(http.MethodGet, healthz))
 	mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) {
 		writeRaw(w, http.StatusNotFound, errNotFoundBody)
@@ -103,8 +103,9 @@ func onlyMethod(method string, next http.HandlerFunc) http.HandlerFunc {
 
 // Pre-built header values and bodies, so the hot path does not allocate them.
 var (
-	appJSON   = []string{"application/json"}
-	textPlain = []string{"text/plain; charset=utf-8"}
+	appJSON         = []string{"application/json"}
+	textPlain       = []string{"text/plain; charset=utf-8"}
+	textEventStream = []string{"text/event-stream"}
 
 	errNotFoundBody    = []byte(`{"error":"Not found"}`)
 	errJobNotFoundBody = []byte(`{"error":"Job not found"}`)

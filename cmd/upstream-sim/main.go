@@ -42,9 +42,9 @@ func run(args []string, stderr io.Writer) int {
 	listen := fs.String("listen", defaultListen, "address to listen on (host:port; port 0 picks a free port)")
 	completeAfter := fs.Duration("job-complete-after", defaultJobCompleteAfter, "a job reads status \"active\" until this long after creation (or after its last follow-up message), then \"completed\" with a prLink")
 	partDelay := fs.Duration("part-delay", defaultPartDelay, "pause before each streamed text part of an assistant answer; 0 = no pacing")
-	answerParts := fs.Int("answer-parts", defaultAnswerParts, "`count` of text parts (0: lines) in an assistant answer")
+	answerParts := fs.Int("answer-parts", defaultAnswerParts, "`count` of text parts (v1 0: lines, v2 text-delta events) in an assistant answer")
 	fast := fs.Bool("fast", false, fmt.Sprintf("load-test mode: no pacing and %d text parts (explicit -part-delay / -answer-parts still win)", fastAnswerParts))
-	stamp := fs.Bool("stamp", false, "prefix the text of every 0: part with its send time in Unix nanoseconds and a space (\"<unix-nanos> words...\"), so a client can measure per-part delay")
+	stamp := fs.Bool("stamp", false, "prefix the text of every text part (v1 0:, v2 text-delta) with its send time in Unix nanoseconds and a space (\"<unix-nanos> words...\"), so a client can measure per-part delay")
 	logReq := fs.Bool("log", false, "log one line per request to stderr (off by default)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), `upstream-sim: in-memory stand-in for the documentation platform API.
@@ -53,8 +53,9 @@ Endpoints:
   POST /v2/agent/{projectId}/job                   create a job (Bearer svc_... required) -> 201
   GET  /v2/agent/{projectId}/job/{jobId}           poll a job -> 200 / 404
   POST /v2/agent/{projectId}/job/{jobId}/message   follow-up prompt -> 200 / 404
-  POST /discovery/v1/assistant/{domain}/message    streamed answer (Bearer svc_dsc_... required)
-  POST /discovery/v2/assistant/{domain}/message    same stream format as v1
+  POST /discovery/v1/assistant/{domain}/message    streamed answer, AI SDK v4 data stream (Bearer svc_dsc_... required)
+  POST /discovery/v2/assistant/{domain}/message    the same answer as a UI message stream (AI SDK 5+: SSE, usage
+                                                   and threadId in the finish chunk's messageMetadata)
   GET  /healthz                                    "ok"
 
 Usage: upstream-sim [flags]

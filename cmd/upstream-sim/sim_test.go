@@ -415,39 +415,35 @@ func checkStream(t *testing.T, lines []streamLine, parts int) ([]string, finishP
 
 func TestAssistantStreamFormat(t *testing.T) {
 	srv := newTestServer(t, simConfig{AnswerParts: 5})
-	for _, v := range []string{"v1", "v2"} {
-		t.Run(v, func(t *testing.T) {
-			resp := postStream(t, context.Background(), srv.URL+"/discovery/"+v+"/assistant/acme-docs/message", assistantKey, assistantBodyJSON)
-			defer resp.Body.Close()
-			if resp.StatusCode != 200 {
-				b, _ := io.ReadAll(resp.Body)
-				t.Fatalf("status %d body %s", resp.StatusCode, b)
-			}
-			h := resp.Header
-			if got := h.Get("Content-Type"); got != "text/plain; charset=utf-8" {
-				t.Errorf("Content-Type = %q", got)
-			}
-			if got := h.Get("X-Vercel-AI-Data-Stream"); got != "v1" {
-				t.Errorf("X-Vercel-AI-Data-Stream = %q", got)
-			}
-			if h.Get("Content-Length") != "" || resp.ContentLength != -1 {
-				t.Errorf("stream has a Content-Length (%d)", resp.ContentLength)
-			}
-			if len(resp.TransferEncoding) == 0 || resp.TransferEncoding[0] != "chunked" {
-				t.Errorf("Transfer-Encoding = %v, want chunked", resp.TransferEncoding)
-			}
-			tid, tkey := h.Get("X-Thread-Id"), h.Get("X-Thread-Key")
-			if tid == "" || tkey == "" {
-				t.Errorf("new thread: X-Thread-Id %q X-Thread-Key %q, want both", tid, tkey)
-			}
-			texts, d := checkStream(t, readLines(t, resp.Body), 5)
-			if *d.ThreadID != tid {
-				t.Errorf("d threadId %q != X-Thread-Id %q", *d.ThreadID, tid)
-			}
-			if !strings.Contains(texts[0], `How do I create an "agent job"?`) {
-				t.Errorf("first part %q does not echo the last user message", texts[0])
-			}
-		})
+	resp := postStream(t, context.Background(), srv.URL+"/discovery/v1/assistant/acme-docs/message", assistantKey, assistantBodyJSON)
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		b, _ := io.ReadAll(resp.Body)
+		t.Fatalf("status %d body %s", resp.StatusCode, b)
+	}
+	h := resp.Header
+	if got := h.Get("Content-Type"); got != "text/plain; charset=utf-8" {
+		t.Errorf("Content-Type = %q", got)
+	}
+	if got := h.Get("X-Vercel-AI-Data-Stream"); got != "v1" {
+		t.Errorf("X-Vercel-AI-Data-Stream = %q", got)
+	}
+	if h.Get("Content-Length") != "" || resp.ContentLength != -1 {
+		t.Errorf("stream has a Content-Length (%d)", resp.ContentLength)
+	}
+	if len(resp.TransferEncoding) == 0 || resp.TransferEncoding[0] != "chunked" {
+		t.Errorf("Transfer-Encoding = %v, want chunked", resp.TransferEncoding)
+	}
+	tid, tkey := h.Get("X-Thread-Id"), h.Get("X-Thread-Key")
+	if tid == "" || tkey == "" {
+		t.Errorf("new thread: X-Thread-Id %q X-Thread-Key %q, want both", tid, tkey)
+	}
+	texts, d := checkStream(t, readLines(t, resp.Body), 5)
+	if *d.ThreadID != tid {
+		t.Errorf("d threadId %q != X-Thread-Id %q", *d.ThreadID, tid)
+	}
+	if !strings.Contains(texts[0], `How do I create an "agent job"?`) {
+		t.Errorf("first part %q does not echo the last user message", texts[0])
 	}
 }
 
@@ -551,10 +547,22 @@ func TestAssistantPacing(t *testing.T) {
 
 func TestAssistantStamp(t *testing.T) {
 	srv := newTestServer(t, simConfig{PartDelay: time.Millisecond, AnswerParts: 4, Stamp: true})
-	resp := postStream(t, context.Background(), srv.URL+"/discovery/v2/assistant/d/message", assistantKey, assistantBodyJSON)
+	resp := postStream(t, context.Background(), srv.URL+"/discovery/v1/assistant/d/message", assistantKey, assistantBodyJSON)
 	defer resp.Body.Close()
 	lines := readLines(t, resp.Body)
 	texts, _ := checkStream(t, lines, 4)
+	checkStamps(t, texts, lines[1:])
+	// v2 stamps its text-delta events the same way.
+	resp2 := postStream(t, context.Background(), srv.URL+"/discovery/v2/assistant/d/message", assistantKey, assistantBodyV2)
+	defer resp2.Body.Close()
+	events := readEvents(t, resp2.Body)
+	texts2, _ := checkUIStream(t, events, 4)
+	checkStamps(t, texts2, events[3:])
+}
+
+// checkStamps checks that each text starts with its send time, before its arrival.
+func checkStamps(t *testing.T, texts []string, lines []streamLine) {
+	t.Helper()
 	var prev int64
 	for i, s := range texts {
 		ns, rest, ok := strings.Cut(s, " ")
@@ -563,8 +571,8 @@ func TestAssistantStamp(t *testing.T) {
 			t.Fatalf("part %q, want \"<unix-nanos> words\"", s)
 		}
 		sent := time.Unix(0, n)
-		if sent.After(lines[i+1].at) || lines[i+1].at.Sub(sent) > time.Second {
-			t.Errorf("stamp %v vs arrival %v", sent, lines[i+1].at)
+		if sent.After(lines[i].at) || lines[i].at.Sub(sent) > time.Second {
+			t.Errorf("stamp %v vs arrival %v", sent, lines[i].at)
 		}
 		if n <= prev {
 			t.Errorf("stamps not increasing: %d then %d", prev, n)
