@@ -199,8 +199,13 @@ routes:
 			checkTop(t, getTop(t, p, "?limit=assistant_per_org&n=2"), "assistant_per_org", "hour", "requests", []wantTenant{
 				{id: "initech", used: 10, lim: 10}, {id: "globex", used: 8, lim: 10},
 			})
+			// globex and initech got answers without usage: each is charged the estimate, 7
+			// tokens for its 28-byte body and 1 for its 2 bytes of text (issue 22).
+			waitTokens("initech", 80)
+			waitTokens("globex", 64)
 			checkTop(t, getTop(t, p, "?limit=assistant_tokens_per_org"), "assistant_tokens_per_org", "month", "tokens", []wantTenant{
-				{id: "acme", used: 540, lim: 1000, plan: "gold"}, {id: "hooli", used: 34, lim: 1000},
+				{id: "acme", used: 540, lim: 1000, plan: "gold"}, {id: "initech", used: 80, lim: 1000},
+				{id: "globex", used: 64, lim: 1000}, {id: "hooli", used: 34, lim: 1000},
 			})
 			if ip := getTop(t, p, "?limit=assistant_per_ip"); len(ip.Tenants) != 1 || ip.Tenants[0].ID != "127.0.0.1" || ip.Tenants[0].Used != 28 {
 				t.Fatalf("per ip: %+v", ip)
