@@ -1,10 +1,30 @@
 #!/usr/bin/env bash
 # Installs what the test suite needs and is not a Go module: redis-server (the limiter tests
 # run a real Redis and a real Redis Cluster on loopback ports), prometheus (promtool tests
-# the alert rules, and deploy/ runs every dashboard query through a real Prometheus), and
-# chromium (the usage page is opened in a real headless browser). Installs through apt-get
-# when run as root; otherwise says exactly what to install.
+# the alert rules, and deploy/ runs every dashboard query through a real Prometheus),
+# chromium (the usage page and a cross-origin stream are opened in a real headless browser),
+# and the real AI SDK clients of aisdk-clients/ (npm ci, from its package-lock.json). Installs
+# packages through apt-get when run as root; otherwise says exactly what to install.
 set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# The AI SDK clients: npm ci when node_modules is missing or older than the lock file (the
+# lock file's hash is kept beside the installed modules). Node and npm must be there.
+install_aisdk_clients() {
+  local dir=aisdk-clients stamp=aisdk-clients/node_modules/.lock-sha256 want
+  if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+    echo "test-deps: node and npm are needed for aisdk-clients (Node 20 or later)" >&2
+    return 1
+  fi
+  want=$(sha256sum "$dir/package-lock.json" | cut -d' ' -f1)
+  if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+    return 0
+  fi
+  echo "test-deps: npm ci in $dir" >&2
+  (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error)
+  echo "$want" >"$stamp"
+}
+install_aisdk_clients
 
 missing=()
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
