@@ -158,10 +158,18 @@ func newTraceUpstream(t *testing.T) *traceUpstream {
 		u.mu.Unlock()
 		if strings.HasPrefix(r.URL.Path, "/discovery/") {
 			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-			fl := w.(http.Flusher)
-			for _, part := range []string{"f:{\"messageId\":\"m\"}\n", "0:\"a\"\n", "0:\"b\"\n",
+			parts := []string{"f:{\"messageId\":\"m\"}\n", "0:\"a\"\n", "0:\"b\"\n",
 				"e:{\"finishReason\":\"stop\",\"usage\":{\"promptTokens\":7,\"completionTokens\":9},\"isContinued\":false}\n",
-				"d:{\"finishReason\":\"stop\",\"usage\":{\"promptTokens\":7,\"completionTokens\":9}}\n"} {
+				"d:{\"finishReason\":\"stop\",\"usage\":{\"promptTokens\":7,\"completionTokens\":9}}\n"}
+			if strings.HasPrefix(r.URL.Path, "/discovery/v2/") { // the same answer as a UI message stream
+				w.Header().Set("Content-Type", "text/event-stream")
+				parts = []string{"data: {\"type\":\"start\"}\n\n", "data: {\"type\":\"text-delta\",\"id\":\"t\",\"delta\":\"a\"}\n\n",
+					"data: {\"type\":\"text-delta\",\"id\":\"t\",\"delta\":\"b\"}\n\n",
+					"data: {\"type\":\"finish\",\"finishReason\":\"stop\",\"messageMetadata\":{\"usage\":{\"inputTokens\":7,\"outputTokens\":9}}}\n\n",
+					"data: [DONE]\n\n"}
+			}
+			fl := w.(http.Flusher)
+			for _, part := range parts {
 				fmt.Fprint(w, part)
 				fl.Flush()
 				time.Sleep(30 * time.Millisecond)
@@ -264,36 +272,43 @@ orgs: {acme: [acme-docs]}
 				t.Fatalf("upstream traceparent %q, want %q", got, want)
 			}
 
-			// An assistant stream: the span ends after the last part, with its events.
-			if res := sendTraced(t, p, "/discovery/v1/assistant/acme-docs/message", asstKey, `{"fp":"x","messages":[]}`, ""); res.StatusCode != 200 {
-				t.Fatalf("assistant: %d", res.StatusCode)
-			}
-			stream := rcv.waitSpan(t, "assistant server span", func(s *tracepb.Span) bool {
-				return s.Name == "POST /discovery/v1/assistant/{domain}/message" && s.Kind == tracepb.Span_SPAN_KIND_SERVER
-			})
-			up.mu.Lock()
-			last := up.lastPart
-			up.mu.Unlock()
-			if end := time.Unix(0, int64(stream.EndTimeUnixNano)); end.Before(last) {
-				t.Fatalf("stream span ended at %v, before the last part at %v", end, last)
-			}
-			if attrString(stream, "gateway.org") != "acme" {
-				t.Errorf("gateway.org = %q", attrString(stream, "gateway.org"))
-			}
-			events := map[string]*tracepb.Span_Event{}
-			for _, e := range stream.Events {
-				events[e.Name] = e
-			}
-			fin := events["finish"]
-			if events["first_byte"] == nil || fin == nil {
-				t.Fatalf("stream events %v", stream.Events)
-			}
-			got := map[string]string{}
-			for _, kv := range fin.Attributes {
-				got[kv.Key] = fmt.Sprint(kv.Value.GetStringValue(), kv.Value.GetIntValue())
-			}
-			if got["finish_reason"] != "stop0" || got["gen_ai.usage.input_tokens"] != "7" || got["gen_ai.usage.output_tokens"] != "9" {
-				t.Fatalf("finish event %v", got)
+			// An assistant stream: the span ends after the last part, with its events, the same
+			// on v1 (the v4 data stream) and v2 (the UI message stream).
+			for _, c := range []struct{ path, route, body string }{
+				{"/discovery/v1/assistant/acme-docs/message", "POST /discovery/v1/assistant/{domain}/message", `{"fp":"x","messages":[]}`},
+				{"/discovery/v2/assistant/acme-docs/message", "POST /discovery/v2/assistant/{domain}/message",
+					`{"fp":"x","messages":[{"id":"1","role":"user","parts":[{"type":"text","text":"hi"}]}]}`},
+			} {
+				if res := sendTraced(t, p, c.path, asstKey, c.body, ""); res.StatusCode != 200 {
+					t.Fatalf("assistant %s: %d", c.path, res.StatusCode)
+				}
+				stream := rcv.waitSpan(t, "assistant server span", func(s *tracepb.Span) bool {
+					return s.Name == c.route && s.Kind == tracepb.Span_SPAN_KIND_SERVER
+				})
+				up.mu.Lock()
+				last := up.lastPart
+				up.mu.Unlock()
+				if end := time.Unix(0, int64(stream.EndTimeUnixNano)); end.Before(last) {
+					t.Fatalf("%s: stream span ended at %v, before the last part at %v", c.path, end, last)
+				}
+				if attrString(stream, "gateway.org") != "acme" {
+					t.Errorf("gateway.org = %q", attrString(stream, "gateway.org"))
+				}
+				events := map[string]*tracepb.Span_Event{}
+				for _, e := range stream.Events {
+					events[e.Name] = e
+				}
+				fin := events["finish"]
+				if events["first_byte"] == nil || fin == nil {
+					t.Fatalf("%s: stream events %v", c.path, stream.Events)
+				}
+				got := map[string]string{}
+				for _, kv := range fin.Attributes {
+					got[kv.Key] = fmt.Sprint(kv.Value.GetStringValue(), kv.Value.GetIntValue())
+				}
+				if got["finish_reason"] != "stop0" || got["gen_ai.usage.input_tokens"] != "7" || got["gen_ai.usage.output_tokens"] != "9" {
+					t.Fatalf("%s: finish event %v", c.path, got)
+				}
 			}
 
 			// A refusal: error.type and no upstream span.
