@@ -13,7 +13,8 @@
 #     gateway-redis-nocoalesce on agent_job at RATE, the six orders in turn: the latency
 #     comparisons; at least 6 for a verdict, 0 skips them)
 #   VARIANTS=direct,bare,gateway-memory,gateway-redis,gateway-redis-nocoalesce,gateway-redis-stdtransport,gateway-cluster,gateway-replicated,gateway-wait1
-#   WORKLOADS="agent_job,assistant_message,401/429 mix,streams"
+#   WORKLOADS="agent_job,assistant_message,assistant_message_v2,401/429 mix,streams" (streams: the
+#     per-part delay and idle streams, each on v1 and v2)
 #   GOBENCH=1 (0 skips the go test benchmarks)   BENCHTIME=1s   GOBENCH_COUNT=5
 #   SCALE=1 (0 skips the GOMAXPROCS=2 run of bare and gateway-redis on agent_job, unpinned,
 #     written beside OUT as <name>-gomaxprocs2.md: how the gateway scales to two cores)
@@ -37,7 +38,7 @@ PAIR_DURATION=${PAIR_DURATION:-3s}
 OPEN_SETS=${OPEN_SETS:-12}
 OPEN_SET_DURATION=${OPEN_SET_DURATION:-3s}
 VARIANTS=${VARIANTS:-direct,bare,gateway-memory,gateway-redis,gateway-redis-nocoalesce,gateway-redis-stdtransport,gateway-cluster,gateway-replicated,gateway-wait1}
-WORKLOADS=${WORKLOADS:-agent_job,assistant_message,401/429 mix,streams}
+WORKLOADS=${WORKLOADS:-agent_job,assistant_message,assistant_message_v2,401/429 mix,streams}
 GOBENCH=${GOBENCH:-1}
 BENCHTIME=${BENCHTIME:-1s}
 GOBENCH_COUNT=${GOBENCH_COUNT:-5}

@@ -420,31 +420,38 @@ func (e *env) measureHTTP(round int, v variant, w workload) (httpSample, error) 
 type streamSample struct {
 	round   int
 	variant string
+	proto   string // "v1" (data stream) or "v2" (UI message stream)
 	delay   delayResult
 	idle    idleResult
 }
 
-func (e *env) measureStreams(round int, v variant) (streamSample, error) {
-	s := streamSample{round: round, variant: v.name}
-	srv, err := e.start(v, e.stamp)
-	if err != nil {
-		return s, err
-	}
-	s.delay = runDelay(srv.url, e.o.delayConc, e.o.duration)
-	srv.stop()
-	if e.o.streams > 0 {
-		srv, err := e.start(v, e.idle)
+// measureStreams measures the per-part delay and the memory of idle streams of variant v, on
+// each stream protocol.
+func (e *env) measureStreams(round int, v variant) ([]streamSample, error) {
+	var out []streamSample
+	for _, proto := range streamProtocols {
+		s := streamSample{round: round, variant: v.name, proto: proto}
+		srv, err := e.start(v, e.stamp)
 		if err != nil {
-			return s, err
+			return out, err
 		}
-		s.idle = runIdle(srv.proc, srv.url, e.o.streams, 60*time.Second)
+		s.delay = runDelay(srv.url, proto, e.o.delayConc, e.o.duration)
 		srv.stop()
-		time.Sleep(time.Second) // let the simulator and the kernel drop the closed streams
+		if e.o.streams > 0 {
+			srv, err := e.start(v, e.idle)
+			if err != nil {
+				return out, err
+			}
+			s.idle = runIdle(srv.proc, srv.url, proto, e.o.streams, 60*time.Second)
+			srv.stop()
+			time.Sleep(time.Second) // let the simulator and the kernel drop the closed streams
+		}
+		logf("round %d streams %s %-16s part delay p50 %.0f µs p99 %.0f µs (%d parts, %d errors)  idle: %d streams, RSS %d -> %d KiB = %.1f KiB/stream (opened in %s) %s",
+			round+1, proto, v.name, s.delay.p50, s.delay.p99, s.delay.parts, s.delay.errs, s.idle.opened, s.idle.before, s.idle.after, s.idle.perStreamKiB,
+			s.idle.openTime.Round(time.Millisecond), s.idle.firstErr)
+		out = append(out, s)
 	}
-	logf("round %d streams %-16s part delay p50 %.0f µs p99 %.0f µs (%d parts, %d errors)  idle: %d streams, RSS %d -> %d KiB = %.1f KiB/stream (opened in %s) %s",
-		round+1, v.name, s.delay.p50, s.delay.p99, s.delay.parts, s.delay.errs, s.idle.opened, s.idle.before, s.idle.after, s.idle.perStreamKiB,
-		s.idle.openTime.Round(time.Millisecond), s.idle.firstErr)
-	return s, nil
+	return out, nil
 }
 
 // profile runs gateway-redis under the closed-loop agent_job load and saves a CPU profile

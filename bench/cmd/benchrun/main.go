@@ -70,7 +70,7 @@ func main() {
 	flag.BoolVar(&o.pin, "pin", true, "pin the server under test to CPU 0 and everything else to CPU 1 (taskset)")
 	flag.DurationVar(&o.profile, "profile", 10*time.Second, "CPU profile of gateway-redis under agent_job load after the rounds (0: skip)")
 	flag.StringVar(&o.variants, "variants", strings.Join(variantNames(), ","), "variants to run")
-	flag.StringVar(&o.workloads, "workloads", "agent_job,assistant_message,401/429 mix,streams", "workloads to run")
+	flag.StringVar(&o.workloads, "workloads", "agent_job,assistant_message,assistant_message_v2,401/429 mix,streams", "workloads to run (streams: per-part delay and idle streams, on v1 and v2)")
 	flag.IntVar(&o.serverProcs, "gomaxprocs", 1, "GOMAXPROCS of the server under test and of the upstream simulator")
 	flag.StringVar(&o.source, "source", "", "what was measured (revision), for the report")
 	flag.Parse()
@@ -125,7 +125,7 @@ func run(o options, procs *child.Group) int {
 					fmt.Fprintf(os.Stderr, "bench: round %d streams %s: %v\n", r+1, v.name, err)
 					return 1
 				}
-				rep.streams = append(rep.streams, s)
+				rep.streams = append(rep.streams, s...)
 			}
 		}
 	}

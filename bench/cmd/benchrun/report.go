@@ -149,7 +149,9 @@ func (r *report) markdown() string {
 			w("Half bad keys (gateway: 401 before reading the body), half a route limited to 1 per hour (gateway: 429 after one script call). " +
 				"direct and bare have neither check: they answer from the upstream (201 for the bad key, 404 for the unknown path), so their rows are a reference only.\n\n")
 		case "assistant_message":
-			w("20-message conversation (%d bytes), answer streamed in 2 text parts plus f:/e:/d: parts.\n\n", len(assistantBody))
+			w("20-message conversation as an AI SDK 4 client sends it (%d bytes), answer streamed in the v4 data stream: 2 text parts plus f:/e:/d: parts.\n\n", len(assistantBody))
+		case "assistant_message_v2":
+			w("The same conversation as an AI SDK 5+ client sends it to v2 (%d bytes), answer streamed in the UI message stream: 2 text-delta events plus start, start-step, text-start, text-end, finish-step, finish and [DONE], each its own write.\n\n", len(assistantBodyV2))
 		case "agent_job":
 			w("Small JSON body (%d bytes), 201 with the job object.\n\n", len(agentJobBody))
 		}
@@ -250,42 +252,40 @@ func (r *report) markdown() string {
 
 	if len(r.streams) > 0 {
 		w("## Streams\n\n")
-		w("Part delay: %d concurrent streams for %s against `upstream-sim -stamp -part-delay 10ms -answer-parts 10`; each `0:` part carries its send time, the client records arrival − stamp. "+
-			"Added = the variant's percentile minus direct's in the same round. "+
-			"Idle streams: %d streams held open against `upstream-sim -part-delay 10m` (headers and the first part arrive, then nothing); "+
+		w("Part delay: %d concurrent streams for %s against `upstream-sim -stamp -part-delay 10ms -answer-parts 10`; each text part (v1 `0:`, v2 `text-delta` event) carries its send time, the client records arrival − stamp. "+
+			"Added = the variant's percentile minus direct's in the same round; over bare = minus bare's. "+
+			"Idle streams: %d streams held open against `upstream-sim -part-delay 10m` (headers and the first parts arrive, then nothing); "+
 			"RSS per stream = (VmRSS with all open − VmRSS before) / streams, of the server under test (for direct, the simulator itself).\n\n",
 			o.delayConc, o.duration, o.streams)
-		w("| variant | part delay p50 µs | p99 µs | added p50 µs | added p99 µs | parts (errors) | idle streams open | RSS / idle stream KiB |\n|---|---|---|---|---|---|---|---|\n")
-		for _, v := range variants {
-			var ss []streamSample
-			for _, s := range r.streams {
-				if s.variant == v.name {
-					ss = append(ss, s)
+		w("| protocol | variant | part delay p50 µs | p99 µs | added p50 µs | added p99 µs | p99 over bare µs | parts (errors) | idle streams open | RSS / idle stream KiB |\n|---|---|---|---|---|---|---|---|---|---|\n")
+		for _, proto := range streamProtocols {
+			for _, v := range variants {
+				ss := r.streamSamples(v.name, proto)
+				if len(ss) == 0 {
+					continue
 				}
-			}
-			if len(ss) == 0 {
-				continue
-			}
-			f := func(g func(streamSample) float64) stat {
-				var x []float64
+				f := func(g func(streamSample) float64) stat {
+					var x []float64
+					for _, s := range ss {
+						x = append(x, g(s))
+					}
+					return statOf(x)
+				}
+				addP50, addP99 := r.addedDelay(v.name, proto, "direct")
+				_, overBare := r.addedDelay(v.name, proto, "bare")
+				parts, errs := 0, 0
+				minOpen := ss[0].idle.opened
 				for _, s := range ss {
-					x = append(x, g(s))
+					parts += s.delay.parts
+					errs += s.delay.errs
+					minOpen = min(minOpen, s.idle.opened)
 				}
-				return statOf(x)
+				w("| %s | %s | %s | %s | %s | %s | %s | %d (%d) | %d | %s |\n", proto, v.name,
+					f(func(s streamSample) float64 { return s.delay.p50 }).fmt(0),
+					f(func(s streamSample) float64 { return s.delay.p99 }).fmt(0),
+					addP50.fmt(0), addP99.fmt(0), overBare.fmt(0), parts, errs, minOpen,
+					f(func(s streamSample) float64 { return s.idle.perStreamKiB }).fmt(1))
 			}
-			addP50, addP99 := r.addedDelay(v.name)
-			parts, errs := 0, 0
-			minOpen := ss[0].idle.opened
-			for _, s := range ss {
-				parts += s.delay.parts
-				errs += s.delay.errs
-				minOpen = min(minOpen, s.idle.opened)
-			}
-			w("| %s | %s | %s | %s | %s | %d (%d) | %d | %s |\n", v.name,
-				f(func(s streamSample) float64 { return s.delay.p50 }).fmt(0),
-				f(func(s streamSample) float64 { return s.delay.p99 }).fmt(0),
-				addP50.fmt(0), addP99.fmt(0), parts, errs, minOpen,
-				f(func(s streamSample) float64 { return s.idle.perStreamKiB }).fmt(1))
 		}
 		w("\n")
 	}
@@ -341,14 +341,24 @@ func (r *report) firstVariant() string {
 	return ""
 }
 
-func (r *report) addedDelay(variant string) (stat, stat) {
-	var p50, p99 []float64
+// streamSamples are the stream measurements of variant on protocol proto.
+func (r *report) streamSamples(variant, proto string) []streamSample {
+	var out []streamSample
 	for _, s := range r.streams {
-		if s.variant != variant {
-			continue
+		if s.variant == variant && s.proto == proto {
+			out = append(out, s)
 		}
-		for _, d := range r.streams {
-			if d.variant == "direct" && d.round == s.round {
+	}
+	return out
+}
+
+// addedDelay is the per-part delay of variant minus that of base (direct, or bare) in the same
+// round, on protocol proto: p50 and p99.
+func (r *report) addedDelay(variant, proto, base string) (stat, stat) {
+	var p50, p99 []float64
+	for _, s := range r.streamSamples(variant, proto) {
+		for _, d := range r.streamSamples(base, proto) {
+			if d.round == s.round {
 				p50 = append(p50, s.delay.p50-d.delay.p50)
 				p99 = append(p99, s.delay.p99-d.delay.p99)
 			}
@@ -537,30 +547,50 @@ func (r *report) targets(benches []goBench) [][3]string {
 			}
 		}
 	}
+	// Streamed closed-loop throughput against bare, on both protocols (issue 22).
+	for _, sw := range []string{"assistant_message", "assistant_message_v2"} {
+		gs, bs := r.samples(sw, "gateway-redis"), r.samples(sw, "bare")
+		if len(gs) == 0 || len(bs) == 0 {
+			continue
+		}
+		g := collect(gs, func(s httpSample) float64 { return s.closed.rps }).med
+		b := collect(bs, func(s httpSample) float64 { return s.closed.rps }).med
+		rounds := r.eachRound(sw, "gateway-redis", "bare", func(x, y httpSample) float64 { return x.closed.rps / y.closed.rps })
+		t = append(t, [3]string{"gateway-redis streamed throughput ≥ 1.0 × bare (" + sw + ", closed loop)",
+			fmt.Sprintf("%.0f / %.0f req/s = %.2f × (every round: %s)", g, b, g/b, list(rounds, 2)), verdict(g/b >= 1)})
+	}
 	if len(r.streams) > 0 {
 		for _, v := range []string{"gateway-memory", "gateway-redis", "gateway-cluster", "bare"} {
-			_, p99 := r.addedDelay(v)
-			has := false
-			for _, s := range r.streams {
-				has = has || s.variant == v
-			}
-			if !has || !r.hasStreams("direct") {
+			_, p99 := r.addedDelay(v, "v1", "direct")
+			if len(r.streamSamples(v, "v1")) == 0 || len(r.streamSamples("direct", "v1")) == 0 {
 				continue
 			}
-			t = append(t, [3]string{"streamed part added delay p99 ≤ 1 ms (" + v + ")", fmt.Sprintf("%.0f µs", p99.med), verdict(p99.med <= 1000)})
+			t = append(t, [3]string{"streamed part added delay p99 ≤ 1 ms (v1, " + v + ")", fmt.Sprintf("%.0f µs", p99.med), verdict(p99.med <= 1000)})
 		}
-		for _, v := range []string{"gateway-memory", "gateway-redis", "gateway-cluster", "bare"} {
-			var x []float64
-			for _, s := range r.streams {
-				if s.variant == v && s.idle.opened > 0 {
-					x = append(x, s.idle.perStreamKiB)
+		for _, proto := range streamProtocols {
+			for _, v := range []string{"gateway-memory", "gateway-redis", "gateway-cluster"} {
+				if len(r.streamSamples(v, proto)) == 0 || len(r.streamSamples("bare", proto)) == 0 {
+					continue
 				}
+				_, over := r.addedDelay(v, proto, "bare")
+				t = append(t, [3]string{"streamed part delay p99 ≤ bare + 1 ms (" + proto + ", " + v + ")",
+					fmt.Sprintf("%+.0f µs (rounds %s)", over.med, over.fmt(0)), verdict(over.med <= 1000)})
 			}
-			if len(x) == 0 {
-				continue
+		}
+		for _, proto := range streamProtocols {
+			for _, v := range []string{"gateway-memory", "gateway-redis", "gateway-cluster", "bare"} {
+				var x []float64
+				for _, s := range r.streamSamples(v, proto) {
+					if s.idle.opened > 0 {
+						x = append(x, s.idle.perStreamKiB)
+					}
+				}
+				if len(x) == 0 {
+					continue
+				}
+				st := statOf(x)
+				t = append(t, [3]string{"RSS per open idle stream ≤ 64 KiB (" + proto + ", " + v + ")", fmt.Sprintf("%.1f KiB", st.med), verdict(st.med <= 64)})
 			}
-			st := statOf(x)
-			t = append(t, [3]string{"RSS per open idle stream ≤ 64 KiB (" + v + ")", fmt.Sprintf("%.1f KiB", st.med), verdict(st.med <= 64)})
 		}
 	}
 	for _, bb := range benches {
@@ -575,15 +605,6 @@ func (r *report) targets(benches []goBench) [][3]string {
 			fmt.Sprintf("%.1f own, %.1f in all with net/http's and ReverseProxy's", own, a.own+a.lib), verdict(own <= 10)})
 	}
 	return t
-}
-
-func (r *report) hasStreams(v string) bool {
-	for _, s := range r.streams {
-		if s.variant == v {
-			return true
-		}
-	}
-	return false
 }
 
 // onlineCPUs counts the machine's CPUs (the bench itself runs pinned to one).

@@ -16,8 +16,14 @@ import (
 	"github.com/docsgate/gateway/bench/internal/child"
 )
 
-func streamRequest(ctx context.Context, base string) *http.Request {
+// Stream protocols measured: v1 (AI SDK v4 data stream) and v2 (UI message stream).
+var streamProtocols = []string{"v1", "v2"}
+
+func streamRequest(ctx context.Context, base, proto string) *http.Request {
 	r := assistantMsg
+	if proto == "v2" {
+		r = assistantMsgV2
+	}
 	req, _ := http.NewRequestWithContext(ctx, r.method, base+r.path, bytes.NewReader([]byte(r.body)))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Authorization", r.auth)
@@ -29,9 +35,35 @@ type delayResult struct {
 	p50, p99    float64 // µs from the upstream's stamp to arrival at the client
 }
 
-// runDelay keeps conc streams going for d against an upstream started with -stamp: every 0:
-// part carries its send time ("<unix-nanos> ..."), and the client records arrival - stamp.
-func runDelay(base string, conc int, d time.Duration) delayResult {
+// stampOf returns the send time a text part of either protocol carries ("<unix-nanos> ..."
+// at the start of its text), or false for other parts: v1 `0:"<nanos> ...`, v2
+// `data: {"type":"text-delta",...,"delta":"<nanos> ...`.
+func stampOf(line []byte) (int64, bool) {
+	var rest []byte
+	switch {
+	case len(line) > 3 && line[0] == '0' && line[1] == ':' && line[2] == '"':
+		rest = line[3:]
+	case bytes.HasPrefix(line, []byte(`data: {"type":"text-delta"`)):
+		i := bytes.Index(line, []byte(`"delta":"`))
+		if i < 0 {
+			return 0, false
+		}
+		rest = line[i+len(`"delta":"`):]
+	default:
+		return 0, false
+	}
+	sp := bytes.IndexByte(rest, ' ')
+	if sp <= 0 {
+		return 0, false
+	}
+	stamp, err := strconv.ParseInt(string(rest[:sp]), 10, 64)
+	return stamp, err == nil
+}
+
+// runDelay keeps conc streams of protocol proto going for d against an upstream started with
+// -stamp: every text part carries its send time ("<unix-nanos> ..."), and the client records
+// arrival - stamp.
+func runDelay(base, proto string, conc int, d time.Duration) delayResult {
 	tr := &http.Transport{MaxIdleConnsPerHost: conc, DisableCompression: true}
 	defer tr.CloseIdleConnections()
 	client := &http.Client{Transport: tr, Timeout: 30 * time.Second}
@@ -47,7 +79,7 @@ func runDelay(base string, conc int, d time.Duration) delayResult {
 			var mine []time.Duration
 			bad := 0
 			for time.Now().Before(deadline) {
-				resp, err := client.Do(streamRequest(context.Background(), base))
+				resp, err := client.Do(streamRequest(context.Background(), base, proto))
 				if err != nil {
 					bad++
 					time.Sleep(10 * time.Millisecond)
@@ -60,13 +92,8 @@ func runDelay(base string, conc int, d time.Duration) delayResult {
 				for {
 					line, err := br.ReadSlice('\n')
 					now := time.Now().UnixNano()
-					if len(line) > 3 && line[0] == '0' && line[1] == ':' && line[2] == '"' {
-						rest := line[3:]
-						if sp := bytes.IndexByte(rest, ' '); sp > 0 {
-							if stamp, perr := strconv.ParseInt(string(rest[:sp]), 10, 64); perr == nil {
-								mine = append(mine, time.Duration(now-stamp))
-							}
-						}
+					if stamp, ok := stampOf(line); ok {
+						mine = append(mine, time.Duration(now-stamp))
 					}
 					if err != nil {
 						if err != io.EOF {
@@ -97,18 +124,18 @@ type idleResult struct {
 	firstErr      string
 }
 
-// runIdle opens n streams against an upstream that sends the headers and the first part,
-// then waits minutes before the next: all n stay open and idle. RSS of the server under
-// test is read before and with all of them open; every stream is then cancelled.
-func runIdle(p *child.Proc, base string, n int, timeout time.Duration) idleResult {
+// runIdle opens n streams of protocol proto against an upstream that sends the headers and
+// the first parts, then waits minutes before the next: all n stay open and idle. RSS of the
+// server under test is read before and with all of them open; every stream is then cancelled.
+func runIdle(p *child.Proc, base, proto string, n int, timeout time.Duration) idleResult {
 	var res idleResult
 	// Warm up the pools with a few streams that are opened and closed.
-	warm := openStreams(base, 20, 5*time.Second)
+	warm := openStreams(base, proto, 20, 5*time.Second)
 	warm.closeAll()
 	time.Sleep(300 * time.Millisecond)
 	res.before = p.RSSKiB()
 	start := time.Now()
-	s := openStreams(base, n, timeout)
+	s := openStreams(base, proto, n, timeout)
 	res.openTime = time.Since(start)
 	res.opened = s.opened
 	res.firstErr = s.firstErr
@@ -141,7 +168,7 @@ func (s *openSet) closeAll() {
 	s.tr.CloseIdleConnections()
 }
 
-func openStreams(base string, n int, timeout time.Duration) *openSet {
+func openStreams(base, proto string, n int, timeout time.Duration) *openSet {
 	ctx, cancel := context.WithCancel(context.Background())
 	tr := &http.Transport{
 		DialContext:         (&net.Dialer{Timeout: 5 * time.Second}).DialContext,
@@ -160,7 +187,7 @@ func openStreams(base string, n int, timeout time.Duration) *openSet {
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			resp, err := client.Do(streamRequest(ctx, base))
+			resp, err := client.Do(streamRequest(ctx, base, proto))
 			fail := func(e string) {
 				s.mu.Lock()
 				if s.firstErr == "" {
@@ -177,7 +204,8 @@ func openStreams(base string, n int, timeout time.Duration) *openSet {
 				resp.Body.Close()
 				return
 			}
-			// The first part (f:{"messageId":...}) proves the stream is through.
+			// The first part (v1 f:{"messageId":...}, v2 the start event) proves the stream
+			// is through.
 			br := bufio.NewReaderSize(resp.Body, 256)
 			if _, err := br.ReadSlice('\n'); err != nil {
 				fail("first part: " + err.Error())

@@ -30,13 +30,27 @@ type workload struct {
 
 var agentJobBody = `{"prompt":"Write a migration guide from SDK v1 to v2, with code samples for Go and Python.","model":"default","metadata":{"source":"bench"}}`
 
-// assistantBody is a 20-message conversation (about 6 KiB), as a docs chat sends after a
-// few turns.
-var assistantBody = func() string {
-	type part struct {
-		Type string `json:"type"`
-		Text string `json:"text"`
+// conversation is 20 messages, as a docs chat sends after a few turns.
+func conversation() (roles, texts []string) {
+	for i := 0; i < 20; i++ {
+		role, text := "user", fmt.Sprintf("Question %d: how do I rotate an API key without downtime, and does the old key keep working for a while?", i)
+		if i%2 == 1 {
+			role = "assistant"
+			text = fmt.Sprintf("Answer %d: create a second key on the dashboard, deploy it, then revoke the first one; both keys work until you revoke. See the API keys page for details.", i)
+		}
+		roles, texts = append(roles, role), append(texts, text)
 	}
+	return roles, texts
+}
+
+type part struct {
+	Type string `json:"type"`
+	Text string `json:"text"`
+}
+
+// assistantBody is the conversation as an AI SDK 4 client posts it to v1 (about 6.9 KB):
+// messages with content and parts, and the platform's fields.
+var assistantBody = func() string {
 	type msg struct {
 		ID      string `json:"id"`
 		Role    string `json:"role"`
@@ -44,29 +58,50 @@ var assistantBody = func() string {
 		Parts   []part `json:"parts"`
 	}
 	var msgs []msg
-	for i := 0; i < 20; i++ {
-		role, text := "user", fmt.Sprintf("Question %d: how do I rotate an API key without downtime, and does the old key keep working for a while?", i)
-		if i%2 == 1 {
-			role = "assistant"
-			text = fmt.Sprintf("Answer %d: create a second key on the dashboard, deploy it, then revoke the first one; both keys work until you revoke. See the API keys page for details.", i)
-		}
-		msgs = append(msgs, msg{ID: fmt.Sprintf("msg-%02d", i), Role: role, Content: text, Parts: []part{{Type: "text", Text: text}}})
+	roles, texts := conversation()
+	for i := range roles {
+		msgs = append(msgs, msg{ID: fmt.Sprintf("msg-%02d", i), Role: roles[i], Content: texts[i], Parts: []part{{Type: "text", Text: texts[i]}}})
 	}
-	b, err := json.Marshal(map[string]any{
+	return mustJSON(map[string]any{
 		"fp": "anonymous", "threadId": nil, "retrievalPageSize": 5, "filter": nil,
 		"currentPath": "/docs/api-keys", "context": []any{}, "messages": msgs,
 	})
+}()
+
+// assistantBodyV2 is the same conversation as an AI SDK 5+ client posts it to v2
+// (DefaultChatTransport: id, messages of parts, trigger; the platform's fields in its body).
+var assistantBodyV2 = func() string {
+	type msg struct {
+		ID    string `json:"id"`
+		Role  string `json:"role"`
+		Parts []part `json:"parts"`
+	}
+	var msgs []msg
+	roles, texts := conversation()
+	for i := range roles {
+		msgs = append(msgs, msg{ID: fmt.Sprintf("msg-%02d", i), Role: roles[i], Parts: []part{{Type: "text", Text: texts[i]}}})
+	}
+	return mustJSON(map[string]any{
+		"fp": "anonymous", "threadId": nil, "retrievalPageSize": 5, "filter": nil,
+		"currentPath": "/docs/api-keys", "context": []any{}, "id": "chat-bench", "messages": msgs, "trigger": "submit-message",
+	})
+}()
+
+func mustJSON(v any) string {
+	b, err := json.Marshal(v)
 	if err != nil {
 		panic(err)
 	}
 	return string(b)
-}()
+}
 
 var (
 	agentJob = reqSpec{label: "agent_job", method: "POST", path: "/v2/agent/proj-bench/job", auth: "Bearer " + adminKey,
 		body: agentJobBody, want: map[string]int{"direct": 201, "bare": 201, "gateway": 201}}
 	assistantMsg = reqSpec{label: "assistant_message", method: "POST", path: "/discovery/v1/assistant/bench-docs/message", auth: "Bearer " + assistantKey,
 		body: assistantBody, want: map[string]int{"direct": 200, "bare": 200, "gateway": 200}}
+	assistantMsgV2 = reqSpec{label: "assistant_message_v2", method: "POST", path: "/discovery/v2/assistant/bench-docs/message", auth: "Bearer " + assistantKey,
+		body: assistantBodyV2, want: map[string]int{"direct": 200, "bare": 200, "gateway": 200}}
 	// The simulator accepts any bearer token on jobs, and knows no /tiny path: direct and
 	// bare answer these from the upstream (201, 404); the gateway refuses them itself.
 	badKeyReq = reqSpec{label: "401 bad key", method: "POST", path: "/v2/agent/proj-bench/job", auth: "Bearer " + badKey,
@@ -78,6 +113,7 @@ var (
 var allWorkloads = []workload{
 	{name: "agent_job", reqs: []reqSpec{agentJob}},
 	{name: "assistant_message", reqs: []reqSpec{assistantMsg}},
+	{name: "assistant_message_v2", reqs: []reqSpec{assistantMsgV2}},
 	{name: "401/429 mix", reqs: []reqSpec{badKeyReq, tinyReq}},
 }
 
