@@ -213,6 +213,36 @@ func BenchmarkGatewayAssistantMessage(b *testing.B) {
 	runChain(b, gw, http.MethodPost, "/discovery/v1/assistant/bench-docs/message", benchAssistantKey, conversation20(b), http.StatusOK)
 }
 
+// BenchmarkGatewayAssistantMessageV2 is the v2 route: the same conversation as an AI SDK 5+
+// client sends it, answered with a short UI message stream (two text-delta events and the
+// chunks around them, usage in the finish chunk's metadata).
+func BenchmarkGatewayAssistantMessageV2(b *testing.B) {
+	ev := func(chunk string) string { return "data: " + chunk + "\n\n" }
+	stream := []byte(ev(`{"type":"start","messageId":"msg-0123456789abcdef"}`) + ev(`{"type":"start-step"}`) +
+		ev(`{"type":"text-start","id":"text-1"}`) +
+		ev(`{"type":"text-delta","id":"text-1","delta":"Here is what the documentation says. "}`) +
+		ev(`{"type":"text-delta","id":"text-1","delta":"Send it as a Bearer token in the Authorization header. "}`) +
+		ev(`{"type":"text-end","id":"text-1"}`) + ev(`{"type":"finish-step"}`) +
+		ev(`{"type":"finish","finishReason":"stop","messageMetadata":{"threadId":"thread_0123","usage":{"inputTokens":10,"outputTokens":17,"totalTokens":27}}}`) +
+		ev(`[DONE]`))
+	tr := newCannedTransport(http.StatusOK, "text/event-stream", stream, -1)
+	tr.header.Set("X-Vercel-AI-UI-Message-Stream", "v1")
+	gw := benchGateway(b, tr)
+	var body map[string]any
+	if err := json.Unmarshal(conversation20(b), &body); err != nil {
+		b.Fatal(err)
+	}
+	for _, m := range body["messages"].([]any) {
+		delete(m.(map[string]any), "content")
+	}
+	body["id"], body["trigger"] = "chat-bench", "submit-message"
+	v2, err := json.Marshal(body)
+	if err != nil {
+		b.Fatal(err)
+	}
+	runChain(b, gw, http.MethodPost, "/discovery/v2/assistant/bench-docs/message", benchAssistantKey, v2, http.StatusOK)
+}
+
 // BenchmarkGatewayRefusedBadKey is the 401 fast path (a key of neither family).
 func BenchmarkGatewayRefusedBadKey(b *testing.B) {
 	gw := benchGateway(b, newCannedTransport(http.StatusCreated, "application/json", []byte(`{}`), 2))

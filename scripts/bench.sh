@@ -8,7 +8,8 @@
 # Knobs (environment):
 #   ROUNDS=3 DURATION=4s WARMUP=1s CONNS=50 RATE=2000 STREAMS=5000 PROFILE=10s PIN=1
 #   PAIRS=10 PAIR_DURATION=3s (back-to-back closed-loop runs of bare and gateway-redis on
-#     agent_job, the throughput ratio's measurement; 0 skips them)
+#     agent_job, assistant_message and assistant_message_v2 (those selected), the throughput
+#     ratios' measurement; 0 skips them)
 #   OPEN_SETS=12 OPEN_SET_DURATION=3s (back-to-back open-loop runs of bare, gateway-redis and
 #     gateway-redis-nocoalesce on agent_job at RATE, the six orders in turn: the latency
 #     comparisons; at least 6 for a verdict, 0 skips them)

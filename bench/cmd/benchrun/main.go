@@ -56,7 +56,7 @@ func main() {
 	flag.StringVar(&o.allocTraces, "alloc-traces", "", "`go tool pprof -sample_index=alloc_objects -traces` of BenchmarkGatewayAgentJob run with -memprofilerate 1 (optional)")
 	flag.IntVar(&o.allocN, "alloc-n", 0, "iterations of BenchmarkGatewayAgentJob in -alloc-traces (b.N of every run, summed)")
 	flag.IntVar(&o.rounds, "rounds", 3, "interleaved rounds")
-	flag.IntVar(&o.pairs, "pairs", 10, "back-to-back pairs of bare and gateway-redis closed-loop runs on agent_job (0: skip)")
+	flag.IntVar(&o.pairs, "pairs", 10, "back-to-back pairs of bare and gateway-redis closed-loop runs on agent_job, assistant_message and assistant_message_v2 (each when selected; 0: skip)")
 	flag.DurationVar(&o.pairDuration, "pair-duration", 3*time.Second, "length of each paired run")
 	flag.IntVar(&o.openSets, "open-sets", 12, "back-to-back sets of bare, gateway-redis and gateway-redis-nocoalesce open-loop runs on agent_job, the six orders in turn (a multiple of 6 balances them; at least 6 for a verdict; 0: skip)")
 	flag.DurationVar(&o.openSetDuration, "open-set-duration", 3*time.Second, "length of each open-loop run of a set")
@@ -129,13 +129,19 @@ func run(o options, procs *child.Group) int {
 			}
 		}
 	}
-	if o.pairs > 0 && wls["agent_job"] && hasVariant(vs, "gateway-redis") && hasVariant(vs, "bare") {
-		pairs, err := e.measurePairs(o.pairs, o.pairDuration)
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "bench: pairs: %v\n", err)
-			return 1
+	if o.pairs > 0 && hasVariant(vs, "gateway-redis") && hasVariant(vs, "bare") {
+		// The throughput ratios against bare: agent_job, and both streamed routes.
+		for _, w := range allWorkloads {
+			if !wls[w.name] || (w.name != "agent_job" && w.name != "assistant_message" && w.name != "assistant_message_v2") {
+				continue
+			}
+			pairs, err := e.measurePairs(w, o.pairs, o.pairDuration)
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "bench: pairs %s: %v\n", w.name, err)
+				return 1
+			}
+			rep.pairs = append(rep.pairs, pairs...)
 		}
-		rep.pairs = pairs
 	}
 	if o.openSets > 0 && wls["agent_job"] && hasVariant(vs, "bare") && hasVariant(vs, "gateway-redis") && hasVariant(vs, "gateway-redis-nocoalesce") {
 		sets, err := e.measureLatencySets(o.openSets, o.openSetDuration)

@@ -5,12 +5,13 @@ import (
 	"time"
 )
 
-// pairSample is one pair of back-to-back closed-loop runs on agent_job: bare and gateway-redis,
+// pairSample is one pair of back-to-back closed-loop runs of a workload: bare and gateway-redis,
 // one right after the other (alternating which goes first), so that the machine's slower and
 // faster spells hit both alike. On a shared machine whose speed drifts by tens of percent
 // within a minute, the ratio within a pair is far steadier than the ratio of runs a round
 // apart.
 type pairSample struct {
+	workload           string
 	gatewayFirst       bool
 	bare, gateway      float64 // closed-loop req/s
 	bareCPU, gwCPU     float64 // CPU µs per request of the server under test
@@ -24,10 +25,9 @@ func (p pairSample) ratio() float64 {
 	return p.gateway / p.bare
 }
 
-// measurePairs runs n pairs of d each. Both servers stay up for all pairs (each idle while the
-// other is loaded), each warmed up before its run.
-func (e *env) measurePairs(n int, d time.Duration) ([]pairSample, error) {
-	w := allWorkloads[0] // agent_job
+// measurePairs runs n pairs of d each of workload w. Both servers stay up for all pairs (each
+// idle while the other is loaded), each warmed up before its run.
+func (e *env) measurePairs(w workload, n int, d time.Duration) ([]pairSample, error) {
 	script := e.scripts[w.name]
 	var servers [2]*server
 	for i, name := range []string{"bare", "gateway-redis"} {
@@ -53,7 +53,7 @@ func (e *env) measurePairs(n int, d time.Duration) ([]pairSample, error) {
 	}
 	var out []pairSample
 	for i := range n {
-		p := pairSample{gatewayFirst: i%2 == 1}
+		p := pairSample{workload: w.name, gatewayFirst: i%2 == 1}
 		order := []int{0, 1}
 		if p.gatewayFirst {
 			order = []int{1, 0}
@@ -69,36 +69,50 @@ func (e *env) measurePairs(n int, d time.Duration) ([]pairSample, error) {
 				p.gateway, p.gwCPU, p.gwErrors = rps, cpu, errs
 			}
 		}
-		logf("pair %d: bare %.0f req/s (%.1f µs CPU/req), gateway-redis %.0f req/s (%.1f µs CPU/req): %.3f×",
-			i+1, p.bare, p.bareCPU, p.gateway, p.gwCPU, p.ratio())
+		logf("pair %d %s: bare %.0f req/s (%.1f µs CPU/req), gateway-redis %.0f req/s (%.1f µs CPU/req): %.3f×",
+			i+1, w.name, p.bare, p.bareCPU, p.gateway, p.gwCPU, p.ratio())
 		out = append(out, p)
 	}
 	return out, nil
 }
 
-// pairsTable writes every pair and the summary.
+// pairsTable writes every pair and the summary, per workload.
 func (r *report) pairsTable(w func(string, ...any)) {
-	if len(r.pairs) == 0 {
-		return
-	}
-	w("## gateway-redis against bare, paired runs\n\n%d pairs of closed-loop agent_job runs (%s each after a %s warm-up, wrk 1 thread %d connections), bare and gateway-redis back to back, alternating which goes first; %s with GOMAXPROCS=%d. Every pair:\n\n",
-		len(r.pairs), r.opts.pairDuration, r.opts.warmup, r.opts.conns, r.opts.placement("both servers"), r.opts.serverProcs)
-	w("| pair | first | bare req/s | gateway-redis req/s | × bare | bare CPU µs / req | gateway CPU µs / req | errors (bare / gateway) |\n|---|---|---|---|---|---|---|---|\n")
-	for i, p := range r.pairs {
-		first := "bare"
-		if p.gatewayFirst {
-			first = "gateway"
+	for _, wl := range allWorkloads {
+		pairs := r.pairsOf(wl.name)
+		if len(pairs) == 0 {
+			continue
 		}
-		w("| %d | %s | %.0f | %.0f | %.3f | %.1f | %.1f | %d / %d |\n", i+1, first, p.bare, p.gateway, p.ratio(), p.bareCPU, p.gwCPU, p.bareErrs, p.gwErrors)
+		w("## gateway-redis against bare, paired runs: %s\n\n%d pairs of closed-loop %s runs (%s each after a %s warm-up, wrk 1 thread %d connections), bare and gateway-redis back to back, alternating which goes first; %s with GOMAXPROCS=%d. Every pair:\n\n",
+			wl.name, len(pairs), wl.name, r.opts.pairDuration, r.opts.warmup, r.opts.conns, r.opts.placement("both servers"), r.opts.serverProcs)
+		w("| pair | first | bare req/s | gateway-redis req/s | × bare | bare CPU µs / req | gateway CPU µs / req | errors (bare / gateway) |\n|---|---|---|---|---|---|---|---|\n")
+		for i, p := range pairs {
+			first := "bare"
+			if p.gatewayFirst {
+				first = "gateway"
+			}
+			w("| %d | %s | %.0f | %.0f | %.3f | %.1f | %.1f | %d / %d |\n", i+1, first, p.bare, p.gateway, p.ratio(), p.bareCPU, p.gwCPU, p.bareErrs, p.gwErrors)
+		}
+		st, below := r.pairStats(wl.name)
+		w("\nRatio over the pairs: median %.3f, min %.3f, max %.3f; %d of %d pairs below 1.0.\n\n", st.med, st.min, st.max, below, len(pairs))
 	}
-	st, below := r.pairStats()
-	w("\nRatio over the pairs: median %.3f, min %.3f, max %.3f; %d of %d pairs below 1.0.\n\n", st.med, st.min, st.max, below, len(r.pairs))
 }
 
-func (r *report) pairStats() (stat, int) {
+// pairsOf are the pairs of one workload.
+func (r *report) pairsOf(workload string) []pairSample {
+	var out []pairSample
+	for _, p := range r.pairs {
+		if p.workload == workload {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func (r *report) pairStats(workload string) (stat, int) {
 	var v []float64
 	below := 0
-	for _, p := range r.pairs {
+	for _, p := range r.pairsOf(workload) {
 		v = append(v, p.ratio())
 		if p.ratio() < 1 {
 			below++
