@@ -20,6 +20,7 @@ package h1
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -27,6 +28,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -298,7 +300,8 @@ func (t *Transport) exchange(ctx context.Context, c *conn, req *http.Request, ra
 		// put it back. (A later cancellation runs the hook after this point.)
 		_ = c.nc.SetDeadline(aLongTimeAgo)
 	}
-	b := &body{ReadCloser: res.Body, t: t, c: c, stop: stop, reuse: !res.Close && !req.Close && werr == nil && !cancelled}
+	b := &body{ReadCloser: res.Body, t: t, c: c, stop: stop, reuse: !res.Close && !req.Close && werr == nil && !cancelled,
+		chunked: len(res.TransferEncoding) > 0}
 	if res.Body == http.NoBody {
 		b.release(true)
 		return res, nil
@@ -322,7 +325,34 @@ type body struct {
 	c        *conn
 	stop     func() bool // removes the cancellation hook; false once it has run
 	reuse    bool
+	chunked  bool
 	released atomic.Bool
+}
+
+// Ready reports whether the first Read will return data without waiting on the connection:
+// the upstream has already sent it (for a chunked body, a whole chunk-size line and at least
+// a byte of its chunk). Call it before the first Read. A proxy uses it to send the response
+// headers together with the first data, or on their own at once when that is still to come.
+func (b *body) Ready() bool {
+	br := b.c.br
+	n := br.Buffered()
+	if n == 0 {
+		return false
+	}
+	if !b.chunked {
+		return true
+	}
+	head, _ := br.Peek(n) // only what is buffered: no I/O
+	i := bytes.IndexByte(head, '\n')
+	if i < 0 {
+		return false
+	}
+	line := bytes.TrimRight(head[:i], "\r")
+	if j := bytes.IndexByte(line, ';'); j >= 0 {
+		line = line[:j] // chunk extensions
+	}
+	size, err := strconv.ParseUint(string(bytes.TrimSpace(line)), 16, 63)
+	return err == nil && size > 0 && n > i+1
 }
 
 func (b *body) Read(p []byte) (int, error) {

@@ -626,3 +626,61 @@ func TestCancellationsRacingReuse(t *testing.T) {
 		wg.Wait()
 	}
 }
+
+// Ready says whether a body's first data came with the headers: a proxy then sends both in
+// one write. The upstream here writes exact bytes, in one write, on a raw connection.
+func TestBodyReady(t *testing.T) {
+	const head = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+	for _, c := range []struct {
+		name, answer string
+		ready        bool
+	}{
+		{"a whole chunk", head + "Transfer-Encoding: chunked\r\n\r\n6\r\npart1\n\r\n", true},
+		{"a chunk with an extension, cut in its data", head + "Transfer-Encoding: chunked\r\n\r\n6;x=y\r\npa", true},
+		{"headers only, chunked", head + "Transfer-Encoding: chunked\r\n\r\n", false},
+		{"half a chunk-size line", head + "Transfer-Encoding: chunked\r\n\r\n6", false},
+		{"a chunk-size line without data", head + "Transfer-Encoding: chunked\r\n\r\n6\r\n", false},
+		{"the last chunk", head + "Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n", false},
+		{"content-length with data", head + "Content-Length: 6\r\n\r\npar", true},
+		{"content-length, nothing yet", head + "Content-Length: 6\r\n\r\n", false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ln.Close()
+			release := make(chan struct{})
+			go func() {
+				nc, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				defer nc.Close()
+				br := bufio.NewReader(nc)
+				for { // the request's headers (its body is empty)
+					line, err := br.ReadString('\n')
+					if err != nil || line == "\r\n" {
+						break
+					}
+				}
+				_, _ = io.WriteString(nc, c.answer)
+				<-release
+			}()
+			defer close(release)
+			tr := newTransport(t, Options{})
+			res, err := roundTrip(context.Background(), tr, "http://"+ln.Addr().String(), "1", "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer res.Body.Close()
+			rb, ok := res.Body.(interface{ Ready() bool })
+			if !ok {
+				t.Fatalf("body %T has no Ready", res.Body)
+			}
+			if got := rb.Ready(); got != c.ready {
+				t.Fatalf("Ready() = %v, want %v", got, c.ready)
+			}
+		})
+	}
+}

@@ -165,6 +165,12 @@ var rateLimitHeaders = [...]string{hdrRateLimit, hdrPolicy, hdrLimit, hdrRemaini
 
 func (g *Gateway) modifyResponse(res *http.Response) error {
 	s := scopeFrom(res.Request.Context())
+	if s.route.stream {
+		// Whether the first part came with the headers (h1's bodies know; others are taken
+		// as not yet there): see responseWriter.FlushError.
+		rb, ok := res.Body.(interface{ Ready() bool })
+		s.rw.withFirstPart = ok && rb.Ready()
+	}
 	// Watch the upstream body's reads, so a broken copy can be blamed on the right side.
 	s.upBody.ReadCloser = res.Body
 	res.Body = &s.upBody
@@ -199,7 +205,7 @@ func (g *Gateway) modifyResponse(res *http.Response) error {
 	if s.route.stream {
 		res.Header.Set("X-Accel-Buffering", "no")
 		if res.StatusCode/100 == 2 {
-			s.rw.flushHeader = true
+			s.rw.firstFlushAside = true
 			res.Body = s.startTap(res.Header, res.Body)
 		}
 	}

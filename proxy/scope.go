@@ -128,8 +128,12 @@ type responseWriter struct {
 	status    int
 	bytes     int64
 	firstByte time.Time
-	// flushHeader sends the headers as soon as they are written: set for a stream's answer.
-	flushHeader bool
+	// firstFlushAside: the first flush of a stream's answer, which writes its headers, is
+	// done by flushAside. Set for a stream's answer.
+	firstFlushAside bool
+	// withFirstPart: the stream's first part was already there with its headers: they go
+	// out together, in the flush after the first write (see FlushError).
+	withFirstPart bool
 }
 
 var _ http.Flusher = (*responseWriter)(nil)
@@ -140,27 +144,22 @@ func (w *responseWriter) WriteHeader(code int) {
 		w.answering()
 	}
 	w.ResponseWriter.WriteHeader(code)
-	if w.flushHeader && code >= 200 {
-		// A stream's headers go out at once, before the first part. ReverseProxy would send
-		// them at once too (from a timer, with FlushInterval -1), but when the first part is
-		// already there it writes them from its copy loop, deep in the handler's stack.
-		w.flushAside()
+	if w.firstFlushAside && !w.withFirstPart && code >= 200 {
+		// The first part is still to come: the headers go out at once, on their own.
+		_ = w.FlushError()
 	}
 }
 
-// flushAside sends the headers from a goroutine of its own and waits for it. Writing them
-// takes net/http about 4 KiB of stack (its header writer alone has a 2.8 KiB frame, then a
-// sort), and ReverseProxy does it deep in its own call chain: on the handler's goroutine that
-// doubled the stack from 8 to 16 KiB, which a stream then holds, idle, for as long as it
-// stays open. The helper's stack is freed when it exits. The handler waits, so the writer is
-// never used by two goroutines at once.
-func (w *responseWriter) flushAside() {
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = w.FlushError()
-	}()
-	<-done
+// flushAside flushes from a goroutine of its own and waits for it. A stream's first flush
+// writes its headers, which takes net/http about 4 KiB of stack (its header writer alone has a
+// 2.8 KiB frame, then a sort), and ReverseProxy flushes deep in its own call chain: on the
+// handler's goroutine that doubled the stack from 8 to 16 KiB, which a stream then holds,
+// idle, for as long as it stays open. The helper's stack is freed when it exits. The caller
+// waits, so the writer is never used by two goroutines at once.
+func (w *responseWriter) flushAside() error {
+	done := make(chan error, 1)
+	go func() { done <- w.flush() }()
+	return <-done
 }
 
 func (w *responseWriter) Write(p []byte) (int, error) {
@@ -190,7 +189,26 @@ func (w *responseWriter) Flush() { _ = w.FlushError() }
 
 // FlushError is what http.ResponseController (and through it ReverseProxy) calls first: one
 // frame less on every streamed part than going through Flush.
+//
+// A stream's headers go out at once when its first part is still to come (WriteHeader), and
+// together with the first part when that was already there (withFirstPart): one write, one
+// system call and one packet instead of two, as the upstream sent them. ReverseProxy (with
+// FlushInterval -1) also flushes from a timer that fires at once, on another goroutine;
+// before the first write that flush would send the headers alone, so it is skipped: the
+// copy loop writes and flushes the part without waiting on the network. The timer and the
+// copy loop never flush at the same time (ReverseProxy's writer holds a lock around both).
 func (w *responseWriter) FlushError() error {
+	if w.withFirstPart && w.bytes == 0 {
+		return nil
+	}
+	if w.firstFlushAside {
+		w.firstFlushAside = false
+		return w.flushAside()
+	}
+	return w.flush()
+}
+
+func (w *responseWriter) flush() error {
 	if f, ok := w.ResponseWriter.(interface{ FlushError() error }); ok {
 		return f.FlushError()
 	}
