@@ -23,7 +23,7 @@ type streamTap interface {
 
 // streamOutcome is what a tap learned of a stream.
 type streamOutcome struct {
-	// reason is the finish part's finish reason, bounded to knownReasons ("other" for
+	// reason is the finish part's finish reason, bounded by reasonLabel ("other" for
 	// another, "unknown" when it had none or could not be read); "" until one passed.
 	reason   string
 	finishAt time.Time // when the finish part passed (the span's finish event)
@@ -62,13 +62,9 @@ func (o *streamOutcome) tokens(bodyBytes int) (prompt, completion int64, estimat
 
 func ceilQuarter(n int64) int64 { return (n + 3) / 4 }
 
-// knownReasons bounds the metric label to the AI SDK's finish reasons.
-var knownReasons = map[string]bool{
-	"stop": true, "length": true, "content-filter": true, "tool-calls": true,
-	"error": true, "other": true, "unknown": true,
-}
-
-// reasonLabel maps a finish reason to the bounded vocabulary without keeping the string.
+// reasonLabel maps a finish reason to the AI SDK's finish reasons (stop, length,
+// content-filter, tool-calls, error, other, unknown), any other to "other": the metric label
+// stays bounded, and the string is not kept.
 func reasonLabel(r []byte) string {
 	switch string(r) {
 	case "stop":

@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"bytes"
-	"encoding/json"
 	"math"
 	"time"
 )
@@ -118,35 +117,48 @@ func (t *dataStreamTap) endPart() {
 	t.inPart, t.line, t.atLineStart = 0, t.line[:0], true
 }
 
-// finishPart is what the tap reads of a d: or e: part.
-type finishPart struct {
-	FinishReason string `json:"finishReason"`
-	Usage        *struct {
-		PromptTokens     float64 `json:"promptTokens"`
-		CompletionTokens float64 `json:"completionTokens"`
-	} `json:"usage"`
-}
-
-// part takes in one complete d: or e: line.
+// part takes in one complete d: or e: line: its finishReason (a d: part's is the stream's)
+// and its usage, {"promptTokens": N, "completionTokens": M} (absent or null counts 0). It
+// reads the members of the exact names, as the AI SDK's parser does, without decoding the
+// line into Go values. A line that is no JSON object makes the reason "unknown" and counts no
+// usage; a usage the gateway cannot trust (not whole numbers of tokens) is not counted.
 func (t *dataStreamTap) part(kind byte, line []byte) {
-	var p finishPart
-	err := json.Unmarshal(line, &p)
+	var reason, usage []byte
+	haveReason := false
+	whole := eachMember(line, func(key []byte, escaped bool, val []byte) {
+		switch {
+		case keyIs(key, escaped, "finishReason"):
+			reason, haveReason = val, true
+		case keyIs(key, escaped, "usage"):
+			usage = val
+		}
+	})
 	if kind == 'd' {
 		t.out.finishAt = time.Now()
+		r, isString := stringContents(reason)
 		switch {
-		case err != nil:
+		case !whole || (haveReason && !isString && string(reason) != "null"):
 			t.out.reason = "unknown"
-		case knownReasons[p.FinishReason]:
-			t.out.reason = p.FinishReason
 		default:
-			t.out.reason = "other"
+			t.out.reason = reasonLabel(r) // "other" when absent, null or unknown
 		}
 	}
-	if err != nil || p.Usage == nil {
+	if !whole || usage == nil || string(usage) == "null" {
 		return
 	}
-	prompt, ok1 := tokenCount(p.Usage.PromptTokens)
-	completion, ok2 := tokenCount(p.Usage.CompletionTokens)
+	var pt, ct []byte
+	if !eachMember(usage, func(key []byte, escaped bool, val []byte) {
+		switch {
+		case keyIs(key, escaped, "promptTokens"):
+			pt = val
+		case keyIs(key, escaped, "completionTokens"):
+			ct = val
+		}
+	}) {
+		return
+	}
+	prompt, ok1, _ := tokenValue(pt)
+	completion, ok2, _ := tokenValue(ct)
 	if !ok1 || !ok2 {
 		return // a usage the gateway cannot trust is not counted
 	}

@@ -244,4 +244,21 @@ func TestTapsAllocateNothingPerPart(t *testing.T) {
 	if !bytes.Contains(ui, []byte("delta")) || u.outcome().textBytes == 0 || d.outcome().textBytes == 0 {
 		t.Fatal("nothing was counted")
 	}
+	// Whole streams, finish and usage included.
+	uiAll := []byte(sse(`{"type":"start","messageId":"m"}`, `{"type":"text-delta","id":"t","delta":"a"}`,
+		`{"type":"finish","finishReason":"stop","messageMetadata":{"threadId":"t","usage":{"inputTokens":10,"outputTokens":17,"totalTokens":27}}}`, `[DONE]`))
+	dataAll := []byte("f:{\"messageId\":\"m\"}\n0:\"a\"\ne:{\"finishReason\":\"stop\",\"usage\":{\"promptTokens\":10,\"completionTokens\":17},\"isContinued\":false}\n" +
+		"d:{\"finishReason\":\"stop\",\"usage\":{\"promptTokens\":10,\"completionTokens\":17}}\n")
+	if a := testing.AllocsPerRun(100, func() { u.reset(); u.feed(uiAll) }); a != 0 {
+		t.Errorf("a whole UI message stream: %v allocations", a)
+	}
+	if a := testing.AllocsPerRun(100, func() { d.reset(); d.feed(dataAll) }); a != 0 {
+		t.Errorf("a whole data stream: %v allocations", a)
+	}
+	if o := u.outcome(); !o.usage || o.prompt != 10 || o.completion != 17 || o.reason != "stop" {
+		t.Fatalf("UI stream outcome %+v", *o)
+	}
+	if o := d.outcome(); !o.usage || o.prompt != 10 || o.completion != 17 || o.reason != "stop" {
+		t.Fatalf("data stream outcome %+v", *o)
+	}
 }
