@@ -135,3 +135,37 @@ func TestStreamHeadersFlushedWhileTheFirstPartWaits(t *testing.T) {
 	close(open)
 	<-done
 }
+
+// lastWithEOF returns all its data in one Read together with io.EOF, as a chunked body does
+// when the terminating chunk came in the same read as the last data.
+type lastWithEOF struct {
+	data string
+	done bool
+}
+
+func (b *lastWithEOF) Read(p []byte) (int, error) {
+	if b.done {
+		return 0, io.EOF
+	}
+	b.done = true
+	return copy(p, b.data), io.EOF
+}
+func (*lastWithEOF) Close() error { return nil }
+func (*lastWithEOF) Ready() bool  { return true }
+
+// A last part that comes with the end of the body is not flushed on its own: the answer's
+// end, right after it, sends both in one write. A part whose end is still to come is flushed
+// at once.
+func TestStreamLastPartGoesOutWithTheEnd(t *testing.T) {
+	const stream = "data: {\"type\":\"start\"}\n\ndata: [DONE]\n\n"
+	rec := newRecorder()
+	serveStream(t, func() io.ReadCloser { return &lastWithEOF{data: stream} }, rec)
+	if seq := rec.seq(); strings.Contains(seq, "flush") || !strings.Contains(seq, "write") {
+		t.Fatalf("calls %q: the part that came with the end was flushed on its own", seq)
+	}
+	rec = newRecorder()
+	serveStream(t, func() io.ReadCloser { return readyBody{strings.NewReader(stream)} }, rec)
+	if seq := rec.seq(); !strings.HasPrefix(seq, "header write flush") {
+		t.Fatalf("calls %q: a part whose end is still to come must be flushed at once", seq)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -134,6 +135,11 @@ type responseWriter struct {
 	// withFirstPart: the stream's first part was already there with its headers: they go
 	// out together, in the flush after the first write (see FlushError).
 	withFirstPart bool
+	// ended: the upstream's body ended in the read that brought the last part, so the
+	// answer ends as soon as that is written: net/http's end of the response (which writes
+	// the last chunk) sends it, in the same write, instead of a flush of its own. Atomic: the
+	// copy loop sets it while ReverseProxy's flush timer may read it.
+	ended atomic.Bool
 }
 
 var _ http.Flusher = (*responseWriter)(nil)
@@ -198,7 +204,7 @@ func (w *responseWriter) Flush() { _ = w.FlushError() }
 // copy loop writes and flushes the part without waiting on the network. The timer and the
 // copy loop never flush at the same time (ReverseProxy's writer holds a lock around both).
 func (w *responseWriter) FlushError() error {
-	if w.withFirstPart && w.bytes == 0 {
+	if (w.withFirstPart && w.bytes == 0) || w.ended.Load() {
 		return nil
 	}
 	if w.firstFlushAside {

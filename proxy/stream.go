@@ -87,12 +87,18 @@ func reasonLabel(r []byte) string {
 type tappedBody struct {
 	io.ReadCloser
 	tap streamTap
+	rw  *responseWriter
 }
 
 func (b *tappedBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
 	if n > 0 {
 		b.tap.feed(p[:n])
+		if err == io.EOF {
+			// The last part came with the end of the body: the answer ends right after it
+			// is written, and its end flushes it (responseWriter.ended).
+			b.rw.ended.Store(true)
+		}
 	}
 	return n, err
 }
@@ -130,6 +136,6 @@ func (s *scope) startTap(h http.Header, body io.ReadCloser) io.ReadCloser {
 		s.dataTap.reset()
 		s.tap = &s.dataTap
 	}
-	s.tapBody = tappedBody{ReadCloser: body, tap: s.tap}
+	s.tapBody = tappedBody{ReadCloser: body, tap: s.tap, rw: &s.rw}
 	return &s.tapBody
 }
