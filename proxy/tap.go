@@ -146,20 +146,8 @@ func (t *dataStreamTap) part(kind byte, line []byte) {
 	if !whole || usage == nil || string(usage) == "null" {
 		return
 	}
-	var pt, ct []byte
-	if !eachMember(usage, func(key []byte, escaped bool, val []byte) {
-		switch {
-		case keyIs(key, escaped, "promptTokens"):
-			pt = val
-		case keyIs(key, escaped, "completionTokens"):
-			ct = val
-		}
-	}) {
-		return
-	}
-	prompt, ok1, _ := tokenValue(pt)
-	completion, ok2, _ := tokenValue(ct)
-	if !ok1 || !ok2 {
+	prompt, completion, _, ok := tokenPair(usage, "promptTokens", "completionTokens")
+	if !ok {
 		return // a usage the gateway cannot trust is not counted
 	}
 	if kind == 'd' {

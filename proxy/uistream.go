@@ -263,23 +263,31 @@ func (t *uiStreamTap) usage(meta []byte) {
 	if usage == nil {
 		return
 	}
-	var in, out []byte
-	if !eachMember(usage, func(key []byte, escaped bool, val []byte) {
-		switch {
-		case keyIs(key, escaped, "inputTokens"):
-			in = val
-		case keyIs(key, escaped, "outputTokens"):
-			out = val
-		}
-	}) {
-		return
-	}
-	prompt, ok1, has1 := tokenValue(in)
-	completion, ok2, has2 := tokenValue(out)
-	if !ok1 || !ok2 || !(has1 || has2) {
+	prompt, completion, present, ok := tokenPair(usage, "inputTokens", "outputTokens")
+	if !ok || !present {
 		return
 	}
 	t.out.usage, t.out.prompt, t.out.completion = true, prompt, completion
+}
+
+// tokenPair reads the token counts named in and out of the JSON object usage (the last
+// member of each name): ok when usage is an object and each count is absent, null or a whole
+// number of tokens (absent and null count 0); present when at least one count is there.
+func tokenPair(usage []byte, in, out string) (nIn, nOut int64, present, ok bool) {
+	var vin, vout []byte
+	if !eachMember(usage, func(key []byte, escaped bool, val []byte) {
+		switch {
+		case keyIs(key, escaped, in):
+			vin = val
+		case keyIs(key, escaped, out):
+			vout = val
+		}
+	}) {
+		return 0, 0, false, false
+	}
+	nIn, ok1, has1 := tokenValue(vin)
+	nOut, ok2, has2 := tokenValue(vout)
+	return nIn, nOut, has1 || has2, ok1 && ok2
 }
 
 // tokenValue reads a token count: absent or null is 0 and not there; a number must be a
