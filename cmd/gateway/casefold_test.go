@@ -1,10 +1,6 @@
 package main
 
 import (
-	"encoding/json"
-	"io"
-	"net/http"
-	"strings"
 	"testing"
 )
 
@@ -20,18 +16,7 @@ func TestCaseFoldedFieldsRefused(t *testing.T) {
 			p := startGateway(t, up.URL, "  transport: "+tr+"\n")
 			post := func(path, key, body string) (int, map[string]any) {
 				t.Helper()
-				req, _ := http.NewRequest("POST", "http://"+p.public+path, strings.NewReader(body))
-				req.Header.Set("Authorization", "Bearer "+key)
-				req.Header.Set("Content-Type", "application/json")
-				res, err := http.DefaultClient.Do(req)
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer res.Body.Close()
-				data, _ := io.ReadAll(res.Body)
-				var out map[string]any
-				_ = json.Unmarshal(data, &out)
-				return res.StatusCode, out
+				return postJSON(t, p, path, key, body)
 			}
 			const assistant, agent = "/discovery/v1/assistant/acme/message", "/v2/agent/fold/job"
 			const dsc, adm = "svc_dsc_foldSECRET", "svc_foldSECRET"

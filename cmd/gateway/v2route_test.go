@@ -19,18 +19,7 @@ func TestV2BodyRules(t *testing.T) {
 	p := startGateway(t, up.URL, "")
 	post := func(path, body string) (int, map[string]any) {
 		t.Helper()
-		req, _ := http.NewRequest("POST", "http://"+p.public+path, strings.NewReader(body))
-		req.Header.Set("Authorization", "Bearer svc_dsc_v2rules")
-		req.Header.Set("Content-Type", "application/json")
-		res, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer res.Body.Close()
-		data, _ := io.ReadAll(res.Body)
-		var out map[string]any
-		_ = json.Unmarshal(data, &out)
-		return res.StatusCode, out
+		return postJSON(t, p, path, "svc_dsc_v2rules", body)
 	}
 	const v1, v2 = "/discovery/v1/assistant/acme/message", "/discovery/v2/assistant/acme/message"
 	user := `{"id":"u1","role":"user","parts":[{"type":"text","text":"How do I rotate a key?"}]}`
@@ -91,6 +80,24 @@ func TestV2BodyRules(t *testing.T) {
 	if got := m[`gateway_validation_rejections_total{field="messages[].parts",route="assistant_message_v2"}`]; got != 1 {
 		t.Fatalf("validation rejections of messages[].parts on v2: %v", got)
 	}
+}
+
+// postJSON posts a JSON body with key and returns the status and the answer decoded (nil
+// when it is no JSON object).
+func postJSON(t *testing.T, p *proc, path, key, body string) (int, map[string]any) {
+	t.Helper()
+	req, _ := http.NewRequest("POST", "http://"+p.public+path, strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Content-Type", "application/json")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	data, _ := io.ReadAll(res.Body)
+	var out map[string]any
+	_ = json.Unmarshal(data, &out)
+	return res.StatusCode, out
 }
 
 // Configs written before v2 was built in add it as a pass-through route: under its name the
