@@ -62,6 +62,8 @@ type NodeRouter interface {
 	NodesOf(ctx context.Context, hits []Hit, dst []string) []string
 	// Nodes returns every node calls can go to now (the masters of the layout).
 	Nodes(ctx context.Context) ([]string, error)
+	// Refused is told that a call bound for node was refused, its breaker being open.
+	Refused(node string)
 }
 
 // storeNode names the one node of a store that is no NodeRouter.
@@ -216,6 +218,9 @@ func (g *Guard) nodesOf(ctx context.Context, hits []Hit, dst []string) []string 
 // left it are then dropped, in the background.
 func (g *Guard) admit(nodes []string) error {
 	seen, err := g.b.admit(nodes)
+	if err != nil && g.router != nil {
+		g.router.Refused(err.(*NodeError).Node)
+	}
 	if seen && g.router != nil && g.b.count() > 1 && g.pruning.CompareAndSwap(false, true) {
 		go func() {
 			defer g.pruning.Store(false)

@@ -59,6 +59,17 @@ func (r *Redis) Nodes(ctx context.Context) ([]string, error) {
 	return out, err
 }
 
+// Refused implements NodeRouter. On a Cluster, the layout is read again (go-redis does it in
+// the background, at most every 200 ms): a dead master's calls are refused by its breaker
+// rather than failing, and no failed call would make the client look, so without this a
+// replica promoted meanwhile would serve its slots only once a trial call failed, a cooldown
+// later. Once the layout names the new master, its tenants are decided again at once.
+func (r *Redis) Refused(string) {
+	if r.cluster != nil {
+		r.cluster.ReloadState(context.Background())
+	}
+}
+
 // nodeOf names the Cluster master serving key.
 func (r *Redis) nodeOf(ctx context.Context, key string) string {
 	if node, err := r.cluster.MasterForKey(ctx, key); err == nil {

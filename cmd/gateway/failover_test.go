@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"net/http"
+	"os"
 	"sort"
 	"strings"
 	"sync"
@@ -30,8 +31,15 @@ type outcome struct {
 	failed  bool // no HTTP answer at all
 }
 
-// failoverLoad sends agent_job requests round-robin over projects from workers goroutines
-// until stop closes, and returns every outcome.
+// Each load worker sends one request per loadInterval: 8 workers make a steady 400 requests a
+// second the machine carries with room. A closed loop as fast as it goes saturates both cores
+// (the race-detector gateway, the test, six redis-servers) and then stalls the gateway past
+// the 100 ms redis.timeout now and then, on every node at once: errors the dead master did
+// not cause.
+const loadInterval = 20 * time.Millisecond
+
+// failoverLoad sends agent_job requests round-robin over projects from workers goroutines,
+// each one per loadInterval, until stop closes, and returns every outcome.
 func failoverLoad(p *proc, workers int, projects []string, stop <-chan struct{}) func() []outcome {
 	var mu sync.Mutex
 	var out []outcome
@@ -41,12 +49,17 @@ func failoverLoad(p *proc, workers int, projects []string, stop <-chan struct{})
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			next := time.Now()
 			for i := w; ; i++ {
 				select {
 				case <-stop:
 					return
-				default:
+				case <-time.After(time.Until(next)):
 				}
+				if now := time.Now(); next.Before(now) {
+					next = now // behind: no burst to catch up
+				}
+				next = next.Add(loadInterval)
 				proj := projects[i%len(projects)]
 				req, _ := http.NewRequest("POST", "http://"+p.public+"/v2/agent/"+proj+"/job", strings.NewReader(`{"prompt":"x"}`))
 				req.Header.Set("Authorization", "Bearer svc_failover")
@@ -74,14 +87,18 @@ type failoverReport struct {
 	lastFailure        time.Time // the last 503 after the kill
 	overshoot          map[string]int
 	unavailablePerProj map[string]int
+	errorsPerProj      map[string]int // answers other than 201 and 429, and requests without one
 }
 
 func analyse(outs []outcome, quota int) failoverReport {
-	r := failoverReport{codes: map[int]int{}, overshoot: map[string]int{}, unavailablePerProj: map[string]int{}}
+	r := failoverReport{codes: map[int]int{}, overshoot: map[string]int{}, unavailablePerProj: map[string]int{}, errorsPerProj: map[string]int{}}
 	var took []time.Duration
 	admitted := map[string]int{}
 	for _, o := range outs {
 		r.requests++
+		if o.failed || (o.code != 201 && o.code != 429) {
+			r.errorsPerProj[o.project]++
+		}
 		if o.failed {
 			r.lost++
 			continue
@@ -144,7 +161,7 @@ limits:
 // Sentinel: kill the master under load; the gateway follows the promotion by itself.
 func TestSentinelFailoverUnderLoad(t *testing.T) {
 	g := redistest.StartSentinelGroup(t, "gwfail")
-	const quota = 1500
+	const quota = 500
 	redisCfg := fmt.Sprintf("redis:\n  addrs: [%s]\n  master_name: gwfail\n  timeout: 100ms\n  on_error: deny\n  breaker: {failures: 5, cooldown: 200ms}\n", quoteAll(g.Addrs()))
 	p := startGateway(t, tokenUpstream(t), failoverConfig(redisCfg, quota))
 	projects := []string{"s0", "s1", "s2", "s3"}
@@ -155,8 +172,19 @@ func TestSentinelFailoverUnderLoad(t *testing.T) {
 }
 
 // Cluster: kill one of three masters; its replica takes over and the gateway follows the new
-// topology. Tenants whose keys live on the healthy masters see no error at all.
+// topology. With the default redis settings (breaker included), and again with a breaker that
+// opens at the first failure, the tenants whose keys live on the healthy masters see no error
+// at all: each master has its own breaker.
 func TestClusterFailoverUnderLoad(t *testing.T) {
+	for _, c := range []struct{ name, breaker string }{
+		{"default breaker", ""},
+		{"breaker failures 1", "  breaker: {failures: 1}\n"},
+	} {
+		t.Run(c.name, func(t *testing.T) { testClusterFailover(t, c.breaker) })
+	}
+}
+
+func testClusterFailover(t *testing.T, breaker string) {
 	c := redistest.StartClusterWithReplicas(t, 3)
 	victim := c.MasterOf(t, "{c0}")
 	replica := c.ReplicaOf(t, victim)
@@ -171,8 +199,10 @@ func TestClusterFailoverUnderLoad(t *testing.T) {
 			healthy = append(healthy, proj)
 		}
 	}
-	const quota = 1500
-	redisCfg := fmt.Sprintf("redis:\n  addrs: [%s]\n  timeout: 100ms\n  on_error: deny\n  breaker: {failures: 1000000, cooldown: 200ms}\n", quoteAll(c.Addrs))
+	const quota = 500
+	// Every redis setting at its default (timeout 100ms, on_error deny, breaker 5 failures
+	// and 1s) but the addresses, and the breaker of the second run.
+	redisCfg := fmt.Sprintf("redis:\n  addrs: [%s]\n%s", quoteAll(c.Addrs), breaker)
 	p := startGateway(t, tokenUpstream(t), failoverConfig(redisCfg, quota))
 	projects := append(append([]string{}, onVictim...), healthy...)
 	outs, kill, promoted := runFailover(t, p, projects, quota, func() { victim.Stop(t) }, func() time.Time {
@@ -192,13 +222,61 @@ func TestClusterFailoverUnderLoad(t *testing.T) {
 	report(t, "cluster", r, kill, promoted)
 	checkFailover(t, r, outs, kill)
 	for _, h := range healthy {
-		if n := r.unavailablePerProj[h]; n != 0 {
-			t.Errorf("tenant %s on a healthy master got %d errors", h, n)
+		if n := r.errorsPerProj[h]; n != 0 {
+			t.Errorf("tenant %s on a healthy master got %d errors, e.g. %s (load average %s)", h, n, firstErrors(outs, h, kill, 5), loadAverage())
 		}
 	}
 	if r.unavailablePerProj[onVictim[0]]+r.unavailablePerProj[onVictim[1]] == 0 {
 		t.Errorf("the tenants of the killed master saw no error: was it killed?")
 	}
+	// Only the dead master's breaker ever opened; once the replica serves its slots, the dead
+	// master's breaker is dropped and none is open.
+	opened := map[string]bool{}
+	for _, l := range logLines(p, "limiter breaker open") {
+		opened[fmt.Sprint(l["node"])] = true
+	}
+	delete(opened, victim.Addr)
+	if len(opened) != 0 {
+		t.Errorf("breakers of healthy masters opened: %v", opened)
+	}
+	if breaker != "" && len(logLines(p, "limiter breaker open")) == 0 {
+		t.Errorf("with failures: 1 the dead master's breaker never opened")
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		m := scrape(t, p)
+		open, nodes := openBreakers(m)
+		_, victimSeries := m[`gateway_breaker_open{node="`+victim.Addr+`"}`]
+		_, replicaSeries := m[`gateway_breaker_open{node="`+replica.Addr+`"}`]
+		if len(open) == 0 && !victimSeries && replicaSeries && nodes == 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after the failover: open breakers %v, %d nodes; dead master's series %t, promoted replica's %t", open, nodes, victimSeries, replicaSeries)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// firstErrors describes up to n errors of project: when after the kill, and how long the
+// answer took (past redis.timeout: the healthy node's own call timed out, the machine stalled).
+func firstErrors(outs []outcome, project string, kill time.Time, n int) string {
+	var out []string
+	for _, o := range outs {
+		if o.project == project && (o.failed || o.code != 201 && o.code != 429) && len(out) < n {
+			out = append(out, fmt.Sprintf("%d at %v after the kill in %v", o.code, o.at.Sub(kill).Round(time.Millisecond), o.took.Round(time.Millisecond)))
+		}
+	}
+	return strings.Join(out, ", ")
+}
+
+// loadAverage is the machine's load average (/proc/loadavg), for a failure's message.
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	return strings.Join(strings.Fields(string(b))[:3], " ")
 }
 
 // runFailover runs the load, kills the master after a second, waits for the promotion, and
