@@ -120,7 +120,7 @@ func (r *Redis) takeOnNode(ctx context.Context, sc *scratch, g group, gi int) *r
 	case r.waitReplicas > 0:
 		return r.runWaited(ctx, node, nodeTakeScript, nodePrelude+takeLua, first, argv...)
 	case r.nodeCombs != nil:
-		c := r.nodeCombs.of(ctx, node)
+		c := r.nodeCombs.of(node)
 		if c == nil {
 			return failedCmd(ctx, errCombinerClosed)
 		}

@@ -31,12 +31,12 @@ type outcome struct {
 	failed  bool // no HTTP answer at all
 }
 
-// Each load worker sends one request per loadInterval: 8 workers make a steady 400 requests a
+// Each load worker sends one request per loadInterval: 8 workers make a steady 200 requests a
 // second the machine carries with room. A closed loop as fast as it goes saturates both cores
 // (the race-detector gateway, the test, six redis-servers) and then stalls the gateway past
 // the 100 ms redis.timeout now and then, on every node at once: errors the dead master did
 // not cause.
-const loadInterval = 20 * time.Millisecond
+const loadInterval = 40 * time.Millisecond
 
 // failoverLoad sends agent_job requests round-robin over projects from workers goroutines,
 // each one per loadInterval, until stop closes, and returns every outcome.
@@ -161,7 +161,7 @@ limits:
 // Sentinel: kill the master under load; the gateway follows the promotion by itself.
 func TestSentinelFailoverUnderLoad(t *testing.T) {
 	g := redistest.StartSentinelGroup(t, "gwfail")
-	const quota = 500
+	const quota = 300
 	redisCfg := fmt.Sprintf("redis:\n  addrs: [%s]\n  master_name: gwfail\n  timeout: 100ms\n  on_error: deny\n  breaker: {failures: 5, cooldown: 200ms}\n", quoteAll(g.Addrs()))
 	p := startGateway(t, tokenUpstream(t), failoverConfig(redisCfg, quota))
 	projects := []string{"s0", "s1", "s2", "s3"}
@@ -199,7 +199,7 @@ func testClusterFailover(t *testing.T, breaker string) {
 			healthy = append(healthy, proj)
 		}
 	}
-	const quota = 500
+	const quota = 300
 	// Every redis setting at its default (timeout 100ms, on_error deny, breaker 5 failures
 	// and 1s) but the addresses, and the breaker of the second run.
 	redisCfg := fmt.Sprintf("redis:\n  addrs: [%s]\n%s", quoteAll(c.Addrs), breaker)
