@@ -169,6 +169,24 @@ func TestSentinelFailoverUnderLoad(t *testing.T) {
 	r := analyse(outs, quota)
 	report(t, "sentinel", r, kill, promoted)
 	checkFailover(t, r, outs, kill)
+	// The breaker is named after the master the gateway talks to, the promoted one now; the
+	// old master's is dropped.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		m := scrape(t, p)
+		open, nodes := openBreakers(m)
+		_, promotedSeries := m[`gateway_breaker_open{node="`+g.Replica.Addr+`"}`]
+		if len(open) == 0 && nodes == 1 && promotedSeries {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after the failover: open breakers %v, %d nodes, the promoted master %s's series %t", open, nodes, g.Replica.Addr, promotedSeries)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if lines := logLines(p, "limiter breaker open"); len(lines) > 0 && lines[0]["node"] != g.Master.Addr {
+		t.Errorf("the breaker that opened names %v, want the dead master %s", lines[0]["node"], g.Master.Addr)
+	}
 }
 
 // Cluster: kill one of three masters; its replica takes over and the gateway follows the new
