@@ -277,13 +277,28 @@ func testClusterFailover(t *testing.T, breaker string) {
 }
 
 // firstErrors describes up to n errors of project: when after the kill, and how long the
-// answer took (past redis.timeout: the healthy node's own call timed out, the machine stalled).
+// answer took (past redis.timeout: the healthy node's own call timed out), and for the first
+// one the slowest answer of each project sent within 100 ms of it (all slow: the machine
+// stalled).
 func firstErrors(outs []outcome, project string, kill time.Time, n int) string {
 	var out []string
-	for _, o := range outs {
+	var first *outcome
+	for i, o := range outs {
 		if o.project == project && (o.failed || o.code != 201 && o.code != 429) && len(out) < n {
 			out = append(out, fmt.Sprintf("%d at %v after the kill in %v", o.code, o.at.Sub(kill).Round(time.Millisecond), o.took.Round(time.Millisecond)))
+			if first == nil {
+				first = &outs[i]
+			}
 		}
+	}
+	if first != nil {
+		slowest := map[string]time.Duration{}
+		for _, o := range outs {
+			if d := o.at.Sub(first.at); d > -100*time.Millisecond && d < 100*time.Millisecond {
+				slowest[o.project] = max(slowest[o.project], o.took)
+			}
+		}
+		out = append(out, fmt.Sprintf("slowest answers within 100 ms of the first: %v", slowest))
 	}
 	return strings.Join(out, ", ")
 }
