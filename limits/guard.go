@@ -218,8 +218,8 @@ func (g *Guard) nodesOf(ctx context.Context, hits []Hit, dst []string) []string 
 // left it are then dropped, in the background.
 func (g *Guard) admit(nodes []string) error {
 	seen, err := g.b.admit(nodes)
-	if err != nil && g.router != nil {
-		g.router.Refused(err.(*NodeError).Node)
+	if ne, ok := err.(*NodeError); ok && g.router != nil {
+		g.router.Refused(ne.Node)
 	}
 	if seen && g.router != nil && g.b.count() > 1 && g.pruning.CompareAndSwap(false, true) {
 		go func() {
