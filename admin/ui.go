@@ -29,10 +29,12 @@ type State struct {
 	Version string
 	// Store is "memory", "redis", "sentinel" or "cluster".
 	Store string
-	// RedisReachable is whether Redis answered a PING just now (always true in memory).
+	// RedisReachable is whether Redis answered a PING just now (on a Cluster, every master;
+	// always true in memory).
 	RedisReachable bool
-	// BreakerOpen is whether the limiter's circuit breaker is open (Redis not called).
-	BreakerOpen bool
+	// OpenBreakers are the Redis nodes (host:port) whose breaker is open: the requests whose
+	// limits live on them are answered by redis.on_error without calling them.
+	OpenBreakers []string
 	// LastReload is when the config was last (re)loaded, and LastReloadError why the last
 	// attempt was rejected ("" when it applied).
 	LastReload      time.Time

@@ -40,10 +40,11 @@ type Redis struct {
 	Coalesce bool `yaml:"coalesce"`
 }
 
-// Breaker stops calling a failing Redis for a while, so a dead Redis does not add its timeout
-// to every request.
+// Breaker stops calling a failing Redis node for a while, so a dead node does not add its
+// timeout to every request bound for it. There is one breaker per node (each Cluster master),
+// so a dead master refuses only the requests whose limits live on it.
 type Breaker struct {
-	// Failures is the number of consecutive failed calls that opens the breaker.
+	// Failures is the number of consecutive failed calls to a node that opens its breaker.
 	Failures int `yaml:"failures"`
 	// Cooldown is how long it stays open before one trial call.
 	Cooldown time.Duration `yaml:"cooldown"`

@@ -24,6 +24,8 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/docsgate/gateway/internal/redistest"
 )
 
 // These tests run the release build (scripts/build.sh, the Dockerfile's build line), the
@@ -290,16 +292,21 @@ type stack struct {
 	prom          string // Prometheus's address, when started
 }
 
-// startGateway starts the built gateway with a tiny project limit, in front of upstream.
+// startGateway starts the built gateway with a tiny project limit, in front of upstream, on a
+// real redis-server as deployed (the limiter's series, the per-node breaker among them, exist
+// only with Redis).
 func startGateway(t *testing.T) *stack {
 	gw := filepath.Join(binaries(t), "gateway")
 	up := upstream(t)
+	srv := redistest.Start(t)
 	s := &stack{public: freePort(t), admin: freePort(t)}
 	cfg := fmt.Sprintf(`listen: %q
 admin_listen: %q
 upstream:
   url: %q
   timeout: 5s
+redis:
+  addrs: [%q]
 orgs:
   acme: ["acme-docs"]
 routes:
@@ -315,7 +322,7 @@ limits:
   agent_job_per_project: { limit: 1, window: hour, by: project }
   # One answer (3 tokens) spends it: the next acme request is near the limit (and shadow-denied).
   tokens_per_org: { limit: 3, window: month, by: org, unit: tokens, mode: shadow }
-`, s.public, s.admin, up.URL)
+`, s.public, s.admin, up.URL, srv.Addr)
 	path := filepath.Join(t.TempDir(), "gateway.yaml")
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)

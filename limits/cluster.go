@@ -4,17 +4,21 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
 
 // On Redis Cluster the keys of one decision can live on different nodes.
-// takeCluster groups the keys by the node that serves them and sends one
+// takeCluster groups the keys by the master that serves them and sends one
 // script call per node (the node variant of takeLua, which may touch several
-// slots of its node) in a single ClusterClient pipeline: go-redis maps
-// pipelined commands by node and runs each node's batch in its own goroutine
-// (ClusterClient.processPipeline), so a decision costs one script call and one
-// round trip per node touched, in parallel.
+// slots of its node), the nodes in parallel, each on its own node's client:
+// a decision costs one script call and one round trip per node touched. Not
+// through go-redis's cluster pipeline: that one retries the commands of a
+// failed node after a backoff, and when the deadline ends the backoff it marks
+// every command of the pipeline failed, the healthy nodes' answered ones too
+// (their units then were never given back, and their nodes took the blame).
 //
 // All-or-nothing across nodes needs a second step: each node decides and
 // consumes atomically on its own (its enforced limits all-or-nothing, its
@@ -40,21 +44,21 @@ func sameSlot(sc *scratch) bool {
 }
 
 // byNode replaces each key's slot in sc.slots by the index of the master that serves it,
-// from go-redis's cached cluster state, and sorts the keys so each node's are contiguous.
+// from go-redis's cached cluster state, sorts the keys so each node's are contiguous, and
+// keeps the nodes in sc.clients and their names in sc.nodes (group i is node i).
 func (r *Redis) byNode(ctx context.Context, sc *scratch) error {
-	var nodesBuf [8]*redis.Client
-	nodes := nodesBuf[:0]
 	for i, k := range sc.keys {
 		c, err := r.cluster.MasterForKey(ctx, k)
 		if err != nil {
 			return fmt.Errorf("limits: cluster node of %s: %w", k, err)
 		}
 		n := 0
-		for n < len(nodes) && nodes[n] != c {
+		for n < len(sc.clients) && sc.clients[n] != c {
 			n++
 		}
-		if n == len(nodes) {
-			nodes = append(nodes, c)
+		if n == len(sc.clients) {
+			sc.clients = append(sc.clients, c)
+			sc.nodes = append(sc.nodes, c.Options().Addr)
 		}
 		sc.slots[i] = uint16(n)
 	}
@@ -99,62 +103,55 @@ func (r *Redis) takeCluster(ctx context.Context, sc *scratch, d *Decision) error
 		i = j
 	}
 
-	if r.waitReplicas > 0 {
-		if err := r.takeClusterWaited(ctx, sc, groups); err != nil {
-			return err
-		}
-		return r.settleCluster(ctx, sc, d, groups)
-	}
-	if r.coalescing() {
-		r.takeGroupsCoalesced(ctx, sc, groups)
-		return r.settleCluster(ctx, sc, d, groups)
-	}
-	pipe := r.cluster.Pipeline()
-	for _, g := range groups {
-		argv := nodeArgs(sc.keys[g.lo:g.hi], sc.args[g.lo:g.hi])
-		sc.cmds = append(sc.cmds, pipe.EvalSha(ctx, nodeTakeScript.Hash(), sc.keys[g.lo:g.lo+1], argv...))
-	}
-	_, _ = pipe.Exec(ctx) // errors are inspected per command
-	// A node that has not seen the script yet answers NOSCRIPT without running
-	// anything, so re-sending those groups with EVAL is safe.
-	var retry redis.Pipeliner
-	for gi, g := range groups {
-		if redis.HasErrorPrefix(sc.cmds[gi].Err(), "NOSCRIPT") {
-			if retry == nil {
-				retry = r.cluster.Pipeline()
-			}
-			argv := nodeArgs(sc.keys[g.lo:g.hi], sc.args[g.lo:g.hi])
-			sc.cmds[gi] = retry.Eval(ctx, nodePrelude+takeLua, sc.keys[g.lo:g.lo+1], argv...)
-		}
-	}
-	if retry != nil {
-		_, _ = retry.Exec(ctx)
-	}
+	cmds := make([]*redis.Cmd, len(groups))
+	eachNode(len(groups), func(gi int) { cmds[gi] = r.takeOnNode(ctx, sc, groups[gi], gi) })
+	sc.cmds = append(sc.cmds, cmds...)
 	return r.settleCluster(ctx, sc, d, groups)
 }
 
-// takeClusterWaited is takeCluster's first step with WithWaitReplicas: each node's call is
-// followed by WAIT on that node's connection.
-func (r *Redis) takeClusterWaited(ctx context.Context, sc *scratch, groups []group) error {
-	nodes := make([]*redis.Client, len(groups))
-	argv := make([][]any, len(groups))
-	first := make([][]string, len(groups))
-	for gi, g := range groups {
-		node, err := r.cluster.MasterForKey(ctx, sc.keys[g.lo])
-		if err != nil {
-			return fmt.Errorf("limits: cluster node of %s: %w", sc.keys[g.lo], err)
+// takeOnNode runs the node script for the keys of group g, on its node gi: followed by WAIT
+// on the same connection (WithWaitReplicas: WAIT has no key), through the node's combiner
+// (coalescing), or as a call of its own. A node that lost the script answers NOSCRIPT
+// without running anything, and the call is sent again with the script's source.
+func (r *Redis) takeOnNode(ctx context.Context, sc *scratch, g group, gi int) *redis.Cmd {
+	node, first := sc.clients[gi], sc.keys[g.lo:g.lo+1]
+	argv := nodeArgs(sc.keys[g.lo:g.hi], sc.args[g.lo:g.hi])
+	switch {
+	case r.waitReplicas > 0:
+		return r.runWaited(ctx, node, nodeTakeScript, nodePrelude+takeLua, first, argv...)
+	case r.nodeCombs != nil:
+		c := r.nodeCombs.of(node)
+		if c == nil {
+			return failedCmd(ctx, errCombinerClosed)
 		}
-		nodes[gi], argv[gi], first[gi] = node, nodeArgs(sc.keys[g.lo:g.hi], sc.args[g.lo:g.hi]), sc.keys[g.lo:g.lo+1]
+		return c.run(ctx, nodeTakeScript, first, argv...)
 	}
-	sc.cmds = append(sc.cmds, r.clusterWaited(ctx, nodes, argv, first)...)
-	return nil
+	return nodeTakeScript.Run(ctx, node, first, argv...)
+}
+
+// eachNode runs f(0), ..., f(n-1), in parallel when n > 1: one per node of a decision.
+func eachNode(n int, f func(i int)) {
+	if n == 1 {
+		f(0)
+		return
+	}
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			f(i)
+		}()
+	}
+	wg.Wait()
 }
 
 // settleCluster reads the nodes' replies and, unless every node admitted, gives back what the
-// admitting nodes took.
+// admitting nodes took. The error names every node that failed (a *NodeError each), so that
+// only their breakers count it.
 func (r *Redis) settleCluster(ctx context.Context, sc *scratch, d *Decision, groups []group) error {
 	allOK := true
-	var firstErr error
+	var errs []error
 	var consumedBuf [8]bool
 	consumed := consumedBuf[:0]
 	for gi, g := range groups {
@@ -163,8 +160,8 @@ func (r *Redis) settleCluster(ctx context.Context, sc *scratch, d *Decision, gro
 		if err == nil {
 			ok, err = parseTake(reply, sc.idx[g.lo:g.hi], sc.ws[g.lo:g.hi], d.Results)
 		}
-		if err != nil && firstErr == nil {
-			firstErr = err
+		if err != nil {
+			errs = append(errs, &NodeError{Node: sc.nodes[gi], Err: err})
 		}
 		consumed = append(consumed, err == nil && ok)
 		allOK = allOK && err == nil && ok
@@ -176,8 +173,7 @@ func (r *Redis) settleCluster(ctx context.Context, sc *scratch, d *Decision, gro
 
 	// Second step: give back what the admitting nodes took: every limit of theirs that had
 	// room (a shadow limit without room was not charged, a tokens limit only checked).
-	gb := r.cluster.Pipeline()
-	n := 0
+	var gbs []giveBack
 	for gi, g := range groups {
 		if !consumed[gi] {
 			continue
@@ -194,23 +190,59 @@ func (r *Redis) settleCluster(ctx context.Context, sc *scratch, d *Decision, gro
 			// Report the current state: the unit is returned.
 			res.Remaining = min(res.Remaining+1, res.Rule.Limit)
 		}
-		if len(keys) == 0 {
-			continue
-		}
-		// Eval, not EvalSha: this path is rare and must not need a NOSCRIPT retry. The first
-		// key routes the call to the node; all keys are the node's.
-		gb.Eval(ctx, nodePrelude+giveBackLua, keys[:1], nodeArgs(keys, sc.gargs)...)
-		n++
-	}
-	if n > 0 {
-		if _, err := gb.Exec(ctx); err != nil {
-			firstErr = errors.Join(firstErr, fmt.Errorf("limits: give back: %w", err))
+		if len(keys) > 0 {
+			gbs = append(gbs, giveBack{node: sc.clients[gi], name: sc.nodes[gi], keys: keys, argv: nodeArgs(keys, sc.gargs)})
 		}
 	}
-	if firstErr != nil {
-		return fmt.Errorf("limits: take (cluster): %w", firstErr)
+	if len(gbs) > 0 && ctx.Err() != nil {
+		// A failing node used up the decision's deadline: the request is answered now, and
+		// its units go back in the background, on a bound of their own (nothing was sent, so
+		// nothing can be given back twice). Cut short by the deadline, they would stay taken
+		// on the healthy nodes.
+		go func(gbs []giveBack) {
+			bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), giveBackBound)
+			defer cancel()
+			giveBackAll(bctx, gbs)
+		}(gbs)
+		gbs = nil
+	}
+	giveBackAll(ctx, gbs)
+	for _, b := range gbs {
+		switch {
+		case b.err == nil || b.err == redis.Nil:
+		case ctx.Err() != nil:
+			// Cut short by the deadline that a failing node used up: named after no node,
+			// as this one answered the decision.
+			errs = append(errs, fmt.Errorf("limits: give back: %w", b.err))
+		default:
+			errs = append(errs, &NodeError{Node: b.name, Err: fmt.Errorf("limits: give back: %w", b.err)})
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("limits: take (cluster): %w", errors.Join(errs...))
 	}
 	return nil
+}
+
+// giveBackBound bounds a give-back sent after its decision's deadline.
+const giveBackBound = 5 * time.Second
+
+// giveBack is what one node gives back of a decision refused on another node.
+type giveBack struct {
+	node *redis.Client
+	name string
+	keys []string
+	argv []any
+	err  error
+}
+
+// giveBackAll sends the give-backs, the nodes in parallel. Eval, not EvalSha: this path is
+// rare and must not need a NOSCRIPT retry.
+func giveBackAll(ctx context.Context, gbs []giveBack) {
+	eachNode(len(gbs), func(i int) {
+		b := &gbs[i]
+		b.err = b.node.Eval(ctx, nodePrelude+giveBackLua, b.keys[:1], b.argv...).Err()
+	})
 }
 
 // keySlot is Redis Cluster's HASH_SLOT: CRC16 (XMODEM) of the hash tag (the

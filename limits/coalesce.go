@@ -3,7 +3,6 @@ package limits
 import (
 	"context"
 	"fmt"
-	"sync"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -59,35 +58,6 @@ func (r *Redis) runTake(ctx context.Context, keys []string, args []any) *redis.C
 		return r.runOnNode(ctx, takeScript, keys, args...)
 	}
 	return takeScript.Run(ctx, r.client, keys, args...)
-}
-
-// coalescing reports whether decisions go through combiners.
-func (r *Redis) coalescing() bool { return r.comb != nil || r.nodeCombs != nil }
-
-// takeGroupsCoalesced is takeCluster's first step when coalescing: each node's call goes to
-// that node's combiner (the call's first key routes it), the nodes in parallel.
-func (r *Redis) takeGroupsCoalesced(ctx context.Context, sc *scratch, groups []group) {
-	if len(groups) == 1 {
-		sc.cmds = append(sc.cmds, r.takeGroup(ctx, sc, groups[0]))
-		return
-	}
-	cmds := make([]*redis.Cmd, len(groups))
-	var wg sync.WaitGroup
-	for gi, g := range groups {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			cmds[gi] = r.takeGroup(ctx, sc, g)
-		}()
-	}
-	wg.Wait()
-	sc.cmds = append(sc.cmds, cmds...)
-}
-
-// takeGroup runs the node script for one node's keys through that node's combiner.
-func (r *Redis) takeGroup(ctx context.Context, sc *scratch, g group) *redis.Cmd {
-	argv := nodeArgs(sc.keys[g.lo:g.hi], sc.args[g.lo:g.hi])
-	return r.runOnNode(ctx, nodeTakeScript, sc.keys[g.lo:g.lo+1], argv...)
 }
 
 // Close stops the combiners, if any, after the decisions under way.

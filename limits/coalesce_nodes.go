@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -15,34 +17,44 @@ type nodeCombiners struct {
 	mu      sync.Mutex
 	m       map[*redis.Client]*combiner
 	closed  bool
+	pruning atomic.Bool // a prune is under way
 }
 
 // of returns the combiner of master node, creating it the first time the node is seen. A new
 // node means a new layout (a failover, a resharding: go-redis then makes new node clients), so
-// the combiners of nodes that are no longer masters are closed then.
-func (n *nodeCombiners) of(ctx context.Context, node *redis.Client) *combiner {
+// the combiners of nodes that are no longer masters are closed then, in the background.
+func (n *nodeCombiners) of(node *redis.Client) *combiner {
 	n.mu.Lock()
-	defer n.mu.Unlock()
 	if c, ok := n.m[node]; ok || n.closed {
-		return c // nil once closed: runOnNode fails the call
+		n.mu.Unlock()
+		return c // nil once closed: the call fails
 	}
 	if n.m == nil {
 		n.m = map[*redis.Client]*combiner{}
 	}
 	c := newCombiner(node, coalesceDirect, coalesceBatch, coalesceQueue)
 	n.m[node] = c
-	if len(n.m) > 1 {
-		n.prune(ctx)
+	prune := len(n.m) > 1
+	n.mu.Unlock()
+	if prune && n.pruning.CompareAndSwap(false, true) {
+		go n.prune()
 	}
 	return c
 }
 
-// prune closes, in the background, the combiners of nodes that are not masters in the
-// cluster layout go-redis holds now.
-func (n *nodeCombiners) prune(ctx context.Context) {
+// pruneBound bounds the reading of the layout by prune.
+const pruneBound = 5 * time.Second
+
+// prune closes the combiners of nodes that are not masters in the cluster's layout, read
+// again. Not under the lock: reading the layout is a round trip, and every decision of every
+// node would wait for it (on a loaded machine, past redis.timeout).
+func (n *nodeCombiners) prune() {
+	defer n.pruning.Store(false)
+	ctx, cancel := context.WithTimeout(context.Background(), pruneBound)
+	defer cancel()
 	var mu sync.Mutex
 	masters := map[*redis.Client]bool{}
-	err := n.cluster.ForEachMaster(context.WithoutCancel(ctx), func(_ context.Context, c *redis.Client) error {
+	err := n.cluster.ForEachMaster(ctx, func(_ context.Context, c *redis.Client) error {
 		mu.Lock()
 		masters[c] = true
 		mu.Unlock()
@@ -51,6 +63,8 @@ func (n *nodeCombiners) prune(ctx context.Context) {
 	if err != nil {
 		return // the layout is not known now; the next new node tries again
 	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
 	for node, c := range n.m {
 		if !masters[node] {
 			delete(n.m, node)
@@ -75,7 +89,7 @@ func (r *Redis) runOnNode(ctx context.Context, script *redis.Script, firstKey []
 	if err != nil {
 		return failedCmd(ctx, fmt.Errorf("limits: cluster node of %s: %w", firstKey[0], err))
 	}
-	c := r.nodeCombs.of(ctx, node)
+	c := r.nodeCombs.of(node)
 	if c == nil {
 		return failedCmd(ctx, errCombinerClosed)
 	}

@@ -48,7 +48,7 @@ func (r *Redis) Debit(ctx context.Context, hits []Hit, n int64) error {
 				err = r.cluster.Eval(ctx, debitLua, []string{keys[i]}, args[2*i:2*i+2]...).Err()
 			}
 			if err != nil && err != redis.Nil {
-				errs = append(errs, err)
+				errs = append(errs, &NodeError{Node: r.nodeOf(ctx, keys[i]), Err: err})
 			}
 		}
 		if len(errs) > 0 {
@@ -96,15 +96,23 @@ func (m *Memory) Debit(ctx context.Context, hits []Hit, n int64) error {
 	return nil
 }
 
-// Debit implements Store. Like Take, it goes through the breaker: a debit against an open
-// breaker is dropped at once (the caller logs it) rather than waiting on a dead Redis.
+// Debit implements Store. Like Take, it goes through the breakers of the nodes its tokens
+// limits live on: a debit against an open breaker is dropped at once (the caller logs it)
+// rather than waiting on a dead Redis.
 func (g *Guard) Debit(ctx context.Context, hits []Hit, n int64) error {
-	if err := g.admit(); err != nil {
-		return err
-	}
 	cctx, cancel := g.offPath(ctx)
 	defer cancel()
-	return g.record(ctx, g.s.Debit(cctx, hits, n))
+	var tokens []Hit
+	for _, h := range hits {
+		if h.Rule != nil && h.Rule.Unit == Tokens {
+			tokens = append(tokens, h)
+		}
+	}
+	nodes := g.nodesOf(cctx, tokens, nil)
+	if err := g.admit(nodes); err != nil {
+		return err
+	}
+	return g.record(ctx, nodes, g.s.Debit(cctx, hits, n))
 }
 
 // offPath bounds a write made after the answer (a debit, a refund) by the caller's deadline

@@ -13,7 +13,9 @@
 //     A *redis.Ring is not supported (its sharding ignores hash tags).
 //   - Memory: in-process, 64 shards with their own mutex, its own clock.
 //   - Guard: bounds each call by a timeout and fails fast with ErrBreakerOpen
-//     while the store keeps failing.
+//     while a node the call is bound for keeps failing: one circuit breaker per
+//     Redis node (NodeRouter), so a dead Cluster master refuses only its own
+//     tenants' calls.
 //
 // Keys are "<prefix>:<rule name>:<window>:{<id>}" for fixed windows, hashes
 // {s: window start, n: count} expiring at the window end, and

@@ -88,7 +88,7 @@ func TestPlantedKeyFailsOnlyItsTenant(t *testing.T) {
 			// not about: a second, so that a -race run on a loaded machine does not turn a
 			// scheduling stall into a timeout (TestPlantedKeyBesideHealthyTenants runs the binary
 			// with every default, redis.timeout's 100 ms included).
-			g := NewGuard(store, GuardOptions{OnStateChange: opened.add, Timeout: time.Second})
+			g := NewGuard(store, GuardOptions{OnBreaker: opened.add, Timeout: time.Second})
 			fixed := rule(t, "per_id", 1000, "hour", Fixed)
 			gcra := rule(t, "smooth", 1000, "hour", GCRA)
 			other := rule(t, "other", 1000, "hour", Fixed)
@@ -136,8 +136,8 @@ func TestPlantedKeyFailsOnlyItsTenant(t *testing.T) {
 					t.Fatalf("once the key is gone: %v %+v", err, d)
 				}
 			}
-			if g.Open() || len(opened.get()) != 0 {
-				t.Fatalf("the breaker moved: open %v, changes %v", g.Open(), opened.get())
+			if open := g.OpenNodes(); len(open) != 0 || len(opened.get()) != 0 {
+				t.Fatalf("the breaker moved: open %v, changes %v", open, opened.get())
 			}
 		})
 	}

@@ -13,17 +13,32 @@ import (
 	"go.uber.org/goleak"
 )
 
-// stateLog records OnStateChange calls.
+// stateLog records the breakers' events (OnBreaker).
 type stateLog struct {
-	mu sync.Mutex
-	s  []bool
+	mu     sync.Mutex
+	s      []bool   // opened (true) and closed (false), of every node
+	events []string // every event, "node event"
 }
 
-func (l *stateLog) add(open bool) { l.mu.Lock(); l.s = append(l.s, open); l.mu.Unlock() }
+func (l *stateLog) add(node string, e BreakerEvent) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.events = append(l.events, node+" "+[...]string{"seen", "opened", "closed", "gone"}[e])
+	if e == BreakerOpened || e == BreakerClosed {
+		l.s = append(l.s, e == BreakerOpened)
+	}
+}
+
 func (l *stateLog) get() []bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return append([]bool(nil), l.s...)
+}
+
+func (l *stateLog) all() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]string(nil), l.events...)
 }
 
 // timedTake runs one Take and fails the test if it took longer than max.
@@ -79,7 +94,7 @@ func TestGuardStalledRedis(t *testing.T) {
 
 	var log stateLog
 	const timeout = 100 * time.Millisecond
-	g := NewGuard(newRedisT(t, c, "gw"), GuardOptions{Timeout: timeout, FailureThreshold: 3, Cooldown: time.Hour, OnStateChange: log.add})
+	g := NewGuard(newRedisT(t, c, "gw"), GuardOptions{Timeout: timeout, FailureThreshold: 3, Cooldown: time.Hour, OnBreaker: log.add})
 	hits := []Hit{{rule(t, "r", 10, "hour", Fixed), "a"}}
 	var d Decision
 	for i := 0; i < 3; i++ {
@@ -87,8 +102,8 @@ func TestGuardStalledRedis(t *testing.T) {
 		if !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("take %d: err %v, want deadline exceeded", i, err)
 		}
-		if g.Open() != (i == 2) {
-			t.Fatalf("after %d failures Open() = %v", i+1, g.Open())
+		if open := g.OpenNodes(); (len(open) == 1) != (i == 2) {
+			t.Fatalf("after %d failures OpenNodes() = %v", i+1, open)
 		}
 	}
 	for i := 0; i < 3; i++ {
@@ -114,7 +129,7 @@ func TestGuardRedisDownAndBack(t *testing.T) {
 	c := srv.Client(t)
 	var log stateLog
 	const timeout, cooldown = 200 * time.Millisecond, 300 * time.Millisecond
-	g := NewGuard(newRedisT(t, c, "gw"), GuardOptions{Timeout: timeout, FailureThreshold: 3, Cooldown: cooldown, OnStateChange: log.add})
+	g := NewGuard(newRedisT(t, c, "gw"), GuardOptions{Timeout: timeout, FailureThreshold: 3, Cooldown: cooldown, OnBreaker: log.add})
 	r := rule(t, "r", 1000, "hour", Fixed)
 	hits := []Hit{{r, "a"}}
 	var d Decision
@@ -127,8 +142,8 @@ func TestGuardRedisDownAndBack(t *testing.T) {
 			t.Fatalf("take %d with redis down: %v", i, err)
 		}
 	}
-	if !g.Open() {
-		t.Fatal("breaker closed after 3 failures")
+	if open := g.OpenNodes(); len(open) != 1 || open[0] != srv.Addr {
+		t.Fatalf("after 3 failures the open breakers are %v, want [%s]", open, srv.Addr)
 	}
 	if err := timedTake(t, g, hits, &d, 10*time.Millisecond); !errors.Is(err, ErrBreakerOpen) {
 		t.Fatalf("want ErrBreakerOpen, got %v", err)
@@ -155,8 +170,8 @@ func TestGuardRedisDownAndBack(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	if g.Open() || !d.Allowed {
-		t.Fatalf("after recovery: open=%v decision %+v", g.Open(), d)
+	if open := g.OpenNodes(); len(open) != 0 || !d.Allowed {
+		t.Fatalf("after recovery: open %v, decision %+v", open, d)
 	}
 	if got := log.get(); len(got) != 2 || !got[0] || got[1] {
 		t.Fatalf("state changes %v, want [true false]", got)
@@ -190,8 +205,8 @@ func TestGuardPassThrough(t *testing.T) {
 	if err := g.Take(ctx, []Hit{{r, "a"}}, &d); err == nil {
 		t.Fatal("cancelled ctx: no error")
 	}
-	if g.Open() {
-		t.Fatal("caller cancellation opened the breaker")
+	if open := g.OpenNodes(); len(open) != 0 {
+		t.Fatalf("caller cancellation opened the breaker: %v", open)
 	}
 }
 

@@ -178,6 +178,9 @@ type compiled struct {
 	spec    any    // script argument "f <limit> <window>" ("fs ..." when Shadow), boxed once to avoid an allocation per call
 	period  float64
 	enabled bool
+	// plainPre: keyPre holds no brace but its final '{', so a key's hash tag is its id up to
+	// the first '}' (slotKey).
+	plainPre bool
 }
 
 // maxCachedRules bounds ruleCache: rules come from configuration, so a larger
@@ -233,6 +236,7 @@ func (c *ruleCache) compile(r *Rule) (*compiled, error) {
 		return nil, fmt.Errorf("%w: rule %q: limit %w", ErrInvalidRule, r.Name, err)
 	}
 	cr.keyPre = c.prefix + r.Name + ":" + r.Window.String() + ":" + algoKeyPart(r.Algorithm) + "{"
+	cr.plainPre = !strings.ContainsAny(cr.keyPre[:len(cr.keyPre)-1], "{}")
 	algo := "f"
 	switch {
 	case r.Algorithm == GCRA:

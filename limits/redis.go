@@ -21,6 +21,7 @@ import (
 type Redis struct {
 	client  redis.UniversalClient
 	cluster *redis.ClusterClient
+	master  *masterName // names the node of a standalone or Sentinel client (nodes.go)
 	rules   ruleCache
 	pool    sync.Pool // *scratch, reused buffers of the hot path
 
@@ -34,13 +35,15 @@ type Redis struct {
 // scratch holds the per-Take buffers. Entries are parallel slices per key sent
 // to Redis (disabled rules are not sent).
 type scratch struct {
-	keys  []string
-	args  []any
-	idx   []int   // hit index of each key
-	ws    []int64 // window start reported per key (for cluster compensation)
-	slots []uint16
-	cmds  []*redis.Cmd
-	gargs []any
+	keys    []string
+	args    []any
+	idx     []int   // hit index of each key
+	ws      []int64 // window start reported per key (for cluster compensation)
+	slots   []uint16
+	cmds    []*redis.Cmd
+	gargs   []any
+	clients []*redis.Client // Cluster: the node of each group (byNode)
+	nodes   []string        // and its name
 }
 
 // NewRedis returns a Redis store. prefix (e.g. "gw") starts every key name. An option the
@@ -48,8 +51,13 @@ type scratch struct {
 // *redis.ClusterClient) is an error.
 func NewRedis(client redis.UniversalClient, prefix string, opts ...RedisOption) (*Redis, error) {
 	r := &Redis{client: client}
-	if cc, ok := client.(*redis.ClusterClient); ok {
-		r.cluster = cc
+	switch c := client.(type) {
+	case *redis.ClusterClient:
+		r.cluster = c
+	case *redis.Client:
+		r.master = newMasterName(c)
+	default:
+		r.master = &masterName{addr: "redis"}
 	}
 	if prefix != "" {
 		r.rules.prefix = prefix + ":"
@@ -94,6 +102,9 @@ func (s *scratch) reset() {
 	s.slots = s.slots[:0]
 	clear(s.cmds)
 	s.cmds = s.cmds[:0]
+	clear(s.clients)
+	s.clients = s.clients[:0]
+	s.nodes = s.nodes[:0]
 }
 
 // Take implements Store.

@@ -126,16 +126,21 @@ func (m *Memory) Refund(ctx context.Context, taken []Taken) error {
 	return nil
 }
 
-// Refund implements Refunder. Like Debit, it goes through the breaker: a refund against an
-// open breaker is dropped at once (the caller logs it; the units stay taken, which can only
-// deny, never overshoot) rather than waiting on a dead Redis.
+// Refund implements Refunder. Like Debit, it goes through the breakers of the nodes it writes
+// to: a refund against an open breaker is dropped at once (the caller logs it; the units stay
+// taken, which can only deny, never overshoot) rather than waiting on a dead Redis.
 func (g *Guard) Refund(ctx context.Context, taken []Taken) error {
-	if err := g.admit(); err != nil {
-		return err
-	}
 	cctx, cancel := g.offPath(ctx)
 	defer cancel()
-	return g.record(ctx, g.refund(cctx, taken))
+	hits := make([]Hit, len(taken))
+	for i := range taken {
+		hits[i] = taken[i].Hit
+	}
+	nodes := g.nodesOf(cctx, hits, nil)
+	if err := g.admit(nodes); err != nil {
+		return err
+	}
+	return g.record(ctx, nodes, g.refund(cctx, taken))
 }
 
 func (g *Guard) refund(ctx context.Context, taken []Taken) error {
@@ -148,7 +153,7 @@ func (g *Guard) refund(ctx context.Context, taken []Taken) error {
 
 // eachKey runs script once per key of a Cluster, each with its per arguments from args, all
 // in one pipeline: the keys may live on different nodes, and go-redis sends each node its
-// commands in one round trip, in parallel. A node that lost the script (restarted) answers
+// commands in one round trip, in parallel. Each key's failure names its node (*NodeError). A node that lost the script (restarted) answers
 // NOSCRIPT without running anything, so those keys are sent again with EVAL. (Debit's Cluster
 // branch does the same; it is left as it is while other work changes it, to share this
 // afterwards.)
@@ -166,7 +171,7 @@ func (r *Redis) eachKey(ctx context.Context, script *redis.Script, keys []string
 			err = script.Eval(ctx, r.cluster, []string{keys[i]}, args[per*i:per*i+per]...).Err()
 		}
 		if err != nil && err != redis.Nil {
-			errs = append(errs, err)
+			errs = append(errs, &NodeError{Node: r.nodeOf(ctx, keys[i]), Err: err})
 		}
 	}
 	return errors.Join(errs...)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -55,20 +54,4 @@ func (r *Redis) pipeWaited(ctx context.Context, c redis.Cmdable, add func(redis.
 	wait := pipe.Do(ctx, "wait", r.waitReplicas, r.waitTimeout.Milliseconds())
 	_, _ = pipe.Exec(ctx) // errors are inspected per command
 	return cmd, wait
-}
-
-// clusterWaited sends each node's script call with its WAIT to that node, the nodes in
-// parallel (WAIT has no key, so it must go down the same connection as the script).
-func (r *Redis) clusterWaited(ctx context.Context, nodes []*redis.Client, argv [][]any, firstKeys [][]string) []*redis.Cmd {
-	cmds := make([]*redis.Cmd, len(nodes))
-	var wg sync.WaitGroup
-	for i := range nodes {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			cmds[i] = r.runWaited(ctx, nodes[i], nodeTakeScript, nodePrelude+takeLua, firstKeys[i], argv[i]...)
-		}()
-	}
-	wg.Wait()
-	return cmds
 }

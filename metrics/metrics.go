@@ -27,7 +27,7 @@ type Metrics struct {
 	nearLimit            *prometheus.CounterVec
 	limiterDuration      prometheus.Histogram
 	limiterErrors        *prometheus.CounterVec
-	breakerOpen          prometheus.Gauge
+	breakerOpen          *prometheus.GaugeVec
 	orgRequests          *prometheus.CounterVec
 	deprecated           *prometheus.CounterVec
 	streamTokens         *prometheus.CounterVec
@@ -105,10 +105,10 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "gateway_limiter_errors_total",
 			Help: "Limiter calls that failed, by kind: node (the Redis node failed: refused or broken connections, LOADING, READONLY, CLUSTERDOWN, ...), timeout (no answer within redis.timeout), breaker_open (not called), data (Redis answered with an error about one key's data, e.g. WRONGTYPE; never moves the breaker), canceled (the request went away).",
 		}, []string{"kind"}),
-		breakerOpen: prometheus.NewGauge(prometheus.GaugeOpts{
+		breakerOpen: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "gateway_breaker_open",
-			Help: "1 while the limiter's circuit breaker is open (Redis is not being called), else 0.",
-		}),
+			Help: "1 while the limiter's circuit breaker of a Redis node (host:port; a Cluster master, or the master of a standalone or Sentinel setup) is open: calls bound for that node are refused without calling it; else 0.",
+		}, []string{"node"}),
 		orgRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gateway_org_requests_total",
 			Help: "Requests on assistant routes by organization (configured orgs; all others are other) and limit decision.",
@@ -234,13 +234,19 @@ func (m *Metrics) LimiterCall(seconds float64, errKind string) {
 	}
 }
 
-// BreakerOpen sets gateway_breaker_open.
-func (m *Metrics) BreakerOpen(open bool) {
+// BreakerOpen sets gateway_breaker_open of node.
+func (m *Metrics) BreakerOpen(node string, open bool) {
+	g := m.breakerOpen.WithLabelValues(node)
 	if open {
-		m.breakerOpen.Set(1)
+		g.Set(1)
 		return
 	}
-	m.breakerOpen.Set(0)
+	g.Set(0)
+}
+
+// BreakerGone removes node's gateway_breaker_open: the node left the Redis layout.
+func (m *Metrics) BreakerGone(node string) {
+	m.breakerOpen.DeleteLabelValues(node)
 }
 
 // Limit holds the pre-resolved series of one limit applied by one route.

@@ -64,7 +64,10 @@ func TestSeries(t *testing.T) {
 	m.Org("acme").Denied.Inc()
 	r.Deprecated("other")
 	r.StreamFinished("stop")
-	m.BreakerOpen(true)
+	m.BreakerOpen("10.0.0.1:6379", true)
+	m.BreakerOpen("10.0.0.2:6379", false)
+	m.BreakerOpen("10.0.0.3:6379", true)
+	m.BreakerGone("10.0.0.3:6379")
 	m.LimiterErrorKinds("data", "node")
 	m.LimiterCall(0.001, "node")
 	m.LimiterCall(0.001, "")
@@ -84,7 +87,9 @@ func TestSeries(t *testing.T) {
 		{"gateway_org_requests_total", []string{"org", "acme", "decision", "denied"}, 1},
 		{"gateway_deprecated_requests_total", []string{"route", "agent_job", "org", "other"}, 1},
 		{"gateway_stream_finished_total", []string{"route", "agent_job", "reason", "stop"}, 1},
-		{"gateway_breaker_open", nil, 1},
+		{"gateway_breaker_open", []string{"node", "10.0.0.1:6379"}, 1},
+		{"gateway_breaker_open", []string{"node", "10.0.0.2:6379"}, 0},
+		{"gateway_breaker_open", []string{"node", "10.0.0.3:6379"}, -1}, // left the layout
 		{"gateway_token_limit_near_total", []string{"route", "agent_job", "limit", "tokens_per_org"}, 1},
 		{"gateway_token_limit_near_total", []string{"route", "agent_job", "limit", "agent_job_per_project"}, -1},
 		{"gateway_stream_tokens_total", []string{"route", "agent_job", "org", "acme", "kind", "prompt"}, 15},

@@ -7,8 +7,11 @@
 // prints requests sent, answers by status, lost requests (no HTTP answer at all), limit
 // overshoot (2xx per limit, id and window above the limit, counted on the client side), and
 // RSS and goroutine growth of each gateway, and the idle-timeout upstream's failures per
-// transport; it exits 1 on any loss, overshoot or leak, any request delivered twice, or the
-// pool failing more requests than net/http's Transport against the idle-timeout upstream.
+// transport. Then the Cluster phase (cluster.go): a gateway with the default redis settings on
+// a 3-master Cluster whose masters are killed in turn, reporting the errors of tenants on
+// healthy masters besides lost requests and overshoot. It exits 1 on any loss, overshoot,
+// healthy-master error or leak, any request delivered twice, or the pool failing more requests
+// than net/http's Transport against the idle-timeout upstream.
 //
 //	make soak                  # 5 minutes
 //	SOAK_MINUTES=1 make soak
@@ -495,6 +498,17 @@ routes:
 		if growth >= rssGrowthMax {
 			fmt.Printf("  LEAK: RSS grew %.0f%% (limit %.0f%%)\n", growth*100, rssGrowthMax*100)
 			fail = true
+		}
+	}
+	if !interrupted.Load() {
+		cr, err := runClusterPhase(dir, dir, redisBin, upAddr, logf, max(duration/2, 40*time.Second), &interrupted)
+		services = append(services, cr.services...)
+		if err != nil {
+			fmt.Println("soak: cluster phase:", err)
+			fail = true
+		} else {
+			cr.print()
+			fail = fail || cr.failed()
 		}
 	}
 	if interrupted.Load() {

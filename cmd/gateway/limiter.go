@@ -58,7 +58,7 @@ type limiter struct {
 	guard  *limits.Guard         // nil for the in-process store
 	store  *limits.Redis
 
-	mu        sync.Mutex // guards the cached readiness probe
+	mu        sync.Mutex // guards the cached reachability probe
 	probedAt  time.Time
 	reachable bool
 }
@@ -87,15 +87,24 @@ func newLimiter(client redis.UniversalClient, c config.Redis, m *metrics.Metrics
 		Timeout:          c.Timeout,
 		FailureThreshold: c.Breaker.Failures,
 		Cooldown:         c.Breaker.Cooldown,
-		OnStateChange: func(open bool) {
-			m.BreakerOpen(open)
-			if open {
-				log.Warn("limiter breaker open: Redis is failing; not calling it for a while", zap.Strings("redis", c.Addrs))
-				return
+		// One breaker per Redis node: a dead Cluster master refuses only its own tenants.
+		OnBreaker: func(node string, e limits.BreakerEvent) {
+			switch e {
+			case limits.NodeSeen:
+				m.BreakerOpen(node, false)
+			case limits.BreakerOpened:
+				m.BreakerOpen(node, true)
+				log.Warn("limiter breaker open: a Redis node is failing; the requests whose limits live on it are answered by redis.on_error for a while",
+					zap.String("node", node), zap.Duration("cooldown", c.Breaker.Cooldown))
+			case limits.BreakerClosed:
+				m.BreakerOpen(node, false)
+				log.Info("limiter breaker closed: the Redis node answers again", zap.String("node", node))
+				// The node may have restarted without our scripts.
+				go l.preload(c.Timeout*10, log)
+			case limits.NodeGone:
+				m.BreakerGone(node)
+				log.Info("a Redis node left the layout (failover or resharding): its breaker is dropped", zap.String("node", node))
 			}
-			log.Info("limiter breaker closed: Redis answers again")
-			// Redis may have restarted without our scripts.
-			go l.preload(c.Timeout*10, log)
 		},
 	})
 	l.Limiter = l.guard
@@ -113,23 +122,34 @@ func (l *limiter) preload(timeout time.Duration, log *zap.Logger) {
 	}
 }
 
-// redisReachable reports whether Redis answers a PING. Readiness must follow Redis both
-// ways, also while no traffic arrives to close or open the breaker. While the breaker is
-// closed, one probe per interval is enough; while it is open, every call probes.
+// redisReachable reports whether Redis answers a PING (on a Cluster: every master), for the
+// usage page; one probe per interval.
 func (l *limiter) redisReachable(timeout, interval time.Duration) bool {
 	if l.client == nil {
 		return true
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if !l.guard.Open() && time.Since(l.probedAt) < interval {
+	if !l.probedAt.IsZero() && time.Since(l.probedAt) < interval {
 		return l.reachable
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	l.reachable = l.client.Ping(ctx).Err() == nil
+	if cc, ok := l.client.(*redis.ClusterClient); ok {
+		l.reachable = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return c.Ping(ctx).Err() }) == nil
+	} else {
+		l.reachable = l.client.Ping(ctx).Err() == nil
+	}
 	l.probedAt = time.Now()
 	return l.reachable
+}
+
+// openBreakers returns the Redis nodes whose breaker is open, sorted.
+func (l *limiter) openBreakers() []string {
+	if l.guard == nil {
+		return nil
+	}
+	return l.guard.OpenNodes()
 }
 
 // redisLogger sends go-redis's own messages (failed dials, pool trouble) to the structured

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -90,6 +91,23 @@ func scrape(t *testing.T, p *proc) map[string]float64 {
 	return out
 }
 
+// openBreakers returns the nodes whose gateway_breaker_open is not 0 in a scrape, and how many
+// nodes have the series at all.
+func openBreakers(m map[string]float64) (open []string, nodes int) {
+	for k, v := range m {
+		node, ok := strings.CutPrefix(k, `gateway_breaker_open{node="`)
+		if !ok {
+			continue
+		}
+		nodes++
+		if v != 0 {
+			open = append(open, strings.TrimSuffix(node, `"}`))
+		}
+	}
+	sort.Strings(open)
+	return open, nodes
+}
+
 // A known mix of requests, then the scrape compared number for number.
 func TestMetricsNumberForNumber(t *testing.T) {
 	p := startGateway(t, platform(t), fmt.Sprintf(`admin_token: %q
@@ -159,13 +177,15 @@ routes:
 		`gateway_limiter_errors_total{kind="timeout"}`:                                                                 0,
 		`gateway_limiter_errors_total{kind="breaker_open"}`:                                                            0,
 		`gateway_limiter_errors_total{kind="canceled"}`:                                                                0,
-		`gateway_breaker_open`:                         0,
-		`gateway_inflight_requests{route="agent_job"}`: 0,
+		`gateway_inflight_requests{route="agent_job"}`:                                                                 0,
 	}
 	for k, v := range want {
 		if got, ok := m[k]; !ok || got != v {
 			t.Errorf("%s = %v (present %t), want %v", k, got, ok, v)
 		}
+	}
+	if _, nodes := openBreakers(m); nodes != 0 {
+		t.Errorf("gateway_breaker_open has %d series with the in-process store, which has no Redis node", nodes)
 	}
 	for k := range m {
 		for _, bad := range []string{"svc_", "p1", "127.0.0.1", "acme-docs"} {

@@ -126,15 +126,15 @@ func serve(ctx context.Context, path string, cfg *config.Config, dev bool) error
 	if client == nil {
 		log.Warn("redis.addrs is empty: limits are counted in this process only, so each replica admits its own quota; configure Redis when running more than one replica")
 	}
-	// With on_error: deny, a failing Redis means every limited request is refused: take the
-	// replica out of rotation while Redis does not answer, and back in when it does, also
-	// while no traffic arrives to exercise the breaker.
+	// Readiness says whether this process can serve: it answers once the config is loaded
+	// and both listeners are bound, and turns 503 only while draining. Redis trouble never
+	// shows here (it shows on /metrics, the usage page and in the log): every replica shares
+	// the same Redis, so a Redis incident would take every replica out of rotation at once,
+	// and clients would get connection errors from the load balancer instead of the
+	// gateway's 503 limiter_unavailable with Retry-After, on routes that need no Redis too.
 	ready := func() (bool, string) {
 		if draining.Load() {
 			return false, "draining"
-		}
-		if cfg.Redis.OnError == "deny" && !lim.redisReachable(cfg.Redis.Timeout*5, 500*time.Millisecond) {
-			return false, "limiter_unavailable"
 		}
 		return true, "ready"
 	}
@@ -145,7 +145,7 @@ func serve(ctx context.Context, path string, cfg *config.Config, dev bool) error
 		st := admin.State{Version: version, Store: storeKind(cfg.Redis), RedisReachable: true,
 			LastReload: last, LastReloadError: lastErr, Started: started}
 		if lim.guard != nil {
-			st.BreakerOpen = lim.guard.Open()
+			st.OpenBreakers = lim.openBreakers()
 			st.RedisReachable = lim.redisReachable(cfg.Redis.Timeout*5, 500*time.Millisecond)
 		}
 		return st

@@ -388,8 +388,9 @@ func (e *env) measureHTTP(round int, v variant, w workload) (httpSample, error) 
 
 	if len(srv.nodes) > 0 {
 		if v.kind == "gateway" {
-			// An overloaded open loop may have opened the limiter's breaker: let it close.
-			waitReady(srv.admin+"/readyz", 5*time.Second)
+			// An overloaded open loop may have opened a limiter breaker: let it close (the
+			// probes below count script calls). /readyz does not follow Redis; /metrics does.
+			waitBreakersClosed(srv.admin+"/metrics", 5*time.Second)
 		}
 		for _, r := range w.reqs {
 			before := snapshot(srv.nodes)
@@ -524,15 +525,23 @@ func pprofTop(bin, path string, args ...string) string {
 	return strings.TrimSpace(string(out))
 }
 
-// waitReady polls a readiness URL until it answers 200 or timeout passes.
-func waitReady(url string, timeout time.Duration) {
+// waitBreakersClosed polls the gateway's metrics until no gateway_breaker_open series is 1,
+// or timeout passes.
+func waitBreakersClosed(url string, timeout time.Duration) {
 	c := &http.Client{Timeout: 500 * time.Millisecond}
 	deadline := time.Now().Add(timeout)
 	for time.Now().Before(deadline) {
 		resp, err := c.Get(url)
 		if err == nil {
+			b, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
-			if resp.StatusCode == 200 {
+			open := false
+			for _, line := range strings.Split(string(b), "\n") {
+				if strings.HasPrefix(line, "gateway_breaker_open{") && strings.HasSuffix(line, " 1") {
+					open = true
+				}
+			}
+			if resp.StatusCode == 200 && !open {
 				return
 			}
 		}
