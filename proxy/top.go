@@ -101,7 +101,7 @@ func (g *Gateway) top(ctx context.Context, sn *snapshot, name string, n int) (li
 		b = l.by
 		break
 	}
-	list := limits.TopList{Limit: name, Window: variants[0].Window.String(), Unit: variants[0].Unit.String(), By: byName(b)}
+	list := limits.TopList{Limit: name, Window: variants[0].Window.String(), Unit: variants[0].Unit.String(), By: b.String()}
 	// A plan without this limit enabled (or unknown to the config by now) means the defaults.
 	ruleFor := func(t tenant) *limits.Rule {
 		if l, ok := byPlan[t.plan]; ok {
