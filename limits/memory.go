@@ -83,6 +83,19 @@ type memHit struct {
 	used  int64   // gcra: units the bucket holds (held)
 }
 
+// memTime is one reading of the store's clock in the units the algorithms use.
+type memTime struct {
+	sec int64   // Unix seconds
+	us  int64   // Unix microseconds
+	g   float64 // GCRA time: seconds since 2017, as redis_rate (see takeLua)
+}
+
+func (m *Memory) clock() memTime {
+	now := m.now()
+	sec, usec := now.Unix(), int64(now.Nanosecond()/1000)
+	return memTime{sec: sec, us: sec*1e6 + usec, g: float64(sec-jan2017) + float64(usec)/1e6}
+}
+
 // Take implements Store. It locks the shards of all hits in index order (no
 // deadlock between concurrent Takes), checks every limit, then consumes all
 // or nothing (shadow hits: when admitted, those with room; see Decision).
@@ -92,16 +105,39 @@ func (m *Memory) Take(ctx context.Context, hits []Hit, d *Decision) error {
 	}
 	d.reset(len(hits))
 	var buf [8]memHit
-	hs := buf[:0]
-	if len(hits) > len(buf) {
-		hs = make([]memHit, 0, len(hits))
-	}
 	var lockBuf [8]int
-	locks := lockBuf[:0]
+	hs, locks, err := m.prepare(hits, d, buf[:0], lockBuf[:0])
+	if err != nil {
+		return fmt.Errorf("limits: take: %w", err)
+	}
+	now := m.clock()
+	for _, s := range locks {
+		m.shards[s].mu.Lock()
+	}
+	allOK := true
+	for i := range hs {
+		ok := m.check(&hs[i], now)
+		allOK = allOK && (ok || hs[i].cr.snap.Shadow)
+	}
+	for i := range hs {
+		m.settle(&hs[i], &d.Results[i], allOK, now)
+	}
+	for _, s := range locks {
+		m.shards[s].mu.Unlock()
+	}
+	d.Allowed = allOK
+	if n := m.ops.Add(1); n%sweepEvery == 0 {
+		m.sweep(int(n/sweepEvery)%memShards, now.us)
+	}
+	return nil
+}
+
+// prepare compiles the hits' rules into hs and lists, sorted, the shards to lock.
+func (m *Memory) prepare(hits []Hit, d *Decision, hs []memHit, locks []int) ([]memHit, []int, error) {
 	for i := range hits {
 		cr, err := m.rules.get(hits[i].Rule)
 		if err != nil {
-			return fmt.Errorf("limits: take: %w", err)
+			return nil, nil, err
 		}
 		d.Results[i].Rule = hits[i].Rule
 		h := memHit{cr: cr, key: memKey{cr.keyPre, hits[i].ID}}
@@ -111,100 +147,91 @@ func (m *Memory) Take(ctx context.Context, hits []Hit, d *Decision) error {
 		}
 		hs = append(hs, h)
 	}
-	now := m.now()
-	sec, usec := now.Unix(), int64(now.Nanosecond()/1000)
-	nowUS := sec*1e6 + usec
-	gnow := float64(sec-jan2017) + float64(usec)/1e6
+	return hs, locks, nil
+}
 
-	for _, s := range locks {
-		m.shards[s].mu.Lock()
+// check reads h's counter and says whether its limit has room (the caller holds the lock).
+func (m *Memory) check(h *memHit, now memTime) bool {
+	if !h.cr.enabled {
+		h.ok = true
+		return true
 	}
-	allOK := true
-	for i := range hs {
-		h := &hs[i]
-		if !h.cr.enabled {
-			h.ok = true
-			continue
+	h.e = m.shards[h.shard].m[h.key]
+	lim := h.cr.snap.Limit
+	if h.cr.snap.Algorithm == Fixed {
+		h.ws, h.we = h.cr.snap.Window.boundsUnix(now.sec)
+		if h.e != nil && h.e.ws == h.ws {
+			h.cnt = h.e.n
 		}
-		h.e = m.shards[h.shard].m[h.key]
-		lim := h.cr.snap.Limit
-		if h.cr.snap.Algorithm == Fixed {
-			h.ws, h.we = h.cr.snap.Window.boundsUnix(sec)
-			if h.e != nil && h.e.ws == h.ws {
-				h.cnt = h.e.n
-			}
-			h.ok = h.cnt < lim
-		} else {
-			h.em = h.cr.period / float64(lim)
-			h.tat = gnow
-			if h.e != nil && h.e.expires > nowUS {
-				h.tat = math.Max(h.e.tat, gnow)
-			}
-			h.used = held(h.tat, gnow, h.em)
-			h.ok = h.used < lim
-		}
-		allOK = allOK && (h.ok || h.cr.snap.Shadow)
+		h.ok = h.cnt < lim
+		return h.ok
 	}
-	for i := range hs {
-		h := &hs[i]
-		r := &d.Results[i]
-		r.Allowed = h.ok
-		if !h.cr.enabled {
-			continue
-		}
-		lim := h.cr.snap.Limit
-		charge := allOK && h.ok
-		if h.cr.snap.Unit == Tokens { // only checked: Debit counts the tokens later
-			r.Reset = time.Duration(h.we*1e6-nowUS) * time.Microsecond
-			r.Remaining = max(lim-h.cnt, 0)
-			if !h.ok {
-				r.RetryAfter = r.Reset
-			}
-			continue
-		}
-		if h.cr.snap.Algorithm == Fixed {
-			r.Reset = time.Duration(h.we*1e6-nowUS) * time.Microsecond
-			r.WindowStart = h.ws
-			if charge {
-				e := m.entry(h)
-				if e.ws != h.ws {
-					e.ws, e.n = h.ws, 0
-				}
-				e.n++
-				e.expires = h.we * 1e6
-				r.Remaining = lim - e.n
-			} else {
-				r.Remaining = max(lim-h.cnt, 0)
-				if !h.ok {
-					r.RetryAfter = r.Reset
-				}
-			}
-			continue
-		}
-		switch {
-		case charge:
-			newTAT := h.tat + h.em
-			e := m.entry(h)
-			e.tat = newTAT
-			e.expires = nowUS + int64(math.Ceil(newTAT-gnow))*1e6
-			r.Remaining = lim - h.used - 1
-			r.Reset = secs(newTAT - gnow)
-		case h.ok: // denied by another limit: the current state, nothing consumed
-			r.Remaining = lim - h.used
-			r.Reset = secs(h.tat - gnow)
-		default:
-			r.Reset = secs(h.tat - gnow)
-			r.RetryAfter = secs(h.tat - gnow - float64(lim-1)*h.em)
-		}
+	h.em = h.cr.period / float64(lim)
+	h.tat = now.g
+	if h.e != nil && h.e.expires > now.us {
+		h.tat = math.Max(h.e.tat, now.g)
 	}
-	for _, s := range locks {
-		m.shards[s].mu.Unlock()
+	h.used = held(h.tat, now.g, h.em)
+	h.ok = h.used < lim
+	return h.ok
+}
+
+// settle charges h when the decision admitted and its limit had room, and fills its result
+// (the caller holds the lock).
+func (m *Memory) settle(h *memHit, r *Result, allOK bool, now memTime) {
+	r.Allowed = h.ok
+	switch {
+	case !h.cr.enabled:
+	case h.cr.snap.Unit == Tokens: // only checked: Debit counts the tokens later
+		r.Reset = time.Duration(h.we*1e6-now.us) * time.Microsecond
+		r.Remaining = max(h.cr.snap.Limit-h.cnt, 0)
+		if !h.ok {
+			r.RetryAfter = r.Reset
+		}
+	case h.cr.snap.Algorithm == Fixed:
+		m.settleFixed(h, r, allOK && h.ok, now)
+	default:
+		m.settleGCRA(h, r, allOK && h.ok, now)
 	}
-	d.Allowed = allOK
-	if n := m.ops.Add(1); n%sweepEvery == 0 {
-		m.sweep(int(n/sweepEvery)%memShards, nowUS)
+}
+
+func (m *Memory) settleFixed(h *memHit, r *Result, charge bool, now memTime) {
+	lim := h.cr.snap.Limit
+	r.Reset = time.Duration(h.we*1e6-now.us) * time.Microsecond
+	r.WindowStart = h.ws
+	if !charge {
+		r.Remaining = max(lim-h.cnt, 0)
+		if !h.ok {
+			r.RetryAfter = r.Reset
+		}
+		return
 	}
-	return nil
+	e := m.entry(h)
+	if e.ws != h.ws {
+		e.ws, e.n = h.ws, 0
+	}
+	e.n++
+	e.expires = h.we * 1e6
+	r.Remaining = lim - e.n
+}
+
+func (m *Memory) settleGCRA(h *memHit, r *Result, charge bool, now memTime) {
+	lim := h.cr.snap.Limit
+	switch {
+	case charge:
+		newTAT := h.tat + h.em
+		e := m.entry(h)
+		e.tat = newTAT
+		e.expires = now.us + int64(math.Ceil(newTAT-now.g))*1e6
+		r.Remaining = lim - h.used - 1
+		r.Reset = secs(newTAT - now.g)
+	case h.ok: // denied by another limit: the current state, nothing consumed
+		r.Remaining = lim - h.used
+		r.Reset = secs(h.tat - now.g)
+	default:
+		r.Reset = secs(h.tat - now.g)
+		r.RetryAfter = secs(h.tat - now.g - float64(lim-1)*h.em)
+	}
 }
 
 func (m *Memory) shardOf(k memKey) int {
