@@ -64,6 +64,7 @@ func (r *Redis) byNode(ctx context.Context, sc *scratch) error {
 		for j := i; j > 0 && sc.slots[j] < sc.slots[j-1]; j-- {
 			sc.slots[j], sc.slots[j-1] = sc.slots[j-1], sc.slots[j]
 			sc.keys[j], sc.keys[j-1] = sc.keys[j-1], sc.keys[j]
+			sc.qkeys[j], sc.qkeys[j-1] = sc.qkeys[j-1], sc.qkeys[j]
 			sc.args[j], sc.args[j-1] = sc.args[j-1], sc.args[j]
 			sc.idx[j], sc.idx[j-1] = sc.idx[j-1], sc.idx[j]
 		}
@@ -71,14 +72,23 @@ func (r *Redis) byNode(ctx context.Context, sc *scratch) error {
 	return nil
 }
 
-// nodeArgs is the node script's ARGV: the key count, the keys, then the per-key arguments.
-func nodeArgs(keys []string, args []any) []any {
-	out := make([]any, 0, 1+len(keys)+len(args))
-	out = append(out, len(keys))
+// nodeArgs is the node script's ARGV: the key count, the keys (then qkeys, the quotas of
+// a decision), then the per-key arguments.
+func nodeArgs(keys, qkeys []string, args []any) []any {
+	out := make([]any, 0, 1+len(keys)+len(qkeys)+len(args))
+	out = append(out, len(keys)+len(qkeys))
 	for _, k := range keys {
 		out = append(out, k)
 	}
+	for _, k := range qkeys {
+		out = append(out, k)
+	}
 	return append(out, args...)
+}
+
+// nodeTakeArgs is the node script's ARGV for group g of a decision.
+func (sc *scratch) nodeTakeArgs(g group) []any {
+	return nodeArgs(sc.keys[g.lo:g.hi], sc.qkeys[g.lo:g.hi], sc.args[g.lo:g.hi])
 }
 
 // group is the keys sc.keys[lo:hi] of one node.
@@ -111,7 +121,7 @@ func (r *Redis) takeCluster(ctx context.Context, sc *scratch, d *Decision) error
 	}
 	pipe := r.cluster.Pipeline()
 	for _, g := range groups {
-		argv := nodeArgs(sc.keys[g.lo:g.hi], sc.args[g.lo:g.hi])
+		argv := sc.nodeTakeArgs(g)
 		sc.cmds = append(sc.cmds, pipe.EvalSha(ctx, nodeTakeScript.Hash(), sc.keys[g.lo:g.lo+1], argv...))
 	}
 	_, _ = pipe.Exec(ctx) // errors are inspected per command
@@ -123,7 +133,7 @@ func (r *Redis) takeCluster(ctx context.Context, sc *scratch, d *Decision) error
 			if retry == nil {
 				retry = r.cluster.Pipeline()
 			}
-			argv := nodeArgs(sc.keys[g.lo:g.hi], sc.args[g.lo:g.hi])
+			argv := sc.nodeTakeArgs(g)
 			sc.cmds[gi] = retry.Eval(ctx, nodePrelude+takeLua, sc.keys[g.lo:g.lo+1], argv...)
 		}
 	}
@@ -144,7 +154,7 @@ func (r *Redis) takeClusterWaited(ctx context.Context, sc *scratch, groups []gro
 		if err != nil {
 			return fmt.Errorf("limits: cluster node of %s: %w", sc.keys[g.lo], err)
 		}
-		nodes[gi], argv[gi], first[gi] = node, nodeArgs(sc.keys[g.lo:g.hi], sc.args[g.lo:g.hi]), sc.keys[g.lo:g.lo+1]
+		nodes[gi], argv[gi], first[gi] = node, sc.nodeTakeArgs(g), sc.keys[g.lo:g.lo+1]
 	}
 	sc.cmds = append(sc.cmds, r.clusterWaited(ctx, nodes, argv, first)...)
 	return nil
@@ -189,17 +199,21 @@ func (r *Redis) settleCluster(ctx context.Context, sc *scratch, d *Decision, gro
 			if !res.Allowed || res.Rule.Unit == Tokens {
 				continue
 			}
+			cr, err := r.rules.get(res.Rule)
+			if err != nil {
+				continue // it was compiled for the take: cannot happen
+			}
 			keys = append(keys, sc.keys[k])
-			sc.gargs = append(sc.gargs, sc.args[k], sc.ws[k])
+			sc.gargs = append(sc.gargs, cr.specFor(res.base), sc.ws[k])
 			// Report the current state: the unit is returned.
-			res.Remaining = min(res.Remaining+1, res.Rule.Limit)
+			res.Remaining = min(res.Remaining+1, res.Limit)
 		}
 		if len(keys) == 0 {
 			continue
 		}
 		// Eval, not EvalSha: this path is rare and must not need a NOSCRIPT retry. The first
 		// key routes the call to the node; all keys are the node's.
-		gb.Eval(ctx, nodePrelude+giveBackLua, keys[:1], nodeArgs(keys, sc.gargs)...)
+		gb.Eval(ctx, nodePrelude+giveBackLua, keys[:1], nodeArgs(keys, nil, sc.gargs)...)
 		n++
 	}
 	if n > 0 {

@@ -86,7 +86,7 @@ func (r *Redis) takeGroupsCoalesced(ctx context.Context, sc *scratch, groups []g
 
 // takeGroup runs the node script for one node's keys through that node's combiner.
 func (r *Redis) takeGroup(ctx context.Context, sc *scratch, g group) *redis.Cmd {
-	argv := nodeArgs(sc.keys[g.lo:g.hi], sc.args[g.lo:g.hi])
+	argv := sc.nodeTakeArgs(g)
 	return r.runOnNode(ctx, nodeTakeScript, sc.keys[g.lo:g.lo+1], argv...)
 }
 

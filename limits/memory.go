@@ -28,6 +28,7 @@ type Memory struct {
 	rules  ruleCache
 	ops    atomic.Uint64
 	shards [memShards]memShard
+	quotas memQuotas
 }
 
 type memShard struct {
@@ -60,6 +61,8 @@ func NewMemory(opts ...MemoryOption) *Memory {
 	for i := range m.shards {
 		m.shards[i].m = make(map[memKey]*memEntry)
 	}
+	m.quotas.m = map[quotaKey]*quota{}
+	m.quotas.audit.max = DefaultAuditMax
 	for _, o := range opts {
 		o(m)
 	}
@@ -81,6 +84,10 @@ type memHit struct {
 	em    float64 // gcra
 	tat   float64 // gcra
 	used  int64   // gcra: units the bucket holds (held)
+	q     quotaTerms
+	allow int64 // the allowance: limit or override, plus grants (see quota.go)
+	base  int64 // the limit or override the grants add to
+	ends  int64 // the override's end, Unix µs; 0: none
 }
 
 // memTime is one reading of the store's clock in the units the algorithms use.
@@ -90,8 +97,9 @@ type memTime struct {
 	g   float64 // GCRA time: seconds since 2017, as redis_rate (see takeLua)
 }
 
-func (m *Memory) clock() memTime {
-	now := m.now()
+func (m *Memory) clock() memTime { return timeOf(m.now()) }
+
+func timeOf(now time.Time) memTime {
 	sec, usec := now.Unix(), int64(now.Nanosecond()/1000)
 	return memTime{sec: sec, us: sec*1e6 + usec, g: float64(sec-jan2017) + float64(usec)/1e6}
 }
@@ -147,10 +155,12 @@ func (m *Memory) prepare(hits []Hit, d *Decision, hs []memHit, locks []int) ([]m
 		}
 		hs = append(hs, h)
 	}
+	m.quotas.lookup(hs)
 	return hs, locks, nil
 }
 
-// check reads h's counter and says whether its limit has room (the caller holds the lock).
+// check reads h's counter and says whether its allowance has room (the caller holds the
+// lock).
 func (m *Memory) check(h *memHit, now memTime) bool {
 	if !h.cr.enabled {
 		h.ok = true
@@ -160,31 +170,45 @@ func (m *Memory) check(h *memHit, now memTime) bool {
 	lim := h.cr.snap.Limit
 	if h.cr.snap.Algorithm == Fixed {
 		h.ws, h.we = h.cr.snap.Window.boundsUnix(now.sec)
+		h.terms(lim, now)
 		if h.e != nil && h.e.ws == h.ws {
 			h.cnt = h.e.n
 		}
-		h.ok = h.cnt < lim
+		h.ok = h.cnt < h.allow
 		return h.ok
 	}
-	h.em = h.cr.period / float64(lim)
+	if h.q.g != 0 { // grants belong to the window aligned as a fixed one
+		h.ws, h.we = h.cr.snap.Window.boundsUnix(now.sec)
+	}
+	h.terms(lim, now)
+	h.em = h.cr.period / float64(max(h.base, 1)) // a bucket of 0 admits nothing (see allow)
 	h.tat = now.g
 	if h.e != nil && h.e.expires > now.us {
 		h.tat = math.Max(h.e.tat, now.g)
 	}
 	h.used = held(h.tat, now.g, h.em)
-	h.ok = h.used < lim
+	h.ok = h.used < h.allow
 	return h.ok
+}
+
+// terms settles the allowance h is decided against (h.we set for fixed windows and grants).
+func (h *memHit) terms(lim int64, now memTime) {
+	var g int64
+	h.base, g, h.ends = h.q.terms(lim, now.us, h.we)
+	h.allow = allowance(h.base, g)
 }
 
 // settle charges h when the decision admitted and its limit had room, and fills its result
 // (the caller holds the lock).
 func (m *Memory) settle(h *memHit, r *Result, allOK bool, now memTime) {
 	r.Allowed = h.ok
+	r.Limit, r.base = h.cr.snap.Limit, h.cr.snap.Limit
 	switch {
 	case !h.cr.enabled:
+		return
 	case h.cr.snap.Unit == Tokens: // only checked: Debit counts the tokens later
 		r.Reset = time.Duration(h.we*1e6-now.us) * time.Microsecond
-		r.Remaining = max(h.cr.snap.Limit-h.cnt, 0)
+		r.Remaining = max(h.allow-h.cnt, 0)
 		if !h.ok {
 			r.RetryAfter = r.Reset
 		}
@@ -193,14 +217,17 @@ func (m *Memory) settle(h *memHit, r *Result, allOK bool, now memTime) {
 	default:
 		m.settleGCRA(h, r, allOK && h.ok, now)
 	}
+	r.Limit, r.base = h.allow, h.base
+	if !h.ok {
+		r.RetryAfter = untilEnd(r.RetryAfter, h.allow, h.ends, now.us)
+	}
 }
 
 func (m *Memory) settleFixed(h *memHit, r *Result, charge bool, now memTime) {
-	lim := h.cr.snap.Limit
 	r.Reset = time.Duration(h.we*1e6-now.us) * time.Microsecond
 	r.WindowStart = h.ws
 	if !charge {
-		r.Remaining = max(lim-h.cnt, 0)
+		r.Remaining = max(h.allow-h.cnt, 0)
 		if !h.ok {
 			r.RetryAfter = r.Reset
 		}
@@ -212,25 +239,24 @@ func (m *Memory) settleFixed(h *memHit, r *Result, charge bool, now memTime) {
 	}
 	e.n++
 	e.expires = h.we * 1e6
-	r.Remaining = lim - e.n
+	r.Remaining = h.allow - e.n
 }
 
 func (m *Memory) settleGCRA(h *memHit, r *Result, charge bool, now memTime) {
-	lim := h.cr.snap.Limit
 	switch {
 	case charge:
 		newTAT := h.tat + h.em
 		e := m.entry(h)
 		e.tat = newTAT
 		e.expires = now.us + int64(math.Ceil(newTAT-now.g))*1e6
-		r.Remaining = lim - h.used - 1
+		r.Remaining = h.allow - h.used - 1
 		r.Reset = secs(newTAT - now.g)
 	case h.ok: // denied by another limit: the current state, nothing consumed
-		r.Remaining = lim - h.used
+		r.Remaining = h.allow - h.used
 		r.Reset = secs(h.tat - now.g)
 	default:
 		r.Reset = secs(h.tat - now.g)
-		r.RetryAfter = secs(h.tat - now.g - float64(lim-1)*h.em)
+		r.RetryAfter = secs(h.tat - now.g - float64(h.allow-1)*h.em)
 	}
 }
 
@@ -282,43 +308,53 @@ func (m *Memory) Usage(ctx context.Context, r *Rule, id string) (Usage, error) {
 	if err != nil {
 		return Usage{}, fmt.Errorf("limits: usage: %w", err)
 	}
-	u := Usage{Name: r.Name, Limit: r.Limit, Unit: r.Unit}
 	if !cr.enabled {
-		return u, nil
+		return Usage{Name: r.Name, Limit: r.Limit, Unit: r.Unit}, nil
 	}
+	q, _ := m.quotas.get(r.Name, id)
+	now := m.clock()
+	return m.entryOf(cr, id).usage(cr, q, now), nil
+}
+
+// entryOf copies the counter of cr for id; one that expires at MinInt64 when there is none.
+func (m *Memory) entryOf(cr *compiled, id string) memEntry {
 	key := memKey{cr.keyPre, id}
 	sh := &m.shards[m.shardOf(key)]
-	now := m.now()
-	sec, usec := now.Unix(), int64(now.Nanosecond()/1000)
-	nowUS := sec*1e6 + usec
 	sh.mu.Lock()
-	var e memEntry
-	found := false
+	defer sh.mu.Unlock()
 	if p := sh.m[key]; p != nil {
-		e, found = *p, true
+		return *p
 	}
-	sh.mu.Unlock()
+	return memEntry{expires: math.MinInt64}
+}
+
+// usage interprets a counter of cr (e: its entry, expires at MinInt64 when there is none)
+// with the tenant's quota q at now.
+func (e memEntry) usage(cr *compiled, q quotaTerms, now memTime) Usage {
+	r := &cr.snap
+	u := Usage{Name: r.Name, Unit: r.Unit}
+	ws, we := r.Window.boundsUnix(now.sec)
+	base, g, ends := q.terms(r.Limit, now.us, we)
+	u.Limit, u.Granted = allowance(base, g), g
+	if ends > 0 {
+		u.Override = &OverrideTerms{Value: base, Expires: time.UnixMicro(ends).UTC()}
+	}
 	if r.Algorithm == Fixed {
-		ws, we := r.Window.boundsUnix(sec)
-		if found && e.ws == ws {
+		if e.expires > now.us && e.ws == ws {
 			u.Used = e.n
 		}
 		u.Reset = time.Unix(we, 0).UTC()
 	} else {
-		gnow := float64(sec-jan2017) + float64(usec)/1e6
-		tat := gnow
-		if found && e.expires > nowUS && e.tat > gnow {
+		tat := now.g
+		if e.expires > now.us && e.tat > now.g {
 			tat = e.tat
 		}
-		u.Used = held(tat, gnow, cr.period/float64(r.Limit))
+		u.Used = held(tat, now.g, cr.period/float64(max(base, 1)))
 		u.Reset = time.UnixMicro(int64(math.Floor((tat + jan2017) * 1e6))).UTC()
 	}
-	u.Used = max(u.Used, 0)
-	if r.Unit != Tokens { // tokens may run past the limit; requests never do
-		u.Used = min(u.Used, r.Limit)
-	}
-	u.Remaining = max(r.Limit-u.Used, 0)
-	return u, nil
+	u.Used = capUsed(u.Used, u.Limit, r)
+	u.Remaining = max(u.Limit-u.Used, 0)
+	return u
 }
 
 // gcraSlack and held mirror takeLua's: a GCRA bucket whose TAT is t holds (t - gnow) / em

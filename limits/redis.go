@@ -24,6 +24,7 @@ type Redis struct {
 	rules   ruleCache
 	pool    sync.Pool // *scratch, reused buffers of the hot path
 
+	auditMax     int // see WithRedisAuditMax
 	waitReplicas int // see WithWaitReplicas
 	waitTimeout  time.Duration
 	coalesce     bool           // see WithCoalescing
@@ -34,7 +35,9 @@ type Redis struct {
 // scratch holds the per-Take buffers. Entries are parallel slices per key sent
 // to Redis (disabled rules are not sent).
 type scratch struct {
-	keys  []string
+	keys  []string // the counters
+	qkeys []string // their tenants' run-time quotas (see quota.go), in the same slots
+	all   []string // keys then qkeys, as a standalone call declares them
 	args  []any
 	idx   []int   // hit index of each key
 	ws    []int64 // window start reported per key (for cluster compensation)
@@ -87,6 +90,8 @@ func (r *Redis) Key(rule *Rule, id string) (string, error) {
 
 func (s *scratch) reset() {
 	s.keys = s.keys[:0]
+	s.qkeys = s.qkeys[:0]
+	s.all = s.all[:0]
 	clear(s.args) // drop references held from the last call
 	s.args = s.args[:0]
 	s.idx = s.idx[:0]
@@ -113,7 +118,11 @@ func (r *Redis) Take(ctx context.Context, hits []Hit, d *Decision) error {
 			d.Results[i].Allowed = true
 			continue
 		}
-		sc.keys = append(sc.keys, cr.keyPre+h.ID+"}")
+		// Both keys in one allocation: the counter's name, then the quota's.
+		both := cr.keyPre + h.ID + "}" + cr.quotaPre + h.ID + "}"
+		cut := len(cr.keyPre) + len(h.ID) + 1
+		sc.keys = append(sc.keys, both[:cut])
+		sc.qkeys = append(sc.qkeys, both[cut:])
 		sc.args = append(sc.args, cr.spec)
 		sc.idx = append(sc.idx, i)
 	}
@@ -123,28 +132,29 @@ func (r *Redis) Take(ctx context.Context, hits []Hit, d *Decision) error {
 		return nil
 	}
 	if r.cluster != nil && !sameSlot(sc) {
-		return r.followTopology(ctx, withKey(r.takeCluster(ctx, sc, d), sc.keys))
+		return r.followTopology(ctx, withKey(r.takeCluster(ctx, sc, d), sc.keys, sc.qkeys))
 	}
+	sc.all = append(append(sc.all, sc.keys...), sc.qkeys...)
 	var cmd *redis.Cmd
 	switch {
 	case r.waitReplicas == 0:
-		cmd = r.runTake(ctx, sc.keys, sc.args)
+		cmd = r.runTake(ctx, sc.all, sc.args)
 	case r.cluster != nil: // WAIT must reach the node that ran the script
 		node, err := r.cluster.MasterForKey(ctx, sc.keys[0])
 		if err != nil {
 			return r.followTopology(ctx, fmt.Errorf("limits: take: %w", err))
 		}
-		cmd = r.runWaited(ctx, node, takeScript, takeLua, sc.keys, sc.args...)
+		cmd = r.runWaited(ctx, node, takeScript, takeLua, sc.all, sc.args...)
 	default:
-		cmd = r.runWaited(ctx, r.client, takeScript, takeLua, sc.keys, sc.args...)
+		cmd = r.runWaited(ctx, r.client, takeScript, takeLua, sc.all, sc.args...)
 	}
 	reply, err := cmd.Text()
 	if err != nil {
-		return r.followTopology(ctx, withKey(fmt.Errorf("limits: take: %w", err), sc.keys))
+		return r.followTopology(ctx, withKey(fmt.Errorf("limits: take: %w", err), sc.all))
 	}
 	ok, err := parseTake(reply, sc.idx, sc.ws, d.Results)
 	if err != nil {
-		return withKey(err, sc.keys)
+		return withKey(err, sc.all)
 	}
 	d.Allowed = ok
 	return nil
@@ -160,21 +170,37 @@ func (r *Redis) Usage(ctx context.Context, rule *Rule, id string) (Usage, error)
 	if !cr.enabled {
 		return u, nil
 	}
-	keys := []string{cr.keyPre + id + "}"}
+	keys := []string{cr.keyPre + id + "}", cr.quotaPre + id + "}"}
 	reply, err := usageScript.Run(ctx, r.client, keys, cr.spec).Text()
 	if err != nil {
 		return Usage{}, withKey(fmt.Errorf("limits: usage %s: %w", rule.Name, err), keys)
 	}
-	var f fields
-	f.s = reply
-	used, e1 := f.next()
-	rem, e2 := f.next()
-	reset, e3 := f.next()
-	if err := errors.Join(e1, e2, e3); err != nil || f.s != "" {
-		return Usage{}, withKey(fmt.Errorf("limits: usage %s: %w %q", rule.Name, errMalformedReply, reply), keys)
+	var v [7]int64
+	if err := scanInts(reply, v[:]); err != nil {
+		return Usage{}, withKey(fmt.Errorf("limits: usage %s: %w", rule.Name, err), keys)
 	}
-	u.Used, u.Remaining, u.Reset = used, rem, time.UnixMicro(reset).UTC()
+	u.Used, u.Remaining, u.Reset = v[0], v[1], time.UnixMicro(v[2]).UTC()
+	u.Limit, u.Granted = v[3], v[4]
+	if v[5] > 0 {
+		u.Override = &OverrideTerms{Value: v[6], Expires: time.UnixMicro(v[5]).UTC()}
+	}
 	return u, nil
+}
+
+// scanInts reads len(v) space-separated integers, all of reply.
+func scanInts(reply string, v []int64) error {
+	f := fields{s: reply}
+	for i := range v {
+		n, err := f.next()
+		if err != nil {
+			return fmt.Errorf("%w %q", errMalformedReply, reply)
+		}
+		v[i] = n
+	}
+	if f.s != "" {
+		return fmt.Errorf("%w %q: trailing data", errMalformedReply, reply)
+	}
+	return nil
 }
 
 // parseTake fills results from a takeLua reply; idx maps reply entries to
@@ -191,7 +217,9 @@ func parseTake(reply string, idx []int, ws []int64, res []Result) (bool, error) 
 		reset, e3 := f.next()
 		retry, e4 := f.next()
 		w, e5 := f.next()
-		if e1 != nil || e2 != nil || e3 != nil || e4 != nil || e5 != nil {
+		allow, e6 := f.next()
+		base, e7 := f.next()
+		if e1 != nil || e2 != nil || e3 != nil || e4 != nil || e5 != nil || e6 != nil || e7 != nil {
 			return false, fmt.Errorf("%w %q", errMalformedReply, reply)
 		}
 		r := &res[i]
@@ -200,6 +228,7 @@ func parseTake(reply string, idx []int, ws []int64, res []Result) (bool, error) 
 		r.Reset = time.Duration(max(reset, 0)) * time.Microsecond
 		r.RetryAfter = time.Duration(max(retry, 0)) * time.Microsecond
 		r.WindowStart = w
+		r.Limit, r.base = allow, base
 		ws[k] = w
 	}
 	if f.s != "" {
@@ -247,7 +276,7 @@ func (f *fields) next() (int64, error) {
 // NOSCRIPT fallback stays in place for a master that restarts later.
 func (r *Redis) Preload(ctx context.Context) error {
 	load := func(ctx context.Context, c redis.Scripter) error {
-		for _, s := range []*redis.Script{takeScript, usageScript, giveBackScript, nodeTakeScript, nodeGiveBackScript, debitScript} {
+		for _, s := range []*redis.Script{takeScript, usageScript, giveBackScript, nodeTakeScript, nodeGiveBackScript, debitScript, quotaScript} {
 			if err := s.Load(ctx, c).Err(); err != nil {
 				return fmt.Errorf("limits: script load: %w", err)
 			}
