@@ -73,7 +73,8 @@ type AuditEntry struct {
 	Before QuotaState `json:"before"`
 	After  QuotaState `json:"after"`
 	Reason string     `json:"reason"`
-	// Amount is a grant's amount; Override the terms an override action set.
+	// Amount is a grant's amount; Override the terms an override action set, or those an
+	// override_end ended.
 	Amount   int64          `json:"amount,omitempty"`
 	Override *OverrideTerms `json:"override,omitempty"`
 }

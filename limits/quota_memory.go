@@ -183,10 +183,11 @@ func (q *quota) override(limit, id string) Override {
 
 // EndOverride implements QuotaStore.
 func (m *Memory) EndOverride(ctx context.Context, r *Rule, id string, who Who) (AuditEntry, error) {
-	return m.change(ctx, r, id, who, ActionOverrideEnd, func(_ *compiled, q *quota, _ *AuditEntry, now memTime) error {
+	return m.change(ctx, r, id, who, ActionOverrideEnd, func(_ *compiled, q *quota, e *AuditEntry, now memTime) error {
 		if q.ox <= now.us {
 			return ErrNoOverride
 		}
+		e.Override = &OverrideTerms{Value: q.ov, Expires: time.UnixMicro(q.ox).UTC()} // the terms it ended
 		q.ov, q.ox, q.reason, q.actor, q.created = 0, 0, "", "", 0
 		return nil
 	})

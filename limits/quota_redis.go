@@ -40,6 +40,7 @@ func indexMember(limit, id string) string { return limit + " " + id }
 type quotaOp struct {
 	now, windowEnd int64 // µs; s
 	before, after  QuotaState
+	base, ends     int64 // before: the limit or override, the override's end (µs, 0: none)
 }
 
 // run runs action on (r, id) with args, failing on the script's refusals.
@@ -58,13 +59,14 @@ func (r *Redis) quotaRun(ctx context.Context, cr *compiled, id, action string, a
 	case "too_much_limit":
 		return quotaOp{}, errTooMuch("limit")
 	}
-	var v [8]int64
+	var v [10]int64
 	if err := scanInts(reply, v[:]); err != nil {
 		return quotaOp{}, fmt.Errorf("limits: quota %s: %w", action, err)
 	}
 	return quotaOp{now: v[0], windowEnd: v[1],
 		before: QuotaState{Limit: v[2], Used: v[3], Granted: v[4]},
-		after:  QuotaState{Limit: v[5], Used: v[6], Granted: v[7]}}, nil
+		after:  QuotaState{Limit: v[5], Used: v[6], Granted: v[7]},
+		base:   v[8], ends: v[9]}, nil
 }
 
 // change runs one action and records it; index, when set, updates the index of overrides in
@@ -80,6 +82,9 @@ func (r *Redis) change(ctx context.Context, rule *Rule, id string, who Who, e *A
 	}
 	e.Time, e.Actor, e.Limit, e.ID, e.Reason = time.UnixMicro(op.now).UTC(), who.Actor, rule.Name, id, who.Reason
 	e.Before, e.After = op.before, op.after
+	if e.Action == ActionOverrideEnd { // the terms it ended
+		e.Override = &OverrideTerms{Value: op.base, Expires: time.UnixMicro(op.ends).UTC()}
+	}
 	data, err := json.Marshal(e)
 	if err != nil {
 		return quotaOp{}, fmt.Errorf("limits: audit entry: %w", err)
@@ -264,8 +269,9 @@ func (r *Redis) Audit(ctx context.Context, n int) ([]AuditEntry, error) {
 // quotaOpLua runs one action on a tenant's quota: KEYS[1] is its counter, KEYS[2] its quota
 // hash; ARGV[1] the rule's spec, ARGV[2] the action, then its arguments (grant: amount;
 // override: value, end µs, reason, actor). It answers "none" (no override to end),
-// "too_much_amount" or "too_much_limit" (past 2^53 - 1), else "<now µs> <window end s>"
-// and the tenant's allowance, use and grants before and after.
+// "too_much_amount" or "too_much_limit" (past 2^53 - 1), else "<now µs> <window end s>",
+// the tenant's allowance, use and grants before and after, and the base and override end
+// (µs, 0: none) before.
 const quotaOpLua = windowLua + quotaLua + quotaStateLua + `
 local t = redis.call('TIME')
 local sec, usec = tonumber(t[1]), tonumber(t[2])
@@ -300,5 +306,5 @@ if q[1] and ox and ox > now_us then keep = math.ceil(ox / 1000) end
 if q[3] and ge and ge * 1000000 > now_us then keep = math.max(keep, ge * 1000) end
 if keep == 0 then redis.call('DEL', qkey) else redis.call('PEXPIREAT', qkey, keep) end
 local a_allow, a_used, a_g = state(ckey, qkey, algo, limit, win, sec, usec)
-return string.format('%d %d %d %d %d %d %d %d', now_us, we, b_allow, b_used, b_g, a_allow, a_used, a_g)
+return string.format('%d %d %d %d %d %d %d %d %d %d', now_us, we, b_allow, b_used, b_g, a_allow, a_used, a_g, base, ends)
 `

@@ -146,7 +146,7 @@ func testOverride(t *testing.T, b backend) {
 		t.Fatal("under an override of 20 with 10 used: refused")
 	}
 	e, err = q.EndOverride(context.Background(), r, "acme", who)
-	if err != nil || e.Before != (QuotaState{20, 11, 0}) || e.After != (QuotaState{10, 10, 0}) || e.Action != ActionOverrideEnd {
+	if err != nil || e.Before != (QuotaState{20, 11, 0}) || e.After != (QuotaState{10, 10, 0}) || e.Action != ActionOverrideEnd || e.Override == nil || e.Override.Value != 20 {
 		t.Fatalf("end: %+v %v", e, err)
 	}
 	if n, _ := takeN(t, a, 1, hit); n != 0 {

@@ -195,9 +195,29 @@ func pathParam(b by) string {
 func policyHeader(ls []routeLimit) string {
 	parts := make([]string, len(ls))
 	for i, l := range ls {
-		parts[i] = fmt.Sprintf("%q;q=%d;w=%d", l.rule.Name, l.rule.Limit, int64(l.rule.Window.Nominal()/time.Second))
+		parts[i] = policyItem(l.rule, l.rule.Limit)
 	}
 	return strings.Join(parts, ", ")
+}
+
+func policyItem(r *limits.Rule, quota int64) string {
+	return fmt.Sprintf("%q;q=%d;w=%d", r.Name, quota, int64(r.Window.Nominal()/time.Second))
+}
+
+// policyFor is the RateLimit-Policy value of a decision: the config's, shared, unless a
+// tenant's run-time quota (an override, grants) changed an allowance, which the header then
+// shows.
+func (set *limitSet) policyFor(dec *limits.Decision) []string {
+	for i := range dec.Results {
+		if dec.Results[i].Limit != set.limits[i].rule.Limit {
+			parts := make([]string, len(dec.Results))
+			for j := range dec.Results {
+				parts[j] = policyItem(set.limits[j].rule, dec.Results[j].Limit)
+			}
+			return []string{strings.Join(parts, ", ")}
+		}
+	}
+	return set.policyValue
 }
 
 // limitState is the per-request scratch space of a decision, pooled so that a limited request
@@ -291,13 +311,14 @@ func (s *scope) account(set *limitSet, hits []limits.Hit, dec *limits.Decision, 
 }
 
 // nearLimit is the one definition of "near the limit": 10% of it or less remains (90% or more
-// is spent), after this request if it was charged. gateway_ratelimit_near_limit_total counts
+// is spent), after this request if it was charged, of the tenant's allowance (its override
+// and grants included). gateway_ratelimit_near_limit_total counts
 // admissions that leave a limit there, gateway_token_limit_near_total every decision that
 // finds a tokens limit there. Inclusive, because operators read these as "at 90%", as the
 // usage page's marks are inclusive ("≥ 80%", "at limit"): a tenant that has spent exactly 90
 // of 100 is at 90%.
 func nearLimit(res *limits.Result) bool {
-	return res.Remaining*10 <= res.Rule.Limit
+	return res.Remaining*10 <= res.Limit
 }
 
 // The decisions of gateway_org_requests_total.
@@ -339,7 +360,7 @@ func (g *Gateway) answer(s *scope, set *limitSet, st *limitState, dec *limits.De
 		return false
 	}
 	h := s.w.Header()
-	h[hdrPolicy] = set.policyValue
+	h[hdrPolicy] = set.policyFor(dec)
 	st.buf = s.rateLimitHeaders(h, st.buf[:0], dec, set.limits)
 	if dec.Allowed {
 		return true
@@ -435,7 +456,7 @@ func (s *scope) rateLimitHeaders(h http.Header, buf []byte, d *limits.Decision, 
 		return buf
 	}
 	res := &d.Results[least]
-	buf = strconv.AppendInt(buf, res.Rule.Limit, 10)
+	buf = strconv.AppendInt(buf, res.Limit, 10) // the allowance: the tenant's override and grants included
 	ends[1] = len(buf)
 	buf = strconv.AppendInt(buf, res.Remaining, 10)
 	ends[2] = len(buf)

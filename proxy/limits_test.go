@@ -337,7 +337,7 @@ func TestNearLimitIsTenPercentOrLess(t *testing.T) {
 		remaining, limit int64
 		near             bool
 	}{{10, 100, true}, {11, 100, false}, {0, 1, true}, {1, 9, false}, {1, 10, true}, {0, 0, true}} {
-		res := limits.Result{Rule: &limits.Rule{Limit: c.limit}, Remaining: c.remaining}
+		res := limits.Result{Rule: &limits.Rule{Limit: c.limit}, Limit: c.limit, Remaining: c.remaining}
 		if got := nearLimit(&res); got != c.near {
 			t.Errorf("nearLimit(%d of %d) = %v, want %v", c.remaining, c.limit, got, c.near)
 		}

@@ -89,7 +89,7 @@ func serve(ctx context.Context, path string, cfg *config.Config, dev bool) error
 	if client != nil {
 		defer client.Close()
 	}
-	p.lim = newLimiter(client, cfg.Redis, p.m, log)
+	p.lim = newLimiter(client, cfg.Redis, cfg.Quota, p.m, log)
 	keys, err := newRegistry(ctx, client, cfg, log)
 	if err != nil {
 		return err
@@ -150,7 +150,7 @@ type process struct {
 // buildGateway builds the public handler on the limiter and the key registry (nil in prefix
 // mode), with tracing when configured; it returns the function that stops tracing (or nil).
 func (p *process) buildGateway(ctx context.Context, keys auth.Registry) (stopTracing func(context.Context) error, err error) {
-	opts := proxy.Options{Config: p.cfg, Logger: p.log, Metrics: p.m, Limiter: p.lim}
+	opts := proxy.Options{Config: p.cfg, Logger: p.log, Metrics: p.m, Limiter: p.lim, Quotas: p.lim.quotas}
 	if keys != nil {
 		opts.Registry = keys
 	}
@@ -218,6 +218,7 @@ func (p *process) adminServer(keys admin.KeyManager, cert *tls.Certificate) *htt
 			Reload:       p.rl.reload,
 			Keys:         keys,
 			KnownPlan:    p.rl.knownPlan,
+			Quotas:       p.gw,
 			Token:        cfg.AdminToken,
 			Hosts:        cfg.AdminHosts,
 			FailureLimit: cfg.Auth.FailureLimit,
