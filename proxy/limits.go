@@ -480,14 +480,15 @@ func resetSeconds(res *limits.Result) int64 {
 	return seconds(res.Reset)
 }
 
-// untilAdmitted is how long a denying limit takes to admit a request again: the end of the
-// window for a fixed window, the next emission for GCRA (which refills one unit at a time,
-// long before the bucket is full again).
+// untilAdmitted is how long a denying limit takes to admit a request again, as the store
+// said: the end of the window for a fixed window, the next emission for GCRA (which refills
+// one unit at a time, long before the bucket is full again), and no later than the end of
+// the tenant's override (an override of 0 admits nothing before it).
 func untilAdmitted(res *limits.Result) time.Duration {
-	if res.Rule.Algorithm == limits.GCRA {
+	if res.Rule.Algorithm == limits.GCRA || res.RetryAfter > 0 {
 		return res.RetryAfter
 	}
-	return max(res.RetryAfter, res.Reset)
+	return res.Reset
 }
 
 // seconds rounds up, so a client waiting that long is never early.
