@@ -89,7 +89,9 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) *fieldError {
 	case errors.As(err, &tooBig):
 		return &fieldError{"body", "larger than 16 KiB"}
 	case errors.As(err, &typeErr) && typeErr.Field != "":
-		return &fieldError{typeErr.Field, "want " + jsonKind(typeErr.Type.Kind().String())}
+		// The last part of the path: fields of embedded structs are named by it.
+		field := typeErr.Field[strings.LastIndexByte(typeErr.Field, '.')+1:]
+		return &fieldError{field, "want " + jsonKind(typeErr.Type.Kind().String())}
 	case strings.HasPrefix(err.Error(), "json: unknown field "):
 		name, _ := strconv.Unquote(strings.TrimPrefix(err.Error(), "json: unknown field "))
 		return &fieldError{clipField(name), "not a field of this request"}
