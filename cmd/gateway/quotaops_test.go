@@ -1,6 +1,7 @@
 package main
 
 import (
+	"crypto/sha256"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -277,4 +278,105 @@ func exerciseQuotas(t *testing.T, a, b *proc, srv *redistest.Server) {
 	if l := lines[0]; l["action"] != "quota.grant" || l["target"] != "agent_job_per_project/p1" || l["actor"] != "alice" || l["status"] != float64(201) {
 		t.Fatalf("admin write line %v", l)
 	}
+}
+
+// On a Redis Cluster, with tenants on different masters: grants and overrides apply to each
+// tenant on its own master (the quota hash shares its counter's slot), a request stays one
+// script call per master it touches, and a tenant blocked on one master is charged nothing
+// on the others.
+func TestQuotaOnRedisCluster(t *testing.T) {
+	awayFromHourEnd(t)
+	cl := redistest.StartCluster(t, 3)
+	up, _ := recordingUpstream(t)
+	addrs := make([]string, len(cl.Addrs))
+	for i, a := range cl.Addrs {
+		addrs[i] = strconv.Quote(a)
+	}
+	cfg := fmt.Sprintf("redis: {addrs: [%s]}\nclient_ip: {trusted_proxies: [127.0.0.1]}\n%s  assistant_per_org: {limit: 5}\n", strings.Join(addrs, ", "), quotaCfg)
+	a, b := startGateway(t, up, cfg), startGateway(t, up, cfg)
+	master := func(key string) string { return cl.MasterOf(t, key).Addr }
+
+	// Two projects on different masters.
+	pA, pB := "pa0", ""
+	for i := 0; pB == ""; i++ {
+		if id := fmt.Sprintf("pb%d", i); master("gw:agent_job_per_project:hour:{"+id+"}") != master("gw:agent_job_per_project:hour:{"+pA+"}") {
+			pB = id
+		}
+	}
+	mustStatus(t, quotaAPI(t, a, "", "POST", "/quota/grants", `{"limit":"agent_job_per_project","id":"`+pA+`","amount":3,"reason":"launch"}`), 201)
+	mustStatus(t, quotaAPI(t, a, "", "PUT", "/quota/overrides/agent_job_per_project/"+pB, `{"limit":1,"ttl":"1h","reason":"hold"}`), 200)
+	if c := jobs(t, b, pA, 7); c[201] != 6 || c[429] != 1 {
+		t.Fatalf("%s with 3 granted on one master: %v, want 6", pA, c)
+	}
+	if c := jobs(t, b, pB, 2); c[201] != 1 || c[429] != 1 {
+		t.Fatalf("%s overridden to 1 on another master: %v", pB, c)
+	}
+
+	// An assistant request: its key, org and IP counters on three masters when possible.
+	const key = "svc_dsc_cluster_quota"
+	digest := fmt.Sprintf("%x", sha256.Sum256([]byte(key)))
+	orgKey := "gw:assistant_per_org:hour:{acme-docs}"
+	ip := ""
+	for i := 1; ip == ""; i++ {
+		cand := fmt.Sprintf("198.51.100.%d", i)
+		if master("gw:assistant_per_ip:day:{"+cand+"}") != master(orgKey) {
+			ip = cand
+		}
+	}
+	ask := func(p *proc, ip string) *http.Response {
+		req, _ := http.NewRequest("POST", "http://"+p.public+"/discovery/v1/assistant/acme-docs/message", strings.NewReader(`{"fp":"a","messages":[]}`))
+		req.Header.Set("Authorization", "Bearer "+key)
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("X-Forwarded-For", ip)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		return res
+	}
+	// Warm up the scripts on every master, then count one admitted request's calls.
+	for _, ip := range []string{"203.0.113.1", "203.0.113.2", "203.0.113.3"} {
+		ask(a, ip)
+	}
+	other := "203.0.113.9"
+	nodes := map[string]bool{master("gw:assistant_per_key:month:{" + digest + "}"): true, master(orgKey): true, master("gw:assistant_per_ip:day:{" + other + "}"): true}
+	calls := func() int {
+		n := 0
+		for _, s := range cl.Servers {
+			n += redistest.ScriptCalls(t, s.Client(t))
+		}
+		return n
+	}
+	before := calls()
+	if res := ask(a, other); res.StatusCode != 201 {
+		t.Fatalf("assistant request: %d", res.StatusCode)
+	}
+	if n := calls() - before; n != len(nodes) {
+		t.Fatalf("%d script calls for one request touching %d masters, want one per master", n, len(nodes))
+	}
+	// Blocked on its IP's master: refused, and its org and key counters elsewhere stay put.
+	mustStatus(t, quotaAPI(t, a, "", "PUT", "/quota/overrides/assistant_per_ip/"+ip, `{"limit":0,"ttl":"5s","reason":"scraper"}`), 200)
+	orgBefore := orgUsed(t, b, "acme-docs")
+	res := ask(b, ip)
+	retry, _ := strconv.Atoi(res.Header.Get("Retry-After"))
+	if res.StatusCode != 429 || retry < 1 || retry > 5 || !strings.Contains(res.Header.Get("RateLimit"), `"assistant_per_ip";r=0;t=`) {
+		t.Fatalf("blocked IP: %d Retry-After %d %v", res.StatusCode, retry, res.Header)
+	}
+	if got := orgUsed(t, b, "acme-docs"); got != orgBefore {
+		t.Fatalf("the org's counter moved from %d to %d for a request its IP was refused", orgBefore, got)
+	}
+	if e := auditOf(t, b); len(e) != 3 || e[0].ID != ip || e[1].ID != pB || e[2].ID != pA {
+		t.Fatalf("audit on the cluster: %+v", e)
+	}
+}
+
+func orgUsed(t *testing.T, p *proc, org string) int64 {
+	t.Helper()
+	var out struct{ Limits []struct{ Used int64 } }
+	a := mustStatus(t, quotaAPI(t, p, "", "GET", "/usage/orgs/"+org, ""), 200)
+	if err := json.Unmarshal([]byte(a.body), &out); err != nil || len(out.Limits) == 0 {
+		t.Fatalf("usage of org %s: %s", org, a.body)
+	}
+	return out.Limits[0].Used
 }
