@@ -72,17 +72,19 @@ func (r *Redis) byNode(ctx context.Context, sc *scratch) error {
 	return nil
 }
 
-// nodeArgs is the node script's ARGV: the key count, the keys (then qkeys, the quotas of
-// a decision), then the per-key arguments.
+// nodeArgs is the node script's ARGV: the key count, the keys (then the quota keys a
+// decision sends, those of qkeys not ""), then the per-key arguments.
 func nodeArgs(keys, qkeys []string, args []any) []any {
-	out := make([]any, 0, 1+len(keys)+len(qkeys)+len(args))
-	out = append(out, len(keys)+len(qkeys))
+	out := make([]any, 1, 1+len(keys)+len(qkeys)+len(args))
 	for _, k := range keys {
 		out = append(out, k)
 	}
 	for _, k := range qkeys {
-		out = append(out, k)
+		if k != "" {
+			out = append(out, k)
+		}
 	}
+	out[0] = len(out) - 1
 	return append(out, args...)
 }
 
@@ -134,7 +136,7 @@ func (r *Redis) takeCluster(ctx context.Context, sc *scratch, d *Decision) error
 				retry = r.cluster.Pipeline()
 			}
 			argv := sc.nodeTakeArgs(g)
-			sc.cmds[gi] = retry.Eval(ctx, nodePrelude+takeLua, sc.keys[g.lo:g.lo+1], argv...)
+			sc.cmds[gi] = retry.Eval(ctx, nodeTakeLua, sc.keys[g.lo:g.lo+1], argv...)
 		}
 	}
 	if retry != nil {
@@ -171,7 +173,7 @@ func (r *Redis) settleCluster(ctx context.Context, sc *scratch, d *Decision, gro
 		ok := false
 		reply, err := sc.cmds[gi].Text()
 		if err == nil {
-			ok, err = parseTake(reply, sc.idx[g.lo:g.hi], sc.ws[g.lo:g.hi], d.Results)
+			ok, err = parseTake(reply, sc.idx[g.lo:g.hi], sc.qkeys[g.lo:g.hi], sc.ws[g.lo:g.hi], d.Results)
 		}
 		if err != nil && firstErr == nil {
 			firstErr = err

@@ -90,8 +90,10 @@ func (r *Redis) takeGroup(ctx context.Context, sc *scratch, g group) *redis.Cmd 
 	return r.runOnNode(ctx, nodeTakeScript, sc.keys[g.lo:g.lo+1], argv...)
 }
 
-// Close stops the combiners, if any, after the decisions under way.
+// Close stops the combiners, if any, after the decisions under way, and the reading of which
+// limits have run-time quotas.
 func (r *Redis) Close() error {
+	r.flags.close()
 	if r.nodeCombs != nil {
 		r.nodeCombs.close()
 	}

@@ -187,6 +187,7 @@ type compiled struct {
 	// window is never "quota", so these never meet a counter's name.
 	quotaPre string
 	spec     any    // script argument "f <limit> <window>" ("fs ..." when Shadow), boxed once to avoid an allocation per call
+	specQ    any    // spec with the q flag: the tenant's quota key follows the counters (see takeLua)
 	algo     string // the spec's first word
 	period   float64
 	enabled  bool
@@ -258,6 +259,7 @@ func (c *ruleCache) compile(r *Rule) (*compiled, error) {
 	}
 	cr.algo = algo
 	cr.spec = algo + " " + strconv.FormatInt(r.Limit, 10) + " " + r.Window.luaSpec()
+	cr.specQ = algo + "q " + strconv.FormatInt(r.Limit, 10) + " " + r.Window.luaSpec()
 	cr.period = r.Window.Nominal().Seconds()
 	return cr, nil
 }

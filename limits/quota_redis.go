@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -29,8 +31,98 @@ func WithRedisAuditMax(n int) RedisOption {
 	}
 }
 
-func (r *Redis) auditKey() string     { return r.rules.prefix + "{quota}:audit" }
-func (r *Redis) overridesKey() string { return r.rules.prefix + "{quota}:overrides" }
+func (r *Redis) auditKey() string       { return r.rules.prefix + "{quota}:audit" }
+func (r *Redis) overridesKey() string   { return r.rules.prefix + "{quota}:overrides" }
+func (r *Redis) quotaLimitsKey() string { return r.rules.prefix + "{quota}:limits" }
+
+// Which limits have run-time quotas: a decision sends a tenant's quota key, and its script
+// reads it, only for the limits some tenant may have a quota of, so that the limits nobody
+// adjusted cost nothing more than before quotas existed. "<prefix>:{quota}:limits" is a
+// sorted set of limit names, scored by when their last quota may end (Unix seconds); an
+// action adds its limit before it takes effect, and every store reads the set every
+// quotaPoll, so a replica applies another's action within quotaPoll (and its own at once).
+// Until its first read succeeds, and while reads fail, a store keeps what it knew (at
+// first: every limit, which is always right, only dearer).
+
+// quotaPoll is how often a store reads which limits have quotas: what a change on one replica
+// may take to reach the others (the issue allows a second).
+const quotaPoll = 250 * time.Millisecond
+
+// quotaSkew is how long past its score a limit stays flagged: replicas' clocks may be behind.
+const quotaSkew = 60
+
+type quotaFlags struct {
+	limits atomic.Pointer[map[string]bool] // nil: not read yet, every limit is on
+	mu     sync.Mutex                      // serialises writers of limits
+	stop   chan struct{}
+	done   chan struct{}
+}
+
+// on says whether a decision must read its tenants' quotas of limit.
+func (f *quotaFlags) on(limit string) bool {
+	m := f.limits.Load()
+	return m == nil || (*m)[limit]
+}
+
+// set replaces the limits that are on, or adds one (add true).
+func (f *quotaFlags) set(names []string, add bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	m := make(map[string]bool, len(names))
+	if old := f.limits.Load(); add && old != nil {
+		for k := range *old {
+			m[k] = true
+		}
+	} else if add {
+		return // every limit is on already
+	}
+	for _, n := range names {
+		m[n] = true
+	}
+	f.limits.Store(&m)
+}
+
+func (f *quotaFlags) start(r *Redis) {
+	f.stop, f.done = make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(f.done)
+		t := time.NewTicker(quotaPoll)
+		defer t.Stop()
+		for {
+			ctx, cancel := context.WithTimeout(context.Background(), quotaPoll*4)
+			names, err := r.client.ZRangeByScore(ctx, r.quotaLimitsKey(), &redis.ZRangeBy{
+				Min: strconv.FormatInt(time.Now().Unix()-quotaSkew, 10), Max: "+inf"}).Result()
+			cancel()
+			if err == nil {
+				f.set(names, false)
+			}
+			select {
+			case <-f.stop:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+}
+
+func (f *quotaFlags) close() {
+	if f.stop != nil {
+		close(f.stop)
+		<-f.done
+		f.stop = nil
+	}
+}
+
+// flag turns limit on in every store until until (Unix seconds), before an action on it takes
+// effect, and in this one at once.
+func (r *Redis) flag(ctx context.Context, limit string, until int64) error {
+	err := r.client.ZAddGT(ctx, r.quotaLimitsKey(), redis.Z{Score: float64(until), Member: limit}).Err()
+	if err != nil {
+		return r.followTopology(ctx, fmt.Errorf("limits: quota flag: %w", err))
+	}
+	r.flags.set([]string{limit}, true)
+	return nil
+}
 
 // indexMember names (limit, id) in the index: ids never hold a space (see the gateway's
 // checks), limit names neither.
@@ -96,6 +188,7 @@ func (r *Redis) change(ctx context.Context, rule *Rule, id string, who Who, e *A
 			index(p, op)
 		}
 		p.ZRemRangeByScore(ctx, r.overridesKey(), "-inf", strconv.FormatInt(op.now, 10))
+		p.ZRemRangeByScore(ctx, r.quotaLimitsKey(), "-inf", strconv.FormatInt(op.now/1e6-3600, 10))
 		return nil
 	})
 	if err != nil {
@@ -140,6 +233,15 @@ func (r *Redis) Grant(ctx context.Context, rule *Rule, id string, amount int64, 
 	if err := checkGrant(amount); err != nil {
 		return Grant{}, AuditEntry{}, err
 	}
+	cr, err := r.enabledRule(rule)
+	if err != nil {
+		return Grant{}, AuditEntry{}, err
+	}
+	// Until the end of the window, as this replica sees it (quotaSkew covers the others).
+	_, we := cr.snap.Window.boundsUnix(time.Now().Unix())
+	if err := r.flag(ctx, rule.Name, we); err != nil {
+		return Grant{}, AuditEntry{}, err
+	}
 	e := AuditEntry{Action: ActionGrant, Amount: amount}
 	op, err := r.change(ctx, rule, id, who, &e, []any{amount}, nil)
 	if err != nil && !errors.As(err, new(*AuditError)) {
@@ -159,6 +261,9 @@ func (r *Redis) SetOverride(ctx context.Context, rule *Rule, id string, value in
 		return Override{}, AuditEntry{}, err
 	}
 	ends := expires.UnixMicro()
+	if err := r.flag(ctx, rule.Name, expires.Unix()+1); err != nil {
+		return Override{}, AuditEntry{}, err
+	}
 	member := indexMember(rule.Name, id)
 	// Indexed first: the listing then never misses an override that is in force.
 	if err := r.client.ZAdd(ctx, r.overridesKey(), redis.Z{Score: float64(ends), Member: member}).Err(); err != nil {

@@ -3,6 +3,7 @@ package limits
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -28,10 +29,11 @@ func TestQuotas(t *testing.T) {
 
 var who = Who{Actor: "ops", Reason: "support ticket 42"}
 
-// quotaStores returns two store instances on one state, as two replicas see it.
+// quotaStores returns two store instances on one state, as two replicas see it, and the
+// first one's quota actions.
 func quotaStores(t *testing.T, b backend) (Store, Store, QuotaStore) {
 	s := b.stores(t, 2)
-	return s[0], s[1], s[1].(QuotaStore)
+	return s[0], s[1], s[0].(QuotaStore)
 }
 
 // takeN takes one hit n times and counts the admissions; last is the last decision.
@@ -56,6 +58,9 @@ func testGrant(t *testing.T, b backend) {
 	if n, _ := takeN(t, a, 4, hit); n != 3 {
 		t.Fatalf("before the grant: %d admitted, want 3", n)
 	}
+	// Let the other replica read that no limit has quotas: the grant must reach it by the
+	// next read.
+	time.Sleep(2 * quotaPoll)
 	g, e, err := q.Grant(context.Background(), r, "acme", 2, who)
 	if err != nil {
 		t.Fatal(err)
@@ -67,10 +72,19 @@ func testGrant(t *testing.T, b backend) {
 	if e.Action != ActionGrant || e.Amount != 2 || e.Before != (QuotaState{3, 3, 0}) || e.After != (QuotaState{5, 3, 2}) || e.Actor != "ops" || e.Reason != who.Reason {
 		t.Fatalf("audit entry %+v", e)
 	}
-	// The other replica admits the granted units at its next decision, and no more.
-	n, last := takeN(t, a, 3, hit)
-	if n != 2 || last.Results[0].Limit != 5 {
-		t.Fatalf("after granting 2: %d admitted (limit %d), want 2 of 5", n, last.Results[0].Limit)
+	// The other replica admits the granted units within a second (quotaPoll), and no more.
+	start := time.Now()
+	n := 0
+	for n == 0 {
+		if time.Since(start) > time.Second {
+			t.Fatal("the other replica did not apply the grant within 1 s")
+		}
+		n, _ = takeN(t, other, 1, hit)
+	}
+	t.Logf("the other replica applied the grant after %v", time.Since(start))
+	n, last := takeN(t, a, 2, hit)
+	if n != 1 || last.Results[0].Limit != 5 {
+		t.Fatalf("after granting 2: %d more admitted (limit %d), want 1 of 5", n, last.Results[0].Limit)
 	}
 	// Grants add up.
 	if g, _, err = q.Grant(context.Background(), r, "acme", 1, who); err != nil || g.Granted != 3 {
@@ -355,5 +369,54 @@ func TestQuotaOneScriptCall(t *testing.T) {
 	n, _ := takeN(t, s, 5, hits...)
 	if calls := redistest.ScriptCalls(t, client) - before; calls != 5 || n != 2 {
 		t.Fatalf("%d script calls for 5 decisions (%d admitted), want 5 (2)", calls, n)
+	}
+}
+
+// BenchmarkDecisionCostWithQuota is BenchmarkDecisionCost for tenants that have a run-time
+// quota: an override in force and grants in the window, on every limit of the decision.
+//
+//	go test -run '^$' -bench BenchmarkDecisionCostWithQuota -benchtime 20000x -count 6 ./limits/
+func BenchmarkDecisionCostWithQuota(b *testing.B) {
+	srv := redistest.Start(b)
+	for _, n := range []int{1, 4} {
+		b.Run(map[int]string{1: "agent_job", 4: "four_limits"}[n], func(b *testing.B) {
+			hits := benchHits(b, []string{"proj", "keyhash", "org", "1.2.3.4"})[:n]
+			decisionCost(b, srv, hits, func(s *Redis) {
+				for _, h := range hits {
+					if _, _, err := s.Grant(context.Background(), h.Rule, h.ID, 5, who); err != nil {
+						b.Fatal(err)
+					}
+					if _, _, err := s.SetOverride(context.Background(), h.Rule, h.ID, h.Rule.Limit, time.Now().Add(time.Hour), who); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		})
+	}
+}
+
+// On a Cluster, a decision whose tenants are on one master but in different slots is one
+// node script touching several slots: its quota keys are checked and read there too.
+func TestQuotaClusterSlotsOfOneNode(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	s := newRedisT(t, cl.Client(t), uniquePrefix())
+	// Slots 0-5460 are the first master's (redis-cli's layout): two ids there, apart.
+	var ids []string
+	for i := 0; len(ids) < 2; i++ {
+		id := fmt.Sprintf("id%d", i)
+		if slot := keySlot(id); slot < 5000 && (len(ids) == 0 || keySlot(ids[0]) != slot) {
+			ids = append(ids, id)
+		}
+	}
+	a, b := rule(t, "node_a", 10, "hour", Fixed), rule(t, "node_b", 10, "hour", GCRA)
+	hits := []Hit{{Rule: a, ID: ids[0]}, {Rule: b, ID: ids[1]}}
+	if _, _, err := s.SetOverride(context.Background(), b, ids[1], 2, time.Now().Add(time.Hour), who); err != nil {
+		t.Fatal(err)
+	}
+	if n, last := takeN(t, s, 3, hits...); n != 2 || last.Results[1].Limit != 2 || last.Results[0].Limit != 10 {
+		t.Fatalf("two slots of one node, one overridden to 2: %d admitted, %+v", n, last.Results)
+	}
+	if u, err := s.Usage(context.Background(), a, ids[0]); err != nil || u.Used != 2 {
+		t.Fatalf("the other limit after the denial: %+v %v, want 2 used", u, err)
 	}
 }

@@ -24,8 +24,9 @@ type Redis struct {
 	rules   ruleCache
 	pool    sync.Pool // *scratch, reused buffers of the hot path
 
-	auditMax     int // see WithRedisAuditMax
-	waitReplicas int // see WithWaitReplicas
+	auditMax     int        // see WithRedisAuditMax
+	flags        quotaFlags // which limits have run-time quotas (quota_redis.go)
+	waitReplicas int        // see WithWaitReplicas
 	waitTimeout  time.Duration
 	coalesce     bool           // see WithCoalescing
 	comb         *combiner      // coalescing on a standalone or Sentinel client
@@ -64,6 +65,7 @@ func NewRedis(client redis.UniversalClient, prefix string, opts ...RedisOption) 
 	if err := r.startCoalescing(); err != nil {
 		return nil, err
 	}
+	r.flags.start(r)
 	return r, nil
 }
 
@@ -118,12 +120,18 @@ func (r *Redis) Take(ctx context.Context, hits []Hit, d *Decision) error {
 			d.Results[i].Allowed = true
 			continue
 		}
-		// Both keys in one allocation: the counter's name, then the quota's.
-		both := cr.keyPre + h.ID + "}" + cr.quotaPre + h.ID + "}"
-		cut := len(cr.keyPre) + len(h.ID) + 1
-		sc.keys = append(sc.keys, both[:cut])
-		sc.qkeys = append(sc.qkeys, both[cut:])
-		sc.args = append(sc.args, cr.spec)
+		if !r.flags.on(h.Rule.Name) {
+			sc.keys = append(sc.keys, cr.keyPre+h.ID+"}")
+			sc.qkeys = append(sc.qkeys, "")
+			sc.args = append(sc.args, cr.spec)
+		} else {
+			// Both keys in one allocation: the counter's name, then the quota's.
+			both := cr.keyPre + h.ID + "}" + cr.quotaPre + h.ID + "}"
+			cut := len(cr.keyPre) + len(h.ID) + 1
+			sc.keys = append(sc.keys, both[:cut])
+			sc.qkeys = append(sc.qkeys, both[cut:])
+			sc.args = append(sc.args, cr.specQ)
+		}
 		sc.idx = append(sc.idx, i)
 	}
 	sc.ws = append(sc.ws, make([]int64, len(sc.keys))...)
@@ -134,7 +142,7 @@ func (r *Redis) Take(ctx context.Context, hits []Hit, d *Decision) error {
 	if r.cluster != nil && !sameSlot(sc) {
 		return r.followTopology(ctx, withKey(r.takeCluster(ctx, sc, d), sc.keys, sc.qkeys))
 	}
-	sc.all = append(append(sc.all, sc.keys...), sc.qkeys...)
+	sc.all = appendQuotaKeys(append(sc.all, sc.keys...), sc.qkeys)
 	var cmd *redis.Cmd
 	switch {
 	case r.waitReplicas == 0:
@@ -152,7 +160,7 @@ func (r *Redis) Take(ctx context.Context, hits []Hit, d *Decision) error {
 	if err != nil {
 		return r.followTopology(ctx, withKey(fmt.Errorf("limits: take: %w", err), sc.all))
 	}
-	ok, err := parseTake(reply, sc.idx, sc.ws, d.Results)
+	ok, err := parseTake(reply, sc.idx, sc.qkeys, sc.ws, d.Results)
 	if err != nil {
 		return withKey(err, sc.all)
 	}
@@ -203,38 +211,52 @@ func scanInts(reply string, v []int64) error {
 	return nil
 }
 
-// parseTake fills results from a takeLua reply; idx maps reply entries to
-// result indexes and ws receives the window starts.
-func parseTake(reply string, idx []int, ws []int64, res []Result) (bool, error) {
+// parseTake fills results from a takeLua reply; idx maps reply entries to result indexes,
+// qkeys says which carry the allowance (those whose quota key was sent), and ws receives the
+// window starts.
+func parseTake(reply string, idx []int, qkeys []string, ws []int64, res []Result) (bool, error) {
 	f := fields{s: reply}
 	ok, err := f.next()
 	if err != nil || ok < 0 || ok > 1 {
 		return false, fmt.Errorf("%w %q", errMalformedReply, reply)
 	}
+	var v [7]int64
 	for k, i := range idx {
-		a, e1 := f.next()
-		rem, e2 := f.next()
-		reset, e3 := f.next()
-		retry, e4 := f.next()
-		w, e5 := f.next()
-		allow, e6 := f.next()
-		base, e7 := f.next()
-		if e1 != nil || e2 != nil || e3 != nil || e4 != nil || e5 != nil || e6 != nil || e7 != nil {
-			return false, fmt.Errorf("%w %q", errMalformedReply, reply)
+		n := 5
+		if qkeys[k] != "" {
+			n = 7
+		}
+		for j := range n {
+			if v[j], err = f.next(); err != nil {
+				return false, fmt.Errorf("%w %q", errMalformedReply, reply)
+			}
 		}
 		r := &res[i]
-		r.Allowed = a == 1
-		r.Remaining = max(rem, 0)
-		r.Reset = time.Duration(max(reset, 0)) * time.Microsecond
-		r.RetryAfter = time.Duration(max(retry, 0)) * time.Microsecond
-		r.WindowStart = w
-		r.Limit, r.base = allow, base
-		ws[k] = w
+		r.Allowed = v[0] == 1
+		r.Remaining = max(v[1], 0)
+		r.Reset = time.Duration(max(v[2], 0)) * time.Microsecond
+		r.RetryAfter = time.Duration(max(v[3], 0)) * time.Microsecond
+		r.WindowStart = v[4]
+		r.Limit, r.base = r.Rule.Limit, r.Rule.Limit
+		if n == 7 {
+			r.Limit, r.base = v[5], v[6]
+		}
+		ws[k] = v[4]
 	}
 	if f.s != "" {
 		return false, fmt.Errorf("%w %q: trailing data", errMalformedReply, reply)
 	}
 	return ok == 1, nil
+}
+
+// appendQuotaKeys appends the quota keys that were sent (not "") to keys.
+func appendQuotaKeys(keys, qkeys []string) []string {
+	for _, k := range qkeys {
+		if k != "" {
+			keys = append(keys, k)
+		}
+	}
+	return keys
 }
 
 var errField = errors.New("limits: bad integer field")

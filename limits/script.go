@@ -47,11 +47,12 @@ end
 -- numbers keep sub-microsecond precision in a double.
 local jan_1_2017 = 1483228800
 
--- A spec is "<algo>[s] <limit> <window>"; the s marks a shadow limit (see takeLua).
+-- A spec is "<algo>[s][q] <limit> <window>"; the s marks a shadow limit, the q a limit whose
+-- tenants' run-time quotas are to be read (see takeLua).
 local function parse(spec)
-  local algo, shadow, limit, win = string.match(spec, '^(%a)(s?) (%d+) (%w+)$')
+  local algo, shadow, q, limit, win = string.match(spec, '^(%a)(s?)(q?) (%d+) (%w+)$')
   if not algo then error('limits: bad rule spec ' .. tostring(spec)) end
-  return algo, tonumber(limit), win, shadow == 's'
+  return algo, tonumber(limit), win, shadow == 's', q == 'q'
 end
 
 -- GCRA in units of the emission interval em: a bucket whose TAT is t holds (t - gnow) / em
@@ -118,34 +119,62 @@ local function allowance(base, g)
 end
 `
 
-// takeLua decides all limits at once: KEYS[i] is the counter of limit i and KEYS[n+i] its
-// tenant's run-time quota (in the counter's slot), ARGV[i] its spec: "f|g|t[s] <limit>
-// <window>", s for a shadow limit. The first pass only reads; the second writes. A request is
-// admitted when every enforced limit had room in its allowance (the limit or the tenant's
-// override, plus the window's grants); it is then charged to every enforced limit and to
-// every shadow limit that still has room, and a request denied by an enforced limit is
-// charged to none: all-or-nothing in one call (a script runs atomically), shadow limits that
-// keep counting after one of them is spent included. Fixed-window keys are hashes {s = window
-// start, n = count} expiring at the window end; a stale s means a new window. GCRA keys hold
-// the TAT exactly like redis_rate/v10, the bucket refilling at the base (limit or override)
-// per period and holding the allowance. 't' (tokens) limits are only checked.
+// takeLua decides all limits at once: KEYS[i] is the counter of limit i, ARGV[i] its spec:
+// "f|g|t[s][q] <limit> <window>", s for a shadow limit, q for a limit some of whose tenants
+// may have a run-time quota (see quota.go): the quota keys of those limits follow the
+// counters in KEYS, in the same order, each in its counter's slot. The first pass only
+// reads; the second writes. A request is admitted when every enforced limit had room in its
+// allowance (the limit or the tenant's override, plus the window's grants); it is then
+// charged to every enforced limit and to every shadow limit that still has room, and a
+// request denied by an enforced limit is charged to none: all-or-nothing in one call (a
+// script runs atomically), shadow limits that keep counting after one of them is spent
+// included. Fixed-window keys are hashes {s = window start, n = count} expiring at the
+// window end; a stale s means a new window. GCRA keys hold the TAT exactly like
+// redis_rate/v10, the bucket refilling at the base (limit or override) per period and
+// holding the allowance. 't' (tokens) limits are only checked.
 //
-// Reply: "<ok> then per key: <allowed> <remaining> <reset µs> <retry µs> <window start>
-// <allowance> <base>". One string (instead of an array of integers) keeps the client's reply
-// parsing to a single allocation.
+// Reply: "<ok> then per key: <allowed> <remaining> <reset µs> <retry µs> <window start>",
+// followed for a q limit by "<allowance> <base>". One string (instead of an array of
+// integers) keeps the client's reply parsing to a single allocation.
 const takeLua = windowLua + quotaLua + `
+-- Run-time quotas are rare: one EXISTS over the decision's quota keys says whether any is
+-- to be read.
+local function any_quota(from, to)
+  return redis.call('EXISTS', unpack(KEYS, from, to)) > 0
+end
+` + takeBody
+
+// nodeTakeLua is takeLua for a Cluster node (see nodePrelude). Its keys may lie in several
+// slots of the node, and a command of several keys must keep to one slot even in a script
+// allowed to cross them: the quota keys are checked one EXISTS each.
+const nodeTakeLua = nodePrelude + windowLua + quotaLua + `
+local function any_quota(from, to)
+  for i = from, to do
+    if redis.call('EXISTS', KEYS[i]) == 1 then return true end
+  end
+  return false
+end
+` + takeBody
+
+const takeBody = `
 local t = redis.call('TIME')
 local sec = tonumber(t[1])
 local usec = tonumber(t[2])
 local now_us = sec * 1000000 + usec
 local gnow = (sec - jan_1_2017) + (usec / 1000000)
 local n = #ARGV
+local quotas = #KEYS > n and any_quota(n + 1, #KEYS)
+local qk = n -- the last quota key read
 local st = {}
 local ok = 1
 for i = 1, n do
-  local algo, limit, win, shadow = parse(ARGV[i])
-  local base, g, ends = quota(KEYS[n + i], limit, win, sec, now_us)
-  local h = {algo = algo, limit = allowance(base, g), base = base, ends = ends}
+  local algo, limit, win, shadow, q = parse(ARGV[i])
+  local base, g, ends = limit, 0, 0
+  if q then
+    qk = qk + 1
+    if quotas then base, g, ends = quota(KEYS[qk], limit, win, sec, now_us) end
+  end
+  local h = {algo = algo, limit = allowance(base, g), base = base, ends = ends, q = q}
   if algo == 'f' or algo == 't' then
     local ws, we = bounds(win, sec)
     local cnt, same = count(KEYS[i], ws)
@@ -212,7 +241,11 @@ for i = 1, n do
   if not h.allowed and h.ends > 0 and (h.limit == 0 or h.ends - now_us < retry) then
     retry = h.ends - now_us
   end
-  out[#out + 1] = string.format('%d %d %d %d %d %d %d', a, rem, reset, retry, ws, h.limit, h.base)
+  if h.q then
+    out[#out + 1] = string.format('%d %d %d %d %d %d %d', a, rem, reset, retry, ws, h.limit, h.base)
+  else
+    out[#out + 1] = string.format('%d %d %d %d %d', a, rem, reset, retry, ws)
+  end
 end
 return table.concat(out, ' ')
 `
@@ -324,6 +357,6 @@ var (
 	usageScript        = redis.NewScript(usageLua)
 	debitScript        = redis.NewScript(debitLua)
 	quotaScript        = redis.NewScript(quotaOpLua)
-	nodeTakeScript     = redis.NewScript(nodePrelude + takeLua)
+	nodeTakeScript     = redis.NewScript(nodeTakeLua)
 	nodeGiveBackScript = redis.NewScript(nodePrelude + giveBackLua)
 )

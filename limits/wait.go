@@ -66,7 +66,7 @@ func (r *Redis) clusterWaited(ctx context.Context, nodes []*redis.Client, argv [
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			cmds[i] = r.runWaited(ctx, nodes[i], nodeTakeScript, nodePrelude+takeLua, firstKeys[i], argv[i]...)
+			cmds[i] = r.runWaited(ctx, nodes[i], nodeTakeScript, nodeTakeLua, firstKeys[i], argv[i]...)
 		}()
 	}
 	wg.Wait()
