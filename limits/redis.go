@@ -109,32 +109,9 @@ func (r *Redis) Take(ctx context.Context, hits []Hit, d *Decision) error {
 	sc := r.pool.Get().(*scratch)
 	defer func() { sc.reset(); r.pool.Put(sc) }()
 	sc.reset()
-	for i := range hits {
-		h := &hits[i]
-		cr, err := r.rules.get(h.Rule)
-		if err != nil {
-			return fmt.Errorf("limits: take: %w", err)
-		}
-		d.Results[i].Rule = h.Rule
-		if !cr.enabled {
-			d.Results[i].Allowed = true
-			continue
-		}
-		if !r.flags.on(h.Rule.Name) {
-			sc.keys = append(sc.keys, cr.keyPre+h.ID+"}")
-			sc.qkeys = append(sc.qkeys, "")
-			sc.args = append(sc.args, cr.spec)
-		} else {
-			// Both keys in one allocation: the counter's name, then the quota's.
-			both := cr.keyPre + h.ID + "}" + cr.quotaPre + h.ID + "}"
-			cut := len(cr.keyPre) + len(h.ID) + 1
-			sc.keys = append(sc.keys, both[:cut])
-			sc.qkeys = append(sc.qkeys, both[cut:])
-			sc.args = append(sc.args, cr.specQ)
-		}
-		sc.idx = append(sc.idx, i)
+	if err := r.prepare(sc, hits, d); err != nil {
+		return err
 	}
-	sc.ws = append(sc.ws, make([]int64, len(sc.keys))...)
 	if len(sc.keys) == 0 {
 		d.Allowed = true
 		return nil
@@ -165,6 +142,38 @@ func (r *Redis) Take(ctx context.Context, hits []Hit, d *Decision) error {
 		return withKey(err, sc.all)
 	}
 	d.Allowed = ok
+	return nil
+}
+
+// prepare puts the keys and arguments of hits' enabled rules into sc; a disabled rule's
+// result is admitted at once.
+func (r *Redis) prepare(sc *scratch, hits []Hit, d *Decision) error {
+	for i := range hits {
+		h := &hits[i]
+		cr, err := r.rules.get(h.Rule)
+		if err != nil {
+			return fmt.Errorf("limits: take: %w", err)
+		}
+		d.Results[i].Rule = h.Rule
+		if !cr.enabled {
+			d.Results[i].Allowed = true
+			continue
+		}
+		if !r.flags.on(h.Rule.Name) {
+			sc.keys = append(sc.keys, cr.keyPre+h.ID+"}")
+			sc.qkeys = append(sc.qkeys, "")
+			sc.args = append(sc.args, cr.spec)
+		} else {
+			// Both keys in one allocation: the counter's name, then the quota's.
+			both := cr.keyPre + h.ID + "}" + cr.quotaPre + h.ID + "}"
+			cut := len(cr.keyPre) + len(h.ID) + 1
+			sc.keys = append(sc.keys, both[:cut])
+			sc.qkeys = append(sc.qkeys, both[cut:])
+			sc.args = append(sc.args, cr.specQ)
+		}
+		sc.idx = append(sc.idx, i)
+	}
+	sc.ws = append(sc.ws, make([]int64, len(sc.keys))...)
 	return nil
 }
 
