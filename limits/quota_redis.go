@@ -53,9 +53,12 @@ const quotaSkew = 60
 
 type quotaFlags struct {
 	limits atomic.Pointer[map[string]bool] // nil: not read yet, every limit is on
-	mu     sync.Mutex                      // serialises writers of limits
-	stop   chan struct{}
-	done   chan struct{}
+	mu     sync.Mutex                      // serialises writers of limits and own
+	// own are the limits this store flagged itself, until when (Unix seconds): a read that
+	// began before the flag reached Redis must not turn them off again.
+	own  map[string]int64
+	stop chan struct{}
+	done chan struct{}
 }
 
 // on says whether a decision must read its tenants' quotas of limit.
@@ -64,21 +67,42 @@ func (f *quotaFlags) on(limit string) bool {
 	return m == nil || (*m)[limit]
 }
 
-// set replaces the limits that are on, or adds one (add true).
-func (f *quotaFlags) set(names []string, add bool) {
+// read replaces the limits that are on by those read from Redis, and this store's own.
+func (f *quotaFlags) read(names []string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	m := make(map[string]bool, len(names))
-	if old := f.limits.Load(); add && old != nil {
-		for k := range *old {
-			m[k] = true
-		}
-	} else if add {
-		return // every limit is on already
-	}
+	m := make(map[string]bool, len(names)+len(f.own))
 	for _, n := range names {
 		m[n] = true
 	}
+	now := time.Now().Unix()
+	for n, until := range f.own {
+		if until < now-quotaSkew {
+			delete(f.own, n)
+			continue
+		}
+		m[n] = true
+	}
+	f.limits.Store(&m)
+}
+
+// add turns limit on here at once, until until (Unix seconds).
+func (f *quotaFlags) add(limit string, until int64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.own == nil {
+		f.own = map[string]int64{}
+	}
+	f.own[limit] = max(f.own[limit], until)
+	old := f.limits.Load()
+	if old == nil {
+		return // every limit is on already
+	}
+	m := make(map[string]bool, len(*old)+1)
+	for k := range *old {
+		m[k] = true
+	}
+	m[limit] = true
 	f.limits.Store(&m)
 }
 
@@ -94,7 +118,7 @@ func (f *quotaFlags) start(r *Redis) {
 				Min: strconv.FormatInt(time.Now().Unix()-quotaSkew, 10), Max: "+inf"}).Result()
 			cancel()
 			if err == nil {
-				f.set(names, false)
+				f.read(names)
 			}
 			select {
 			case <-f.stop:
@@ -120,7 +144,7 @@ func (r *Redis) flag(ctx context.Context, limit string, until int64) error {
 	if err != nil {
 		return r.followTopology(ctx, fmt.Errorf("limits: quota flag: %w", err))
 	}
-	r.flags.set([]string{limit}, true)
+	r.flags.add(limit, until)
 	return nil
 }
 

@@ -420,3 +420,26 @@ func TestQuotaClusterSlotsOfOneNode(t *testing.T) {
 		t.Fatalf("the other limit after the denial: %+v %v, want 2 used", u, err)
 	}
 }
+
+// A store's own flag survives a read of the set that began before the flag reached Redis
+// (it once lost it for one read: the store's own action then did not apply for 250 ms).
+func TestQuotaFlagsKeepOwn(t *testing.T) {
+	var f quotaFlags
+	if !f.on("x") {
+		t.Fatal("before any read every limit must be on")
+	}
+	f.read(nil)
+	if f.on("x") {
+		t.Fatal("after reading none, x is on")
+	}
+	f.add("x", time.Now().Unix()+3600)
+	f.read(nil) // began before the flag reached Redis
+	if !f.on("x") || f.on("y") {
+		t.Fatal("a stale read turned this store's own flag off")
+	}
+	f.add("old", time.Now().Unix()-quotaSkew-1)
+	f.read(nil)
+	if f.on("old") {
+		t.Fatal("an own flag past its end stays on")
+	}
+}
