@@ -41,6 +41,9 @@ type Options struct {
 	Keys KeyManager
 	// KnownPlan tells whether the running config defines a plan; keys naming another are refused.
 	KnownPlan func(string) bool
+	// Quotas backs the /quota endpoints (grants, overrides, resets, the audit trail) and the
+	// page's lists of overrides and audit entries; nil disables them.
+	Quotas QuotaManager
 	// Token, when set, is required on every endpoint but /healthz and /readyz, as
 	// "Authorization: Bearer <token>" or as the password of HTTP Basic auth (any user name),
 	// so that a browser can open the usage page. Empty: write endpoints answer 403
@@ -97,6 +100,24 @@ func Handler(o Options) http.Handler {
 		mux.Handle("GET /keys", guard(http.HandlerFunc(k.list)))
 		writes["POST /keys"], writes["DELETE /keys/{digest}"] = "keys.add", "keys.revoke"
 	}
+	if o.Quotas != nil {
+		q := quotas{qm: o.Quotas, timeout: o.UsageTimeout, log: o.Logger}
+		for pattern, action := range map[string]string{
+			"POST /quota/grants":                   "quota.grant",
+			"PUT /quota/overrides/{limit}/{id...}": "quota.override",
+			// DELETE takes ?reason= or a JSON body: write's rules refuse a body of another type.
+			"DELETE /quota/overrides/{limit}/{id...}": "quota.override_end",
+			"POST /quota/resets":                      "quota.reset",
+		} {
+			writes[pattern] = action
+		}
+		mux.Handle("POST /quota/grants", write(jsonOnly(http.HandlerFunc(q.grant), true)))
+		mux.Handle("PUT /quota/overrides/{limit}/{id...}", write(jsonOnly(http.HandlerFunc(q.setOverride), true)))
+		mux.Handle("DELETE /quota/overrides/{limit}/{id...}", write(http.HandlerFunc(q.endOverride)))
+		mux.Handle("POST /quota/resets", write(jsonOnly(http.HandlerFunc(q.reset), true)))
+		mux.Handle("GET /quota/overrides", guard(http.HandlerFunc(q.overrides)))
+		mux.Handle("GET /quota/audit", guard(http.HandlerFunc(q.audit)))
+	}
 	if o.Reload != nil {
 		mux.Handle("POST /reload", write(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 			if err := o.Reload(); err != nil {
@@ -134,10 +155,13 @@ type handler struct {
 type usageJSON struct {
 	Name      string    `json:"name"`
 	Unit      string    `json:"unit"`
-	Limit     int64     `json:"limit"`
+	Limit     int64     `json:"limit"` // the allowance: the override in force, else the limit, plus granted
 	Used      int64     `json:"used"`
 	Remaining int64     `json:"remaining"`
 	Reset     time.Time `json:"reset"`
+	// Granted and Override are the tenant's run-time quota, where present.
+	Granted  int64                 `json:"granted,omitempty"`
+	Override *limits.OverrideTerms `json:"override,omitempty"`
 }
 
 func (h *handler) usage(what, param string) http.Handler {
@@ -181,7 +205,7 @@ func (h *handler) writeUsage(w http.ResponseWriter, r *http.Request, what, subje
 		Limits []usageJSON `json:"limits"`
 	}{Limits: make([]usageJSON, 0, len(usages))}
 	for _, u := range usages {
-		out.Limits = append(out.Limits, usageJSON{u.Name, u.Unit.String(), u.Limit, u.Used, u.Remaining, ceilSecond(u.Reset)})
+		out.Limits = append(out.Limits, usageJSON{u.Name, u.Unit.String(), u.Limit, u.Used, u.Remaining, ceilSecond(u.Reset), u.Granted, u.Override})
 	}
 	writeJSON(w, http.StatusOK, out)
 }

@@ -36,6 +36,10 @@ type topTenantJSON struct {
 	Fraction  float64   `json:"fraction"`
 	Reset     time.Time `json:"reset"`
 	Plan      string    `json:"plan"`
+	// Granted and Override are the tenant's run-time quota, where present (Limit includes
+	// them).
+	Granted  int64                 `json:"granted,omitempty"`
+	Override *limits.OverrideTerms `json:"override,omitempty"`
 }
 
 type topListJSON struct {
@@ -50,7 +54,7 @@ func topJSON(l limits.TopList) topListJSON {
 	for _, t := range l.Tenants {
 		out.Tenants = append(out.Tenants, topTenantJSON{
 			ID: t.ID, Label: t.Label, Org: t.Org, Used: t.Used, Limit: t.Limit, Remaining: t.Remaining,
-			Fraction: t.Fraction, Reset: ceilSecond(t.Reset), Plan: t.Plan,
+			Fraction: t.Fraction, Reset: ceilSecond(t.Reset), Plan: t.Plan, Granted: t.Granted, Override: t.Override,
 		})
 	}
 	return out

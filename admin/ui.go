@@ -78,13 +78,28 @@ type pageData struct {
 	Limits    []limitView
 	Tokens    []limitView // tokens limits that count by org
 	Error     string
+	// Quotas is set when run-time quotas are served: the overrides in force and the newest
+	// audit entries.
+	Quotas *quotaView
 }
+
+type quotaView struct {
+	Overrides []limits.Override
+	Audit     []limits.AuditEntry
+	Error     string
+}
+
+// uiAudit is how many audit entries the page lists.
+const uiAudit = 20
 
 func (u *ui) data(ctx context.Context) pageData {
 	d := pageData{Generated: time.Now(), Refresh: int(u.o.UIRefresh / time.Second)}
 	if u.o.State != nil {
 		st := u.o.State(ctx)
 		d.State = &st
+	}
+	if u.o.Quotas != nil {
+		d.Quotas = u.quotas(ctx)
 	}
 	tctx, cancel := context.WithTimeout(ctx, u.o.TopTimeout)
 	defer cancel()
@@ -113,6 +128,22 @@ func (u *ui) data(ctx context.Context) pageData {
 		}
 	}
 	return d
+}
+
+// quotas reads the overrides in force and the newest audit entries.
+func (u *ui) quotas(ctx context.Context) *quotaView {
+	ctx, cancel := context.WithTimeout(ctx, u.o.UsageTimeout)
+	defer cancel()
+	var v quotaView
+	var err error
+	if v.Overrides, err = u.o.Quotas.Overrides(ctx); err == nil {
+		v.Audit, err = u.o.Quotas.Audit(ctx, uiAudit)
+	}
+	if err != nil {
+		u.o.Logger.Warn("usage page: reading the quota overrides and audit failed", zap.Error(err))
+		v.Error = "The overrides and the audit trail could not be read just now; the page tries again at its next refresh."
+	}
+	return &v
 }
 
 // page serves the whole page, or with ?partial=1 only its content, which the page's script

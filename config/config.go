@@ -54,6 +54,9 @@ type Config struct {
 	Plans map[string]map[string]Limit `yaml:"plans"`
 	// Limits defines or adjusts limits by name; routes apply them.
 	Limits map[string]Limit `yaml:"limits"`
+	// Quota configures run-time quota changes (grants, overrides, resets on the admin
+	// listener) and their audit trail.
+	Quota Quota `yaml:"quota"`
 
 	// Auth says how keys are checked: by prefix alone, or against a registry of keys.
 	Auth Auth `yaml:"auth"`
@@ -242,6 +245,17 @@ type Route struct {
 	Deprecation *Deprecation `yaml:"deprecation"`
 }
 
+// Quota configures run-time quota changes.
+type Quota struct {
+	// AuditMax is how many audit entries are kept (the newest): in Redis, or in process for
+	// the in-process store.
+	AuditMax int `yaml:"audit_max"`
+}
+
+// MaxAuditMax bounds quota.audit_max: entries are a few hundred bytes each, kept in Redis'
+// memory (or the gateway's).
+const MaxAuditMax = 10_000_000
+
 // Defaults returns the configuration every omitted key falls back to.
 func Defaults() Config {
 	return Config{
@@ -280,5 +294,6 @@ func Defaults() Config {
 			Breaker:   Breaker{Failures: 5, Cooldown: time.Second},
 			Coalesce:  true,
 		},
+		Quota: Quota{AuditMax: 100_000},
 	}
 }

@@ -174,6 +174,9 @@ func (v *validator) limits(c *Config) {
 	for i, a := range c.Redis.Addrs {
 		v.listenAddr(indexKey("redis.addrs", i), a)
 	}
+	if c.Quota.AuditMax < 1 || c.Quota.AuditMax > MaxAuditMax {
+		v.fail("quota.audit_max", "%d: must be from 1 to %d", c.Quota.AuditMax, MaxAuditMax)
+	}
 	if !limitName.MatchString(c.Redis.KeyPrefix) {
 		v.fail("redis.key_prefix", "%q must be lower_snake_case", c.Redis.KeyPrefix)
 	}

@@ -68,6 +68,7 @@ func (r *Redis) byNode(ctx context.Context, sc *scratch) error {
 		for j := i; j > 0 && sc.slots[j] < sc.slots[j-1]; j-- {
 			sc.slots[j], sc.slots[j-1] = sc.slots[j-1], sc.slots[j]
 			sc.keys[j], sc.keys[j-1] = sc.keys[j-1], sc.keys[j]
+			sc.qkeys[j], sc.qkeys[j-1] = sc.qkeys[j-1], sc.qkeys[j]
 			sc.args[j], sc.args[j-1] = sc.args[j-1], sc.args[j]
 			sc.idx[j], sc.idx[j-1] = sc.idx[j-1], sc.idx[j]
 		}
@@ -75,14 +76,25 @@ func (r *Redis) byNode(ctx context.Context, sc *scratch) error {
 	return nil
 }
 
-// nodeArgs is the node script's ARGV: the key count, the keys, then the per-key arguments.
-func nodeArgs(keys []string, args []any) []any {
-	out := make([]any, 0, 1+len(keys)+len(args))
-	out = append(out, len(keys))
+// nodeArgs is the node script's ARGV: the key count, the keys (then the quota keys a
+// decision sends, those of qkeys not ""), then the per-key arguments.
+func nodeArgs(keys, qkeys []string, args []any) []any {
+	out := make([]any, 1, 1+len(keys)+len(qkeys)+len(args))
 	for _, k := range keys {
 		out = append(out, k)
 	}
+	for _, k := range qkeys {
+		if k != "" {
+			out = append(out, k)
+		}
+	}
+	out[0] = len(out) - 1
 	return append(out, args...)
+}
+
+// nodeTakeArgs is the node script's ARGV for group g of a decision.
+func (sc *scratch) nodeTakeArgs(g group) []any {
+	return nodeArgs(sc.keys[g.lo:g.hi], sc.qkeys[g.lo:g.hi], sc.args[g.lo:g.hi])
 }
 
 // group is the keys sc.keys[lo:hi] of one node.
@@ -115,10 +127,10 @@ func (r *Redis) takeCluster(ctx context.Context, sc *scratch, d *Decision) error
 // without running anything, and the call is sent again with the script's source.
 func (r *Redis) takeOnNode(ctx context.Context, sc *scratch, g group, gi int) *redis.Cmd {
 	node, first := sc.clients[gi], sc.keys[g.lo:g.lo+1]
-	argv := nodeArgs(sc.keys[g.lo:g.hi], sc.args[g.lo:g.hi])
+	argv := sc.nodeTakeArgs(g)
 	switch {
 	case r.waitReplicas > 0:
-		return r.runWaited(ctx, node, nodeTakeScript, nodePrelude+takeLua, first, argv...)
+		return r.runWaited(ctx, node, nodeTakeScript, nodeTakeLua, first, argv...)
 	case r.nodeCombs != nil:
 		c := r.nodeCombs.of(node)
 		if c == nil {
@@ -158,7 +170,7 @@ func (r *Redis) settleCluster(ctx context.Context, sc *scratch, d *Decision, gro
 		ok := false
 		reply, err := sc.cmds[gi].Text()
 		if err == nil {
-			ok, err = parseTake(reply, sc.idx[g.lo:g.hi], sc.ws[g.lo:g.hi], d.Results)
+			ok, err = parseTake(reply, sc.idx[g.lo:g.hi], sc.qkeys[g.lo:g.hi], sc.ws[g.lo:g.hi], d.Results)
 		}
 		if err != nil {
 			errs = append(errs, &NodeError{Node: sc.nodes[gi], Err: err})
@@ -185,13 +197,17 @@ func (r *Redis) settleCluster(ctx context.Context, sc *scratch, d *Decision, gro
 			if !res.Allowed || res.Rule.Unit == Tokens {
 				continue
 			}
+			cr, err := r.rules.get(res.Rule)
+			if err != nil {
+				continue // it was compiled for the take: cannot happen
+			}
 			keys = append(keys, sc.keys[k])
-			sc.gargs = append(sc.gargs, sc.args[k], sc.ws[k])
+			sc.gargs = append(sc.gargs, cr.specFor(res.base), sc.ws[k])
 			// Report the current state: the unit is returned.
-			res.Remaining = min(res.Remaining+1, res.Rule.Limit)
+			res.Remaining = min(res.Remaining+1, res.Limit)
 		}
 		if len(keys) > 0 {
-			gbs = append(gbs, giveBack{node: sc.clients[gi], name: sc.nodes[gi], keys: keys, argv: nodeArgs(keys, sc.gargs)})
+			gbs = append(gbs, giveBack{node: sc.clients[gi], name: sc.nodes[gi], keys: keys, argv: nodeArgs(keys, nil, sc.gargs)})
 		}
 	}
 	if len(gbs) > 0 && ctx.Err() != nil {

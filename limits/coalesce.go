@@ -60,8 +60,10 @@ func (r *Redis) runTake(ctx context.Context, keys []string, args []any) *redis.C
 	return takeScript.Run(ctx, r.client, keys, args...)
 }
 
-// Close stops the combiners, if any, after the decisions under way.
+// Close stops the combiners, if any, after the decisions under way, and the reading of which
+// limits have run-time quotas.
 func (r *Redis) Close() error {
+	r.flags.close()
 	if r.nodeCombs != nil {
 		r.nodeCombs.close()
 	}

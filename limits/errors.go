@@ -137,15 +137,19 @@ func (e *DataError) Unwrap() error { return e.Err }
 
 // withKey wraps a data error of a call on keys in a DataError naming the key, which the
 // scripts write into their replies as "(key <name>)". Other errors are returned as they are.
-func withKey(err error, keys []string) error {
+func withKey(err error, keys ...[]string) error {
 	if err == nil || Classify(err) != KindData {
 		return err
 	}
 	msg := err.Error()
-	for _, k := range keys {
-		if strings.Contains(msg, "(key "+k+")") {
-			return &DataError{Key: k, Err: err}
+	var all []string
+	for _, ks := range keys {
+		for _, k := range ks {
+			if strings.Contains(msg, "(key "+k+")") {
+				return &DataError{Key: k, Err: err}
+			}
 		}
+		all = append(all, ks...)
 	}
-	return &DataError{Key: strings.Join(keys, " "), Err: err}
+	return &DataError{Key: strings.Join(all, " "), Err: err}
 }

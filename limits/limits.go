@@ -77,6 +77,12 @@ type Result struct {
 	// WindowStart is, for a fixed window, the start (Unix seconds, the store's clock) of the
 	// window the request was counted in; Refund gives a unit back in that window only.
 	WindowStart int64
+	// Limit is the allowance the decision applied: Rule.Limit unless the tenant has an
+	// override in force or grants in the window (see quota.go), which the headers show.
+	Limit int64
+	// base is the limit or override the grants add to: a GCRA bucket refills one unit per
+	// period/base, which is what a refund gives back.
+	base int64
 }
 
 // Decision is the outcome of one Take.
@@ -116,11 +122,13 @@ func (d *Decision) reset(n int) {
 // Usage is a counter read back without consuming.
 type Usage struct {
 	Name      string
-	Limit     int64
+	Limit     int64 // the allowance: the tenant's override in force, else the limit, plus Granted
 	Used      int64
 	Remaining int64
 	Reset     time.Time // end of the current window (fixed) / full replenishment (gcra)
 	Unit      Unit
+	Granted   int64          // grants of the current window
+	Override  *OverrideTerms // the override in force; nil without one
 }
 
 // Store decides hits atomically: all-or-nothing (if any limit denies, none is consumed).
@@ -173,11 +181,16 @@ func CheckLimit(limit int64, w Window, a Algorithm) error {
 // compiled holds what a store derives from a Rule once, so the hot path does
 // not rebuild key prefixes and script arguments per request.
 type compiled struct {
-	snap    Rule   // the fields this was built from; a mismatch means the Rule was edited
-	keyPre  string // "<prefix>:<name>:<window>:{" (fixed windows), "<prefix>:<name>:<window>:gcra:{" (GCRA)
-	spec    any    // script argument "f <limit> <window>" ("fs ..." when Shadow), boxed once to avoid an allocation per call
-	period  float64
-	enabled bool
+	snap   Rule   // the fields this was built from; a mismatch means the Rule was edited
+	keyPre string // "<prefix>:<name>:<window>:{" (fixed windows), "<prefix>:<name>:<window>:gcra:{" (GCRA)
+	// quotaPre names the tenants' run-time quotas of the limit: "<prefix>:<name>:quota:{". A
+	// window is never "quota", so these never meet a counter's name.
+	quotaPre string
+	spec     any    // script argument "f <limit> <window>" ("fs ..." when Shadow), boxed once to avoid an allocation per call
+	specQ    any    // spec with the q flag: the tenant's quota key follows the counters (see takeLua)
+	algo     string // the spec's first word
+	period   float64
+	enabled  bool
 	// plainPre: keyPre holds no brace but its final '{', so a key's hash tag is its id up to
 	// the first '}' (slotKey).
 	plainPre bool
@@ -237,6 +250,7 @@ func (c *ruleCache) compile(r *Rule) (*compiled, error) {
 	}
 	cr.keyPre = c.prefix + r.Name + ":" + r.Window.String() + ":" + algoKeyPart(r.Algorithm) + "{"
 	cr.plainPre = !strings.ContainsAny(cr.keyPre[:len(cr.keyPre)-1], "{}")
+	cr.quotaPre = c.prefix + r.Name + ":quota:{"
 	algo := "f"
 	switch {
 	case r.Algorithm == GCRA:
@@ -247,9 +261,21 @@ func (c *ruleCache) compile(r *Rule) (*compiled, error) {
 	if r.Shadow {
 		algo += "s"
 	}
+	cr.algo = algo
 	cr.spec = algo + " " + strconv.FormatInt(r.Limit, 10) + " " + r.Window.luaSpec()
+	cr.specQ = algo + "q " + strconv.FormatInt(r.Limit, 10) + " " + r.Window.luaSpec()
 	cr.period = r.Window.Nominal().Seconds()
 	return cr, nil
+}
+
+// specFor is the spec with the limit replaced by base, the limit or override a decision's
+// grants added to: what a GCRA bucket refilled at, and so what giving a unit back returns.
+// base 0 (unknown, or an override of 0, which takes nothing) means the rule's own.
+func (cr *compiled) specFor(base int64) any {
+	if base <= 0 || base == cr.snap.Limit || cr.snap.Algorithm != GCRA {
+		return cr.spec
+	}
+	return cr.algo + " " + strconv.FormatInt(base, 10) + " " + cr.snap.Window.luaSpec()
 }
 
 // algoKeyPart is what a rule's algorithm adds to its key names. A fixed window is a hash and a

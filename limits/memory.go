@@ -28,6 +28,7 @@ type Memory struct {
 	rules  ruleCache
 	ops    atomic.Uint64
 	shards [memShards]memShard
+	quotas memQuotas
 }
 
 type memShard struct {
@@ -60,6 +61,8 @@ func NewMemory(opts ...MemoryOption) *Memory {
 	for i := range m.shards {
 		m.shards[i].m = make(map[memKey]*memEntry)
 	}
+	m.quotas.m = map[quotaKey]*quota{}
+	m.quotas.audit.max = DefaultAuditMax
 	for _, o := range opts {
 		o(m)
 	}
@@ -81,6 +84,24 @@ type memHit struct {
 	em    float64 // gcra
 	tat   float64 // gcra
 	used  int64   // gcra: units the bucket holds (held)
+	q     quotaTerms
+	allow int64 // the allowance: limit or override, plus grants (see quota.go)
+	base  int64 // the limit or override the grants add to
+	ends  int64 // the override's end, Unix µs; 0: none
+}
+
+// memTime is one reading of the store's clock in the units the algorithms use.
+type memTime struct {
+	sec int64   // Unix seconds
+	us  int64   // Unix microseconds
+	g   float64 // GCRA time: seconds since 2017, as redis_rate (see takeLua)
+}
+
+func (m *Memory) clock() memTime { return timeOf(m.now()) }
+
+func timeOf(now time.Time) memTime {
+	sec, usec := now.Unix(), int64(now.Nanosecond()/1000)
+	return memTime{sec: sec, us: sec*1e6 + usec, g: float64(sec-jan2017) + float64(usec)/1e6}
 }
 
 // Take implements Store. It locks the shards of all hits in index order (no
@@ -92,16 +113,39 @@ func (m *Memory) Take(ctx context.Context, hits []Hit, d *Decision) error {
 	}
 	d.reset(len(hits))
 	var buf [8]memHit
-	hs := buf[:0]
-	if len(hits) > len(buf) {
-		hs = make([]memHit, 0, len(hits))
-	}
 	var lockBuf [8]int
-	locks := lockBuf[:0]
+	hs, locks, err := m.prepare(hits, d, buf[:0], lockBuf[:0])
+	if err != nil {
+		return fmt.Errorf("limits: take: %w", err)
+	}
+	now := m.clock()
+	for _, s := range locks {
+		m.shards[s].mu.Lock()
+	}
+	allOK := true
+	for i := range hs {
+		ok := m.check(&hs[i], now)
+		allOK = allOK && (ok || hs[i].cr.snap.Shadow)
+	}
+	for i := range hs {
+		m.settle(&hs[i], &d.Results[i], allOK, now)
+	}
+	for _, s := range locks {
+		m.shards[s].mu.Unlock()
+	}
+	d.Allowed = allOK
+	if n := m.ops.Add(1); n%sweepEvery == 0 {
+		m.sweep(int(n/sweepEvery)%memShards, now.us)
+	}
+	return nil
+}
+
+// prepare compiles the hits' rules into hs and lists, sorted, the shards to lock.
+func (m *Memory) prepare(hits []Hit, d *Decision, hs []memHit, locks []int) ([]memHit, []int, error) {
 	for i := range hits {
 		cr, err := m.rules.get(hits[i].Rule)
 		if err != nil {
-			return fmt.Errorf("limits: take: %w", err)
+			return nil, nil, err
 		}
 		d.Results[i].Rule = hits[i].Rule
 		h := memHit{cr: cr, key: memKey{cr.keyPre, hits[i].ID}}
@@ -111,100 +155,109 @@ func (m *Memory) Take(ctx context.Context, hits []Hit, d *Decision) error {
 		}
 		hs = append(hs, h)
 	}
-	now := m.now()
-	sec, usec := now.Unix(), int64(now.Nanosecond()/1000)
-	nowUS := sec*1e6 + usec
-	gnow := float64(sec-jan2017) + float64(usec)/1e6
+	m.quotas.lookup(hs)
+	return hs, locks, nil
+}
 
-	for _, s := range locks {
-		m.shards[s].mu.Lock()
+// check reads h's counter and says whether its allowance has room (the caller holds the
+// lock).
+func (m *Memory) check(h *memHit, now memTime) bool {
+	if !h.cr.enabled {
+		h.ok = true
+		return true
 	}
-	allOK := true
-	for i := range hs {
-		h := &hs[i]
-		if !h.cr.enabled {
-			h.ok = true
-			continue
+	h.e = m.shards[h.shard].m[h.key]
+	lim := h.cr.snap.Limit
+	if h.cr.snap.Algorithm == Fixed {
+		h.ws, h.we = h.cr.snap.Window.boundsUnix(now.sec)
+		h.terms(lim, now)
+		if h.e != nil && h.e.ws == h.ws {
+			h.cnt = h.e.n
 		}
-		h.e = m.shards[h.shard].m[h.key]
-		lim := h.cr.snap.Limit
-		if h.cr.snap.Algorithm == Fixed {
-			h.ws, h.we = h.cr.snap.Window.boundsUnix(sec)
-			if h.e != nil && h.e.ws == h.ws {
-				h.cnt = h.e.n
-			}
-			h.ok = h.cnt < lim
-		} else {
-			h.em = h.cr.period / float64(lim)
-			h.tat = gnow
-			if h.e != nil && h.e.expires > nowUS {
-				h.tat = math.Max(h.e.tat, gnow)
-			}
-			h.used = held(h.tat, gnow, h.em)
-			h.ok = h.used < lim
-		}
-		allOK = allOK && (h.ok || h.cr.snap.Shadow)
+		h.ok = h.cnt < h.allow
+		return h.ok
 	}
-	for i := range hs {
-		h := &hs[i]
-		r := &d.Results[i]
-		r.Allowed = h.ok
-		if !h.cr.enabled {
-			continue
-		}
-		lim := h.cr.snap.Limit
-		charge := allOK && h.ok
-		if h.cr.snap.Unit == Tokens { // only checked: Debit counts the tokens later
-			r.Reset = time.Duration(h.we*1e6-nowUS) * time.Microsecond
-			r.Remaining = max(lim-h.cnt, 0)
-			if !h.ok {
-				r.RetryAfter = r.Reset
-			}
-			continue
-		}
-		if h.cr.snap.Algorithm == Fixed {
-			r.Reset = time.Duration(h.we*1e6-nowUS) * time.Microsecond
-			r.WindowStart = h.ws
-			if charge {
-				e := m.entry(h)
-				if e.ws != h.ws {
-					e.ws, e.n = h.ws, 0
-				}
-				e.n++
-				e.expires = h.we * 1e6
-				r.Remaining = lim - e.n
-			} else {
-				r.Remaining = max(lim-h.cnt, 0)
-				if !h.ok {
-					r.RetryAfter = r.Reset
-				}
-			}
-			continue
-		}
-		switch {
-		case charge:
-			newTAT := h.tat + h.em
-			e := m.entry(h)
-			e.tat = newTAT
-			e.expires = nowUS + int64(math.Ceil(newTAT-gnow))*1e6
-			r.Remaining = lim - h.used - 1
-			r.Reset = secs(newTAT - gnow)
-		case h.ok: // denied by another limit: the current state, nothing consumed
-			r.Remaining = lim - h.used
-			r.Reset = secs(h.tat - gnow)
-		default:
-			r.Reset = secs(h.tat - gnow)
-			r.RetryAfter = secs(h.tat - gnow - float64(lim-1)*h.em)
-		}
+	if h.q.g != 0 { // grants belong to the window aligned as a fixed one
+		h.ws, h.we = h.cr.snap.Window.boundsUnix(now.sec)
 	}
-	for _, s := range locks {
-		m.shards[s].mu.Unlock()
+	h.terms(lim, now)
+	h.em = h.cr.period / float64(max(h.base, 1)) // a bucket of 0 admits nothing (see allow)
+	h.tat = now.g
+	if h.e != nil && h.e.expires > now.us {
+		h.tat = math.Max(h.e.tat, now.g)
 	}
-	d.Allowed = allOK
-	if n := m.ops.Add(1); n%sweepEvery == 0 {
-		m.sweep(int(n/sweepEvery)%memShards, nowUS)
+	h.used = held(h.tat, now.g, h.em)
+	h.ok = h.used < h.allow
+	return h.ok
+}
+
+// terms settles the allowance h is decided against (h.we set for fixed windows and grants).
+func (h *memHit) terms(lim int64, now memTime) {
+	var g int64
+	h.base, g, h.ends = h.q.terms(lim, now.us, h.we)
+	h.allow = allowance(h.base, g)
+}
+
+// settle charges h when the decision admitted and its limit had room, and fills its result
+// (the caller holds the lock).
+func (m *Memory) settle(h *memHit, r *Result, allOK bool, now memTime) {
+	r.Allowed = h.ok
+	r.Limit, r.base = h.cr.snap.Limit, h.cr.snap.Limit
+	switch {
+	case !h.cr.enabled:
+		return
+	case h.cr.snap.Unit == Tokens: // only checked: Debit counts the tokens later
+		r.Reset = time.Duration(h.we*1e6-now.us) * time.Microsecond
+		r.Remaining = max(h.allow-h.cnt, 0)
+		if !h.ok {
+			r.RetryAfter = r.Reset
+		}
+	case h.cr.snap.Algorithm == Fixed:
+		m.settleFixed(h, r, allOK && h.ok, now)
+	default:
+		m.settleGCRA(h, r, allOK && h.ok, now)
 	}
-	return nil
+	r.Limit, r.base = h.allow, h.base
+	if !h.ok {
+		r.RetryAfter = untilEnd(r.RetryAfter, h.allow, h.ends, now.us)
+	}
+}
+
+func (m *Memory) settleFixed(h *memHit, r *Result, charge bool, now memTime) {
+	r.Reset = time.Duration(h.we*1e6-now.us) * time.Microsecond
+	r.WindowStart = h.ws
+	if !charge {
+		r.Remaining = max(h.allow-h.cnt, 0)
+		if !h.ok {
+			r.RetryAfter = r.Reset
+		}
+		return
+	}
+	e := m.entry(h)
+	if e.ws != h.ws {
+		e.ws, e.n = h.ws, 0
+	}
+	e.n++
+	e.expires = h.we * 1e6
+	r.Remaining = h.allow - e.n
+}
+
+func (m *Memory) settleGCRA(h *memHit, r *Result, charge bool, now memTime) {
+	switch {
+	case charge:
+		newTAT := h.tat + h.em
+		e := m.entry(h)
+		e.tat = newTAT
+		e.expires = now.us + int64(math.Ceil(newTAT-now.g))*1e6
+		r.Remaining = h.allow - h.used - 1
+		r.Reset = secs(newTAT - now.g)
+	case h.ok: // denied by another limit: the current state, nothing consumed
+		r.Remaining = h.allow - h.used
+		r.Reset = secs(h.tat - now.g)
+	default:
+		r.Reset = secs(h.tat - now.g)
+		r.RetryAfter = secs(h.tat - now.g - float64(h.allow-1)*h.em)
+	}
 }
 
 func (m *Memory) shardOf(k memKey) int {
@@ -255,43 +308,53 @@ func (m *Memory) Usage(ctx context.Context, r *Rule, id string) (Usage, error) {
 	if err != nil {
 		return Usage{}, fmt.Errorf("limits: usage: %w", err)
 	}
-	u := Usage{Name: r.Name, Limit: r.Limit, Unit: r.Unit}
 	if !cr.enabled {
-		return u, nil
+		return Usage{Name: r.Name, Limit: r.Limit, Unit: r.Unit}, nil
 	}
+	q, _ := m.quotas.get(r.Name, id)
+	now := m.clock()
+	return m.entryOf(cr, id).usage(cr, q, now), nil
+}
+
+// entryOf copies the counter of cr for id; one that expires at MinInt64 when there is none.
+func (m *Memory) entryOf(cr *compiled, id string) memEntry {
 	key := memKey{cr.keyPre, id}
 	sh := &m.shards[m.shardOf(key)]
-	now := m.now()
-	sec, usec := now.Unix(), int64(now.Nanosecond()/1000)
-	nowUS := sec*1e6 + usec
 	sh.mu.Lock()
-	var e memEntry
-	found := false
+	defer sh.mu.Unlock()
 	if p := sh.m[key]; p != nil {
-		e, found = *p, true
+		return *p
 	}
-	sh.mu.Unlock()
+	return memEntry{expires: math.MinInt64}
+}
+
+// usage interprets a counter of cr (e: its entry, expires at MinInt64 when there is none)
+// with the tenant's quota q at now.
+func (e memEntry) usage(cr *compiled, q quotaTerms, now memTime) Usage {
+	r := &cr.snap
+	u := Usage{Name: r.Name, Unit: r.Unit}
+	ws, we := r.Window.boundsUnix(now.sec)
+	base, g, ends := q.terms(r.Limit, now.us, we)
+	u.Limit, u.Granted = allowance(base, g), g
+	if ends > 0 {
+		u.Override = &OverrideTerms{Value: base, Expires: time.UnixMicro(ends).UTC()}
+	}
 	if r.Algorithm == Fixed {
-		ws, we := r.Window.boundsUnix(sec)
-		if found && e.ws == ws {
+		if e.expires > now.us && e.ws == ws {
 			u.Used = e.n
 		}
 		u.Reset = time.Unix(we, 0).UTC()
 	} else {
-		gnow := float64(sec-jan2017) + float64(usec)/1e6
-		tat := gnow
-		if found && e.expires > nowUS && e.tat > gnow {
+		tat := now.g
+		if e.expires > now.us && e.tat > now.g {
 			tat = e.tat
 		}
-		u.Used = held(tat, gnow, cr.period/float64(r.Limit))
+		u.Used = held(tat, now.g, cr.period/float64(max(base, 1)))
 		u.Reset = time.UnixMicro(int64(math.Floor((tat + jan2017) * 1e6))).UTC()
 	}
-	u.Used = max(u.Used, 0)
-	if r.Unit != Tokens { // tokens may run past the limit; requests never do
-		u.Used = min(u.Used, r.Limit)
-	}
-	u.Remaining = max(r.Limit-u.Used, 0)
-	return u, nil
+	u.Used = capUsed(u.Used, u.Limit, r)
+	u.Remaining = max(u.Limit-u.Used, 0)
+	return u
 }
 
 // gcraSlack and held mirror takeLua's: a GCRA bucket whose TAT is t holds (t - gnow) / em

@@ -25,7 +25,9 @@ type Redis struct {
 	rules   ruleCache
 	pool    sync.Pool // *scratch, reused buffers of the hot path
 
-	waitReplicas int // see WithWaitReplicas
+	auditMax     int        // see WithRedisAuditMax
+	flags        quotaFlags // which limits have run-time quotas (quota_redis.go)
+	waitReplicas int        // see WithWaitReplicas
 	waitTimeout  time.Duration
 	coalesce     bool           // see WithCoalescing
 	comb         *combiner      // coalescing on a standalone or Sentinel client
@@ -35,7 +37,9 @@ type Redis struct {
 // scratch holds the per-Take buffers. Entries are parallel slices per key sent
 // to Redis (disabled rules are not sent).
 type scratch struct {
-	keys    []string
+	keys    []string // the counters
+	qkeys   []string // their tenants' run-time quotas (see quota.go), in the same slots
+	all     []string // keys then qkeys, as a standalone call declares them
 	args    []any
 	idx     []int   // hit index of each key
 	ws      []int64 // window start reported per key (for cluster compensation)
@@ -69,6 +73,7 @@ func NewRedis(client redis.UniversalClient, prefix string, opts ...RedisOption) 
 	if err := r.startCoalescing(); err != nil {
 		return nil, err
 	}
+	r.flags.start(r)
 	return r, nil
 }
 
@@ -95,6 +100,8 @@ func (r *Redis) Key(rule *Rule, id string) (string, error) {
 
 func (s *scratch) reset() {
 	s.keys = s.keys[:0]
+	s.qkeys = s.qkeys[:0]
+	s.all = s.all[:0]
 	clear(s.args) // drop references held from the last call
 	s.args = s.args[:0]
 	s.idx = s.idx[:0]
@@ -113,6 +120,45 @@ func (r *Redis) Take(ctx context.Context, hits []Hit, d *Decision) error {
 	sc := r.pool.Get().(*scratch)
 	defer func() { sc.reset(); r.pool.Put(sc) }()
 	sc.reset()
+	if err := r.prepare(sc, hits, d); err != nil {
+		return err
+	}
+	if len(sc.keys) == 0 {
+		d.Allowed = true
+		return nil
+	}
+	if r.cluster != nil && !sameSlot(sc) {
+		return r.followTopology(ctx, withKey(r.takeCluster(ctx, sc, d), sc.keys, sc.qkeys))
+	}
+	sc.all = appendQuotaKeys(append(sc.all, sc.keys...), sc.qkeys)
+	var cmd *redis.Cmd
+	switch {
+	case r.waitReplicas == 0:
+		cmd = r.runTake(ctx, sc.all, sc.args)
+	case r.cluster != nil: // WAIT must reach the node that ran the script
+		node, err := r.cluster.MasterForKey(ctx, sc.keys[0])
+		if err != nil {
+			return r.followTopology(ctx, fmt.Errorf("limits: take: %w", err))
+		}
+		cmd = r.runWaited(ctx, node, takeScript, takeLua, sc.all, sc.args...)
+	default:
+		cmd = r.runWaited(ctx, r.client, takeScript, takeLua, sc.all, sc.args...)
+	}
+	reply, err := cmd.Text()
+	if err != nil {
+		return r.followTopology(ctx, withKey(fmt.Errorf("limits: take: %w", err), sc.all))
+	}
+	ok, err := parseTake(reply, sc.idx, sc.qkeys, sc.ws, d.Results)
+	if err != nil {
+		return withKey(err, sc.all)
+	}
+	d.Allowed = ok
+	return nil
+}
+
+// prepare puts the keys and arguments of hits' enabled rules into sc; a disabled rule's
+// result is admitted at once.
+func (r *Redis) prepare(sc *scratch, hits []Hit, d *Decision) error {
 	for i := range hits {
 		h := &hits[i]
 		cr, err := r.rules.get(h.Rule)
@@ -124,40 +170,21 @@ func (r *Redis) Take(ctx context.Context, hits []Hit, d *Decision) error {
 			d.Results[i].Allowed = true
 			continue
 		}
-		sc.keys = append(sc.keys, cr.keyPre+h.ID+"}")
-		sc.args = append(sc.args, cr.spec)
+		if !r.flags.on(h.Rule.Name) {
+			sc.keys = append(sc.keys, cr.keyPre+h.ID+"}")
+			sc.qkeys = append(sc.qkeys, "")
+			sc.args = append(sc.args, cr.spec)
+		} else {
+			// Both keys in one allocation: the counter's name, then the quota's.
+			both := cr.keyPre + h.ID + "}" + cr.quotaPre + h.ID + "}"
+			cut := len(cr.keyPre) + len(h.ID) + 1
+			sc.keys = append(sc.keys, both[:cut])
+			sc.qkeys = append(sc.qkeys, both[cut:])
+			sc.args = append(sc.args, cr.specQ)
+		}
 		sc.idx = append(sc.idx, i)
 	}
 	sc.ws = append(sc.ws, make([]int64, len(sc.keys))...)
-	if len(sc.keys) == 0 {
-		d.Allowed = true
-		return nil
-	}
-	if r.cluster != nil && !sameSlot(sc) {
-		return r.followTopology(ctx, withKey(r.takeCluster(ctx, sc, d), sc.keys))
-	}
-	var cmd *redis.Cmd
-	switch {
-	case r.waitReplicas == 0:
-		cmd = r.runTake(ctx, sc.keys, sc.args)
-	case r.cluster != nil: // WAIT must reach the node that ran the script
-		node, err := r.cluster.MasterForKey(ctx, sc.keys[0])
-		if err != nil {
-			return r.followTopology(ctx, fmt.Errorf("limits: take: %w", err))
-		}
-		cmd = r.runWaited(ctx, node, takeScript, takeLua, sc.keys, sc.args...)
-	default:
-		cmd = r.runWaited(ctx, r.client, takeScript, takeLua, sc.keys, sc.args...)
-	}
-	reply, err := cmd.Text()
-	if err != nil {
-		return r.followTopology(ctx, withKey(fmt.Errorf("limits: take: %w", err), sc.keys))
-	}
-	ok, err := parseTake(reply, sc.idx, sc.ws, d.Results)
-	if err != nil {
-		return withKey(err, sc.keys)
-	}
-	d.Allowed = ok
 	return nil
 }
 
@@ -171,52 +198,85 @@ func (r *Redis) Usage(ctx context.Context, rule *Rule, id string) (Usage, error)
 	if !cr.enabled {
 		return u, nil
 	}
-	keys := []string{cr.keyPre + id + "}"}
+	keys := []string{cr.keyPre + id + "}", cr.quotaPre + id + "}"}
 	reply, err := usageScript.Run(ctx, r.client, keys, cr.spec).Text()
 	if err != nil {
 		return Usage{}, withKey(fmt.Errorf("limits: usage %s: %w", rule.Name, err), keys)
 	}
-	var f fields
-	f.s = reply
-	used, e1 := f.next()
-	rem, e2 := f.next()
-	reset, e3 := f.next()
-	if err := errors.Join(e1, e2, e3); err != nil || f.s != "" {
-		return Usage{}, withKey(fmt.Errorf("limits: usage %s: %w %q", rule.Name, errMalformedReply, reply), keys)
+	var v [7]int64
+	if err := scanInts(reply, v[:]); err != nil {
+		return Usage{}, withKey(fmt.Errorf("limits: usage %s: %w", rule.Name, err), keys)
 	}
-	u.Used, u.Remaining, u.Reset = used, rem, time.UnixMicro(reset).UTC()
+	u.Used, u.Remaining, u.Reset = v[0], v[1], time.UnixMicro(v[2]).UTC()
+	u.Limit, u.Granted = v[3], v[4]
+	if v[5] > 0 {
+		u.Override = &OverrideTerms{Value: v[6], Expires: time.UnixMicro(v[5]).UTC()}
+	}
 	return u, nil
 }
 
-// parseTake fills results from a takeLua reply; idx maps reply entries to
-// result indexes and ws receives the window starts.
-func parseTake(reply string, idx []int, ws []int64, res []Result) (bool, error) {
+// scanInts reads len(v) space-separated integers, all of reply.
+func scanInts(reply string, v []int64) error {
+	f := fields{s: reply}
+	for i := range v {
+		n, err := f.next()
+		if err != nil {
+			return fmt.Errorf("%w %q", errMalformedReply, reply)
+		}
+		v[i] = n
+	}
+	if f.s != "" {
+		return fmt.Errorf("%w %q: trailing data", errMalformedReply, reply)
+	}
+	return nil
+}
+
+// parseTake fills results from a takeLua reply; idx maps reply entries to result indexes,
+// qkeys says which carry the allowance (those whose quota key was sent), and ws receives the
+// window starts.
+func parseTake(reply string, idx []int, qkeys []string, ws []int64, res []Result) (bool, error) {
 	f := fields{s: reply}
 	ok, err := f.next()
 	if err != nil || ok < 0 || ok > 1 {
 		return false, fmt.Errorf("%w %q", errMalformedReply, reply)
 	}
+	var v [7]int64
 	for k, i := range idx {
-		a, e1 := f.next()
-		rem, e2 := f.next()
-		reset, e3 := f.next()
-		retry, e4 := f.next()
-		w, e5 := f.next()
-		if e1 != nil || e2 != nil || e3 != nil || e4 != nil || e5 != nil {
-			return false, fmt.Errorf("%w %q", errMalformedReply, reply)
+		n := 5
+		if qkeys[k] != "" {
+			n = 7
+		}
+		for j := range n {
+			if v[j], err = f.next(); err != nil {
+				return false, fmt.Errorf("%w %q", errMalformedReply, reply)
+			}
 		}
 		r := &res[i]
-		r.Allowed = a == 1
-		r.Remaining = max(rem, 0)
-		r.Reset = time.Duration(max(reset, 0)) * time.Microsecond
-		r.RetryAfter = time.Duration(max(retry, 0)) * time.Microsecond
-		r.WindowStart = w
-		ws[k] = w
+		r.Allowed = v[0] == 1
+		r.Remaining = max(v[1], 0)
+		r.Reset = time.Duration(max(v[2], 0)) * time.Microsecond
+		r.RetryAfter = time.Duration(max(v[3], 0)) * time.Microsecond
+		r.WindowStart = v[4]
+		r.Limit, r.base = r.Rule.Limit, r.Rule.Limit
+		if n == 7 {
+			r.Limit, r.base = v[5], v[6]
+		}
+		ws[k] = v[4]
 	}
 	if f.s != "" {
 		return false, fmt.Errorf("%w %q: trailing data", errMalformedReply, reply)
 	}
 	return ok == 1, nil
+}
+
+// appendQuotaKeys appends the quota keys that were sent (not "") to keys.
+func appendQuotaKeys(keys, qkeys []string) []string {
+	for _, k := range qkeys {
+		if k != "" {
+			keys = append(keys, k)
+		}
+	}
+	return keys
 }
 
 var errField = errors.New("limits: bad integer field")
@@ -258,7 +318,7 @@ func (f *fields) next() (int64, error) {
 // NOSCRIPT fallback stays in place for a master that restarts later.
 func (r *Redis) Preload(ctx context.Context) error {
 	load := func(ctx context.Context, c redis.Scripter) error {
-		for _, s := range []*redis.Script{takeScript, usageScript, giveBackScript, nodeTakeScript, nodeGiveBackScript, debitScript} {
+		for _, s := range []*redis.Script{takeScript, usageScript, giveBackScript, nodeTakeScript, nodeGiveBackScript, debitScript, quotaScript} {
 			if err := s.Load(ctx, c).Err(); err != nil {
 				return fmt.Errorf("limits: script load: %w", err)
 			}

@@ -22,6 +22,8 @@ type Taken struct {
 	Hit
 	// WindowStart is the Result's WindowStart (fixed windows).
 	WindowStart int64
+	// base is the Result's base: a GCRA unit is 1/base of the period (0: the rule's limit).
+	base int64
 }
 
 // Taken appends to dst the units d took for hits (d's results in the same order): none
@@ -36,7 +38,7 @@ func (d *Decision) Taken(hits []Hit, dst []Taken) []Taken {
 		if i >= len(d.Results) || !d.Results[i].Allowed || r == nil || r.Limit <= 0 || r.Unit != Requests {
 			continue
 		}
-		dst = append(dst, Taken{Hit: hits[i], WindowStart: d.Results[i].WindowStart})
+		dst = append(dst, Taken{Hit: hits[i], WindowStart: d.Results[i].WindowStart, base: d.Results[i].base})
 	}
 	return dst
 }
@@ -67,7 +69,7 @@ func (r *Redis) Refund(ctx context.Context, taken []Taken) error {
 			continue
 		}
 		keys = append(keys, cr.keyPre+taken[i].ID+"}")
-		args = append(args, cr.spec, taken[i].WindowStart)
+		args = append(args, cr.specFor(taken[i].base), taken[i].WindowStart)
 	}
 	if len(keys) == 0 {
 		return nil
@@ -114,7 +116,11 @@ func (m *Memory) Refund(ctx context.Context, taken []Taken) error {
 			}
 		case e.expires > nowUS:
 			// One emission interval back; a bucket that would be fuller than full is full.
-			e.tat -= cr.period / float64(cr.snap.Limit)
+			base := t.base
+			if base <= 0 {
+				base = cr.snap.Limit
+			}
+			e.tat -= cr.period / float64(base)
 			if e.tat <= gnow {
 				delete(sh.m, key)
 			} else {

@@ -49,10 +49,12 @@ func (r *Redis) Scan(ctx context.Context, rule *Rule, resolve func(id string) *R
 	return node(ctx, r.client)
 }
 
-// rawCounter is a counter as stored: a fixed window's start and count, or a GCRA TAT.
+// rawCounter is a counter as stored: a fixed window's start and count, or a GCRA TAT, with
+// its tenant's run-time quota.
 type rawCounter struct {
 	ws, n int64
 	tat   float64
+	q     quotaTerms
 }
 
 func scanNode(ctx context.Context, c redis.Cmdable, cr *compiled, now time.Time, found func(string, rawCounter)) error {
@@ -87,11 +89,15 @@ func readCounters(ctx context.Context, c redis.Cmdable, cr *compiled, keys []str
 	fixed := cr.snap.Algorithm == Fixed
 	hm := make([]*redis.SliceCmd, 0, len(keys))
 	gets := make([]*redis.StringCmd, 0, len(keys))
-	for _, k := range keys {
+	quotas := make([]*redis.SliceCmd, len(keys))
+	for i, k := range keys {
 		if fixed {
 			hm = append(hm, pipe.HMGet(ctx, k, "s", "n"))
 		} else {
 			gets = append(gets, pipe.Get(ctx, k))
+		}
+		if id, ok := idOf(cr.keyPre, k); ok {
+			quotas[i] = pipe.HMGet(ctx, cr.quotaPre+id+"}", "ov", "ox", "g", "ge")
 		}
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
@@ -121,9 +127,22 @@ func readCounters(ctx context.Context, c redis.Cmdable, cr *compiled, keys []str
 			}
 			raw.tat = tat
 		}
+		raw.q = quotaOfFields(quotas[i].Val())
 		found(id, raw)
 	}
 	return nil
+}
+
+// quotaOfFields reads the fields ov, ox, g, ge of a quota hash (absent ones are 0).
+func quotaOfFields(v []any) quotaTerms {
+	var q quotaTerms
+	if len(v) != 4 {
+		return q
+	}
+	for i, p := range []*int64{&q.ov, &q.ox, &q.g, &q.ge} {
+		*p, _ = strconv.ParseInt(str(v[i]), 10, 64)
+	}
+	return q
 }
 
 func str(v any) string {
@@ -157,25 +176,15 @@ func (c rawCounter) usage(base, r *Rule, now time.Time) (Usage, bool) {
 	if r == nil || r.Limit <= 0 || r.Window != base.Window || r.Algorithm != base.Algorithm || r.Unit != base.Unit {
 		return Usage{}, false
 	}
-	u := Usage{Name: r.Name, Limit: r.Limit, Unit: r.Unit}
-	sec, usec := now.Unix(), int64(now.Nanosecond()/1000)
+	mt := timeOf(now)
 	if r.Algorithm == Fixed {
-		ws, we := r.Window.boundsUnix(sec)
-		if c.ws != ws {
+		if ws, _ := r.Window.boundsUnix(mt.sec); c.ws != ws {
 			return Usage{}, false // a past window
 		}
-		u.Used, u.Reset = c.n, time.Unix(we, 0).UTC()
-	} else {
-		gnow := float64(sec-jan2017) + float64(usec)/1e6
-		tat := math.Max(c.tat, gnow)
-		u.Used = held(tat, gnow, r.Window.Nominal().Seconds()/float64(r.Limit))
-		u.Reset = time.UnixMicro(int64(math.Floor((tat + jan2017) * 1e6))).UTC()
 	}
-	u.Used = max(u.Used, 0)
-	if r.Unit != Tokens {
-		u.Used = min(u.Used, r.Limit)
-	}
-	u.Remaining = max(r.Limit-u.Used, 0)
+	// Interpreted as the in-process store's entry is: one arithmetic for both stores.
+	e := memEntry{ws: c.ws, n: c.n, tat: c.tat, expires: math.MaxInt64}
+	u := e.usage(&compiled{snap: *r, period: r.Window.Nominal().Seconds()}, c.q, mt)
 	return u, u.Used > 0
 }
 
@@ -210,6 +219,7 @@ func (m *Memory) Scan(ctx context.Context, rule *Rule, resolve func(id string) *
 		}
 		sh.mu.Unlock()
 		for _, f := range batch {
+			f.raw.q, _ = m.quotas.get(rule.Name, f.id)
 			if u, ok := f.raw.usage(rule, resolve(f.id), now); ok {
 				visit(f.id, u)
 			}

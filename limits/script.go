@@ -47,11 +47,12 @@ end
 -- numbers keep sub-microsecond precision in a double.
 local jan_1_2017 = 1483228800
 
--- A spec is "<algo>[s] <limit> <window>"; the s marks a shadow limit (see takeLua).
+-- A spec is "<algo>[s][q] <limit> <window>"; the s marks a shadow limit, the q a limit whose
+-- tenants' run-time quotas are to be read (see takeLua).
 local function parse(spec)
-  local algo, shadow, limit, win = string.match(spec, '^(%a)(s?) (%d+) (%w+)$')
+  local algo, shadow, q, limit, win = string.match(spec, '^(%a)(s?)(q?) (%d+) (%w+)$')
   if not algo then error('limits: bad rule spec ' .. tostring(spec)) end
-  return algo, tonumber(limit), win, shadow == 's'
+  return algo, tonumber(limit), win, shadow == 's', q == 'q'
 end
 
 -- GCRA in units of the emission interval em: a bucket whose TAT is t holds (t - gnow) / em
@@ -93,43 +94,100 @@ local function period_of(win)
 end
 `
 
-// takeLua decides all KEYS at once. ARGV[i] is the spec of KEYS[i]:
-// "f|g|t[s] <limit> <window>", s for a shadow limit. The first pass only reads; the second
-// writes. A request is admitted when every enforced limit had room (a shadow limit never
-// denies); it is then charged to every enforced limit and to every shadow limit that still
-// has room, and a request denied by an enforced limit is charged to none: all-or-nothing in
-// one call (a script runs atomically), shadow limits that keep counting after one of them is
-// spent included. Fixed-window keys are hashes {s = window start, n = count} expiring at the
+// quotaLua reads a tenant's run-time quota of one limit (see quota.go): a hash that almost
+// no tenant has, so its read costs one lookup of a missing key. It returns the base (the
+// override in force, else limit), the grants of the window (aligned as a fixed window's)
+// and the override's end in µs (0: none).
+const quotaLua = `
+local function quota(key, limit, win, sec, now_us)
+  local q = read('HMGET', key, 'ov', 'ox', 'g', 'ge')
+  if not q[1] and not q[3] then return limit, 0, 0 end
+  local base, g, ends = limit, 0, 0
+  local ov, ox = tonumber(q[1]), tonumber(q[2])
+  if ov and ox and ox > now_us then base, ends = ov, ox end
+  if q[3] then
+    local _, we = bounds(win, sec)
+    if tonumber(q[4]) == we then g = tonumber(q[3]) or 0 end
+  end
+  return base, g, ends
+end
+
+-- The allowance: base plus grants, nothing while an override of 0 stands.
+local function allowance(base, g)
+  if base == 0 then return 0 end
+  return base + g
+end
+`
+
+// takeLua decides all limits at once: KEYS[i] is the counter of limit i, ARGV[i] its spec:
+// "f|g|t[s][q] <limit> <window>", s for a shadow limit, q for a limit some of whose tenants
+// may have a run-time quota (see quota.go): the quota keys of those limits follow the
+// counters in KEYS, in the same order, each in its counter's slot. The first pass only
+// reads; the second writes. A request is admitted when every enforced limit had room in its
+// allowance (the limit or the tenant's override, plus the window's grants); it is then
+// charged to every enforced limit and to every shadow limit that still has room, and a
+// request denied by an enforced limit is charged to none: all-or-nothing in one call (a
+// script runs atomically), shadow limits that keep counting after one of them is spent
+// included. Fixed-window keys are hashes {s = window start, n = count} expiring at the
 // window end; a stale s means a new window. GCRA keys hold the TAT exactly like
-// redis_rate/v10. 't' (tokens) limits are only checked.
+// redis_rate/v10, the bucket refilling at the base (limit or override) per period and
+// holding the allowance. 't' (tokens) limits are only checked.
 //
-// Reply: "<ok> then per key: <allowed> <remaining> <reset µs> <retry µs> <window start>".
-// One string (instead of an array of integers) keeps the client's reply
-// parsing to a single allocation.
-const takeLua = windowLua + `
+// Reply: "<ok> then per key: <allowed> <remaining> <reset µs> <retry µs> <window start>",
+// followed for a q limit by "<allowance> <base>". One string (instead of an array of
+// integers) keeps the client's reply parsing to a single allocation.
+const takeLua = windowLua + quotaLua + `
+-- Run-time quotas are rare: one EXISTS over the decision's quota keys says whether any is
+-- to be read.
+local function any_quota(from, to)
+  return redis.call('EXISTS', unpack(KEYS, from, to)) > 0
+end
+` + takeBody
+
+// nodeTakeLua is takeLua for a Cluster node (see nodePrelude). Its keys may lie in several
+// slots of the node, and a command of several keys must keep to one slot even in a script
+// allowed to cross them: the quota keys are checked one EXISTS each.
+const nodeTakeLua = nodePrelude + windowLua + quotaLua + `
+local function any_quota(from, to)
+  for i = from, to do
+    if redis.call('EXISTS', KEYS[i]) == 1 then return true end
+  end
+  return false
+end
+` + takeBody
+
+const takeBody = `
 local t = redis.call('TIME')
 local sec = tonumber(t[1])
 local usec = tonumber(t[2])
 local now_us = sec * 1000000 + usec
 local gnow = (sec - jan_1_2017) + (usec / 1000000)
-local n = #KEYS
+local n = #ARGV
+local quotas = #KEYS > n and any_quota(n + 1, #KEYS)
+local qk = n -- the last quota key read
 local st = {}
 local ok = 1
 for i = 1, n do
-  local algo, limit, win, shadow = parse(ARGV[i])
-  local h = {algo = algo, limit = limit}
+  local algo, limit, win, shadow, q = parse(ARGV[i])
+  local base, g, ends = limit, 0, 0
+  if q then
+    qk = qk + 1
+    if quotas then base, g, ends = quota(KEYS[qk], limit, win, sec, now_us) end
+  end
+  local h = {algo = algo, limit = allowance(base, g), base = base, ends = ends, q = q}
   if algo == 'f' or algo == 't' then
     local ws, we = bounds(win, sec)
     local cnt, same = count(KEYS[i], ws)
     h.ws, h.we, h.cnt, h.same = ws, we, cnt, same
     h.reset = we * 1000000 - now_us
-    h.allowed = cnt < limit
+    h.allowed = cnt < h.limit
   else
-    local em = period_of(win) / limit
+    -- A bucket of base 0 admits nothing; its emission interval is only reported.
+    local em = period_of(win) / math.max(base, 1)
     local tat = tonumber(read('GET', KEYS[i])) or gnow
     tat = math.max(tat, gnow)
     h.em, h.tat, h.used = em, tat, held(tat, gnow, em)
-    h.allowed = h.used < limit
+    h.allowed = h.used < h.limit
   end
   if not h.allowed and not shadow then ok = 0 end
   st[i] = h
@@ -178,7 +236,16 @@ for i = 1, n do
       retry = math.floor((h.tat - gnow - (h.limit - 1) * h.em) * 1000000)
     end
   end
-  out[#out + 1] = string.format('%d %d %d %d %d', a, rem, reset, retry, ws)
+  -- The override's end bounds the wait: the plan's limit applies again then (and while an
+  -- override of 0 stands, nothing is admitted before it).
+  if not h.allowed and h.ends > 0 and (h.limit == 0 or h.ends - now_us < retry) then
+    retry = h.ends - now_us
+  end
+  if h.q then
+    out[#out + 1] = string.format('%d %d %d %d %d %d %d', a, rem, reset, retry, ws, h.limit, h.base)
+  else
+    out[#out + 1] = string.format('%d %d %d %d %d', a, rem, reset, retry, ws)
+  end
 end
 return table.concat(out, ' ')
 `
@@ -212,29 +279,42 @@ end
 return 1
 `
 
-// usageLua reads KEYS[1] with spec ARGV[1] without writing.
-// Reply: "<used> <remaining> <reset unix µs>".
-const usageLua = windowLua + `
-local t = redis.call('TIME')
-local sec = tonumber(t[1])
-local usec = tonumber(t[2])
-local algo, limit, win = parse(ARGV[1])
-local used, reset
-if algo == 'f' or algo == 't' then
-  local ws, we = bounds(win, sec)
-  used = count(KEYS[1], ws)
-  reset = we * 1000000
-else
-  local gnow = (sec - jan_1_2017) + (usec / 1000000)
-  local em = period_of(win) / limit
-  local tat = math.max(tonumber(read('GET', KEYS[1])) or gnow, gnow)
-  used = held(tat, gnow, em)
-  reset = math.floor((tat + jan_1_2017) * 1000000)
+// quotaStateLua is a tenant's standing on one limit: state(ckey, qkey, algo, limit, win, sec,
+// usec) returns its allowance, use and grants (the use as usage read-back shows it), its
+// base, the override's end (µs, 0: none) and when the counter resets (µs).
+const quotaStateLua = `
+local function state(ckey, qkey, algo, limit, win, sec, usec)
+  local base, g, ends = quota(qkey, limit, win, sec, sec * 1000000 + usec)
+  local allow = allowance(base, g)
+  local used, reset
+  if algo == 'f' or algo == 't' then
+    local ws, we = bounds(win, sec)
+    used = count(ckey, ws)
+    reset = we * 1000000
+  else
+    local gnow = (sec - jan_1_2017) + (usec / 1000000)
+    local em = period_of(win) / math.max(base, 1)
+    local tat = math.max(tonumber(read('GET', ckey)) or gnow, gnow)
+    used = held(tat, gnow, em)
+    reset = math.floor((tat + jan_1_2017) * 1000000)
+  end
+  used = math.max(used, 0)
+  -- Tokens may run past the limit (answers in flight when it ran out); requests never run
+  -- past the allowance, but for a count made before an override lowered it (shown up to the
+  -- limit).
+  if algo ~= 't' then used = math.min(used, math.max(allow, limit)) end
+  return allow, used, g, base, ends, reset
 end
-used = math.max(used, 0)
--- Tokens may run past the limit (answers in flight when it ran out); requests never do.
-if algo ~= 't' then used = math.min(used, limit) end
-return string.format('%d %d %d', used, math.max(limit - used, 0), reset)
+`
+
+// usageLua reads the counter KEYS[1] with spec ARGV[1], and the tenant's quota KEYS[2],
+// without writing. Reply: "<used> <remaining> <reset unix µs> <allowance> <granted>
+// <override end µs, 0: none> <base>".
+const usageLua = windowLua + quotaLua + quotaStateLua + `
+local t = redis.call('TIME')
+local algo, limit, win = parse(ARGV[1])
+local allow, used, g, base, ends, reset = state(KEYS[1], KEYS[2], algo, limit, win, tonumber(t[1]), tonumber(t[2]))
+return string.format('%d %d %d %d %d %d %d', used, math.max(allow - used, 0), reset, allow, g, ends, base)
 `
 
 // debitLua adds tokens to tokens limits ('t' specs) in their current windows. ARGV[2i-1] is
@@ -276,6 +356,7 @@ var (
 	giveBackScript     = redis.NewScript(giveBackLua)
 	usageScript        = redis.NewScript(usageLua)
 	debitScript        = redis.NewScript(debitLua)
-	nodeTakeScript     = redis.NewScript(nodePrelude + takeLua)
+	quotaScript        = redis.NewScript(quotaOpLua)
+	nodeTakeScript     = redis.NewScript(nodeTakeLua)
 	nodeGiveBackScript = redis.NewScript(nodePrelude + giveBackLua)
 )

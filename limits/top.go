@@ -26,8 +26,10 @@ type TopTenant struct {
 	Label, Org string
 	Plan       string // the tenant's plan; "" for the default limits
 	Used       int64  // units used in the window (a GCRA limit: the burst in use)
-	Limit      int64  // the tenant's limit (its plan's)
+	Limit      int64  // the tenant's allowance: its plan's limit, or its override, plus Granted
 	Remaining  int64  // max(Limit-Used, 0)
 	Fraction   float64
-	Reset      time.Time // end of the window (fixed) / full replenishment (gcra)
+	Reset      time.Time      // end of the window (fixed) / full replenishment (gcra)
+	Granted    int64          // grants of the current window
+	Override   *OverrideTerms // the override in force; nil without one
 }

@@ -94,7 +94,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, []string{"route", "limit", "decision"}),
 		nearLimit: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gateway_ratelimit_near_limit_total",
-			Help: "Admitted requests that left less than 10% of a limit.",
+			Help: "Admitted requests that left 10% of a limit or less (90% or more spent).",
 		}, []string{"route", "limit"}),
 		limiterDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "gateway_limiter_duration_seconds",

@@ -48,9 +48,16 @@ func (g *Gateway) authenticate(s *scope, r *http.Request) bool {
 		s.plan = s.snap.orgPlan[s.org]
 		return true
 	}
+	return g.authenticateRegistered(s, r, id.Digest)
+}
 
+// authenticateRegistered looks the key's digest up in the registry (auth.mode: registry): it
+// must be registered, active, of the route's family and granted the path's project or domain.
+// The tenant is then the entry's org and plan.
+func (g *Gateway) authenticateRegistered(s *scope, r *http.Request, digest string) bool {
+	rt := s.route
 	ctx, span := g.childSpan(r.Context(), "auth", attribute.String("gateway.auth.mode", "registry"))
-	e, ok, err := g.registry.Lookup(ctx, id.Digest)
+	e, ok, err := g.registry.Lookup(ctx, digest)
 	if span != nil {
 		if err != nil {
 			span.SetStatus(codes.Error, "auth_unavailable")

@@ -30,6 +30,10 @@ type Options struct {
 	Transport http.RoundTripper
 	// Limiter decides the routes' limits (required when any route applies one).
 	Limiter Limiter
+	// Quotas changes tenants' quotas at run time (grants, overrides, resets) and keeps their
+	// audit trail: the store behind Limiter, unguarded (operators' calls are bounded by
+	// their own deadlines). nil: the quota actions fail.
+	Quotas limits.QuotaStore
 	// Registry, when set, is the key registry every key must be found in (auth.mode:
 	// registry); nil checks keys by prefix alone.
 	Registry KeyLookup
@@ -56,6 +60,7 @@ type Gateway struct {
 	upstream            *url.URL
 	readTimeout         time.Duration
 	limiter             Limiter
+	quotas              limits.QuotaStore
 	registry            KeyLookup
 	allowOnLimiterError bool
 	limitStates         sync.Pool           // *limitState
@@ -83,6 +88,7 @@ func New(o Options) (*Gateway, error) {
 		upstream:            up,
 		readTimeout:         cfg.Server.ReadBodyTimeout,
 		limiter:             o.Limiter,
+		quotas:              o.Quotas,
 		registry:            o.Registry,
 		allowOnLimiterError: cfg.Redis.OnError == "allow",
 		limitStates:         sync.Pool{New: func() any { return new(limitState) }},

@@ -42,16 +42,22 @@ const (
 	byIP
 )
 
+// byNames are the config's names of what limits count by, indexed by by.
+var byNames = [...]string{byProject: "project", byKey: "key", byOrg: "org", byIP: "ip"}
+
+// String is the config's name: "project", "key", "org" or "ip".
+func (b by) String() string {
+	if int(b) < len(byNames) {
+		return byNames[b]
+	}
+	return ""
+}
+
 func parseBy(s string) (by, bool) {
-	switch s {
-	case "project":
-		return byProject, true
-	case "key":
-		return byKey, true
-	case "org":
-		return byOrg, true
-	case "ip":
-		return byIP, true
+	for b, name := range byNames {
+		if name != "" && name == s {
+			return by(b), true
+		}
 	}
 	return 0, false
 }
@@ -151,7 +157,7 @@ func compileLimits(cfg *config.Config, routes []*route) (map[string][]routeLimit
 				if need := pathParam(c.by); need != "" && !strings.Contains(rt.path, "{"+need+"}") {
 					if plan == "" {
 						problems = append(problems, config.Problem{Key: "routes", Msg: fmt.Sprintf(
-							"%s applies %s, which counts by %s, but its path has no {%s}", rt.name, name, byName(c.by), need)})
+							"%s applies %s, which counts by %s, but its path has no {%s}", rt.name, name, c.by, need)})
 					}
 					continue
 				}
@@ -187,17 +193,33 @@ func pathParam(b by) string {
 	return ""
 }
 
-func byName(b by) string {
-	return [...]string{"", "project", "key", "org", "ip"}[b]
-}
-
 // policyHeader is a RateLimit-Policy value; it only changes with the config.
 func policyHeader(ls []routeLimit) string {
 	parts := make([]string, len(ls))
 	for i, l := range ls {
-		parts[i] = fmt.Sprintf("%q;q=%d;w=%d", l.rule.Name, l.rule.Limit, int64(l.rule.Window.Nominal()/time.Second))
+		parts[i] = policyItem(l.rule, l.rule.Limit)
 	}
 	return strings.Join(parts, ", ")
+}
+
+func policyItem(r *limits.Rule, quota int64) string {
+	return fmt.Sprintf("%q;q=%d;w=%d", r.Name, quota, int64(r.Window.Nominal()/time.Second))
+}
+
+// policyFor is the RateLimit-Policy value of a decision: the config's, shared, unless a
+// tenant's run-time quota (an override, grants) changed an allowance, which the header then
+// shows.
+func (set *limitSet) policyFor(dec *limits.Decision) []string {
+	for i := range dec.Results {
+		if dec.Results[i].Limit != set.limits[i].rule.Limit {
+			parts := make([]string, len(dec.Results))
+			for j := range dec.Results {
+				parts[j] = policyItem(set.limits[j].rule, dec.Results[j].Limit)
+			}
+			return []string{strings.Join(parts, ", ")}
+		}
+	}
+	return set.policyValue
 }
 
 // limitState is the per-request scratch space of a decision, pooled so that a limited request
@@ -208,54 +230,127 @@ type limitState struct {
 	buf  []byte
 }
 
-// limit applies the route's limits for the request's plan: one decision for all of them, one
-// store call. A shadow limit never denies: the store admits the request when the enforced
-// limits have room and charges it to every shadow limit that still has room too. It answers
-// the request itself (429 or 503) and returns false when the request must not be forwarded.
+// limit applies the route's limits for the request's plan, in three steps: decide (one
+// decision for all of them, one store call), account (metrics, the access log's fields and
+// what a refund gives back) and answer (the rate-limit headers, and the 429 or 503 when the
+// request must not be forwarded, in which case it returns false).
+//
+// A shadow limit never denies: the store admits the request when the enforced limits have
+// room and charges it to every shadow limit that still has room too.
 func (g *Gateway) limit(s *scope, r *http.Request) bool {
-	rt := s.route
-	if rt.hasDomain {
+	if s.route.hasDomain {
 		s.orgMetrics = s.snap.orgMetric(s.org)
 	}
-	set := rt.sets[s.plan]
+	set := s.route.sets[s.plan]
 	if set == nil {
-		set = rt.sets[""]
+		set = s.route.sets[""]
 	}
 	if len(set.limits) == 0 {
-		if s.orgMetrics != nil {
-			s.orgMetrics.Allowed.Inc()
-		}
+		s.countOrg(orgAllowed)
 		return true
 	}
 	s.limited = true
 	st := g.limitStates.Get().(*limitState)
 	defer g.limitStates.Put(st)
+	dec, err := g.decide(s, r, set, st)
+	s.account(set, st.hits, dec, err)
+	return g.answer(s, set, st, dec, err)
+}
+
+// decide asks the store about every limit of set at once: the request's hits (what each
+// limit counts for it) go into st, the decision comes back in st.dec. The tokens limits among
+// them are kept on the scope, to be debited with the answer's tokens (see countTokens).
+func (g *Gateway) decide(s *scope, r *http.Request, set *limitSet, st *limitState) (*limits.Decision, error) {
 	st.hits = st.hits[:0]
 	for _, l := range set.limits {
 		h := limits.Hit{Rule: l.rule, ID: s.limitID(l.by, r)}
 		st.hits = append(st.hits, h)
 		if l.rule.Unit == limits.Tokens {
-			// Debited with the answer's tokens once its usage is known (see debitTokens).
 			s.tokenHits = append(s.tokenHits, h)
 		}
 	}
-	dec, err := g.take(st.hits, &st.dec, r)
-	if err == nil && dec.Allowed {
-		for i, l := range set.limits {
-			if !dec.Results[i].Allowed { // a shadow limit that would have denied
-				l.metrics.ShadowDenied.Inc()
-				s.shadowDenied = l.rule.Name
-			}
-		}
-	}
+	return g.take(st.hits, &st.dec, r)
+}
+
+// account records a decision: the metrics of each limit and of the org, what the access log
+// says (shadow_denied, limiter_error) and, when admitted, the units taken (for a refund).
+func (s *scope) account(set *limitSet, hits []limits.Hit, dec *limits.Decision, err error) {
 	if err != nil {
 		for _, l := range set.limits {
 			l.metrics.Error.Inc()
 		}
 		s.limitErr = true
-		if s.orgMetrics != nil {
-			s.orgMetrics.Error.Inc()
+		s.countOrg(orgError)
+		return
+	}
+	for i, l := range set.limits {
+		res := &dec.Results[i]
+		near := nearLimit(res)
+		// A tenant at 90% of a tokens budget or past it, whether this request is admitted,
+		// denied, or only shadow-denied: what the token alert watches.
+		if near && l.metrics.TokensNear != nil {
+			l.metrics.TokensNear.Inc()
 		}
+		switch {
+		case dec.Allowed && res.Allowed:
+			l.metrics.Allowed.Inc()
+			if near {
+				l.metrics.NearLimit.Inc()
+			}
+		case dec.Allowed: // a shadow limit that would have denied
+			l.metrics.ShadowDenied.Inc()
+			s.shadowDenied = l.rule.Name
+		case !res.Allowed && !l.shadow: // a denied request counts only under its deniers
+			l.metrics.Denied.Inc()
+		}
+	}
+	if dec.Allowed {
+		s.keepTaken(hits, dec) // every enforced limit, and the shadow limits that had room
+		s.countOrg(orgAllowed)
+		return
+	}
+	s.countOrg(orgDenied)
+}
+
+// nearLimit is the one definition of "near the limit": 10% of it or less remains (90% or more
+// is spent), after this request if it was charged, of the tenant's allowance (its override
+// and grants included). gateway_ratelimit_near_limit_total counts
+// admissions that leave a limit there, gateway_token_limit_near_total every decision that
+// finds a tokens limit there. Inclusive, because operators read these as "at 90%", as the
+// usage page's marks are inclusive ("≥ 80%", "at limit"): a tenant that has spent exactly 90
+// of 100 is at 90%.
+func nearLimit(res *limits.Result) bool {
+	return res.Remaining*10 <= res.Limit
+}
+
+// The decisions of gateway_org_requests_total.
+const (
+	orgAllowed = iota
+	orgDenied
+	orgError
+)
+
+// countOrg counts the request under its org's series (routes with {domain} only).
+func (s *scope) countOrg(decision int) {
+	m := s.orgMetrics
+	if m == nil {
+		return
+	}
+	switch decision {
+	case orgAllowed:
+		m.Allowed.Inc()
+	case orgDenied:
+		m.Denied.Inc()
+	default:
+		m.Error.Inc()
+	}
+}
+
+// answer writes what the client learns of the decision: the rate-limit headers, and the 429
+// (or the 503 of a failed limiter, unless redis.on_error lets the request through). It
+// returns whether the request goes on to the upstream.
+func (g *Gateway) answer(s *scope, set *limitSet, st *limitState, dec *limits.Decision, err error) bool {
+	if err != nil {
 		if g.allowOnLimiterError {
 			return true
 		}
@@ -266,41 +361,11 @@ func (g *Gateway) limit(s *scope, r *http.Request) bool {
 		})
 		return false
 	}
-	for i, l := range set.limits {
-		// A tenant at 90% of a tokens budget or past it, whether this request is admitted,
-		// denied, or only shadow-denied: what the token alert watches.
-		if l.metrics.TokensNear != nil && dec.Results[i].Remaining*10 <= l.rule.Limit {
-			l.metrics.TokensNear.Inc()
-		}
-	}
 	h := s.w.Header()
-	h[hdrPolicy] = set.policyValue
+	h[hdrPolicy] = set.policyFor(dec)
 	st.buf = s.rateLimitHeaders(h, st.buf[:0], dec, set.limits)
 	if dec.Allowed {
-		s.keepTaken(st.hits, dec) // every enforced limit, and the shadow limits that had room
-		if s.orgMetrics != nil {
-			s.orgMetrics.Allowed.Inc()
-		}
-		for i, l := range set.limits {
-			res := &dec.Results[i]
-			if !res.Allowed { // a shadow limit that would have denied
-				continue
-			}
-			l.metrics.Allowed.Inc()
-			if res.Remaining*10 < l.rule.Limit {
-				l.metrics.NearLimit.Inc()
-			}
-
-		}
 		return true
-	}
-	for i, l := range set.limits {
-		if !dec.Results[i].Allowed && !l.shadow {
-			l.metrics.Denied.Inc()
-		}
-	}
-	if s.orgMetrics != nil {
-		s.orgMetrics.Denied.Inc()
 	}
 	denied := &dec.Results[enforcedDenial(set.limits, dec)]
 	retry := seconds(untilAdmitted(denied))
@@ -393,7 +458,7 @@ func (s *scope) rateLimitHeaders(h http.Header, buf []byte, d *limits.Decision, 
 		return buf
 	}
 	res := &d.Results[least]
-	buf = strconv.AppendInt(buf, res.Rule.Limit, 10)
+	buf = strconv.AppendInt(buf, res.Limit, 10) // the allowance: the tenant's override and grants included
 	ends[1] = len(buf)
 	buf = strconv.AppendInt(buf, res.Remaining, 10)
 	ends[2] = len(buf)
@@ -417,14 +482,15 @@ func resetSeconds(res *limits.Result) int64 {
 	return seconds(res.Reset)
 }
 
-// untilAdmitted is how long a denying limit takes to admit a request again: the end of the
-// window for a fixed window, the next emission for GCRA (which refills one unit at a time,
-// long before the bucket is full again).
+// untilAdmitted is how long a denying limit takes to admit a request again, as the store
+// said: the end of the window for a fixed window, the next emission for GCRA (which refills
+// one unit at a time, long before the bucket is full again), and no later than the end of
+// the tenant's override (an override of 0 admits nothing before it).
 func untilAdmitted(res *limits.Result) time.Duration {
-	if res.Rule.Algorithm == limits.GCRA {
+	if res.Rule.Algorithm == limits.GCRA || res.RetryAfter > 0 {
 		return res.RetryAfter
 	}
-	return max(res.RetryAfter, res.Reset)
+	return res.Reset
 }
 
 // seconds rounds up, so a client waiting that long is never early.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/docsgate/gateway/config"
 	"github.com/docsgate/gateway/internal/redistest"
+	"github.com/docsgate/gateway/limits"
 )
 
 // stores runs a test against the in-process store and against a real redis-server.
@@ -310,5 +311,35 @@ func TestOneScriptCallPerRequest(t *testing.T) {
 	}
 	if len(keys) != 3 {
 		t.Fatalf("keys = %q, want one per limit", keys)
+	}
+}
+
+// "Near the limit" has one definition for requests and tokens: 10% of the limit or less
+// remains. With a limit of 10, the 9th admission leaves 1 (exactly 10%): near.
+func TestNearLimitIsTenPercentOrLess(t *testing.T) {
+	up := newUpstream(t, nil)
+	g := newGateway(t, up, setLimit("agent_job_per_project", 10, "hour"))
+	near := func() float64 {
+		return g.counter(t, "gateway_ratelimit_near_limit_total", "route", "agent_job", "limit", "agent_job_per_project")
+	}
+	for i := 1; i <= 10; i++ {
+		res, data := g.do(t, "POST", "/v2/agent/near/job", jsonHdr(adminKey), agentBody)
+		if res.StatusCode != 201 {
+			t.Fatalf("request %d: %d %s", i, res.StatusCode, data)
+		}
+		// Remaining after request i is 10-i: near from the 9th on.
+		want := float64(max(i-8, 0))
+		if got := near(); got != want {
+			t.Fatalf("after request %d (%d left of 10): near_limit = %v, want %v", i, 10-i, got, want)
+		}
+	}
+	for _, c := range []struct {
+		remaining, limit int64
+		near             bool
+	}{{10, 100, true}, {11, 100, false}, {0, 1, true}, {1, 9, false}, {1, 10, true}, {0, 0, true}} {
+		res := limits.Result{Rule: &limits.Rule{Limit: c.limit}, Limit: c.limit, Remaining: c.remaining}
+		if got := nearLimit(&res); got != c.near {
+			t.Errorf("nearLimit(%d of %d) = %v, want %v", c.remaining, c.limit, got, c.near)
+		}
 	}
 }

@@ -101,7 +101,7 @@ func (g *Gateway) top(ctx context.Context, sn *snapshot, name string, n int) (li
 		b = l.by
 		break
 	}
-	list := limits.TopList{Limit: name, Window: variants[0].Window.String(), Unit: variants[0].Unit.String(), By: byName(b)}
+	list := limits.TopList{Limit: name, Window: variants[0].Window.String(), Unit: variants[0].Unit.String(), By: b.String()}
 	// A plan without this limit enabled (or unknown to the config by now) means the defaults.
 	ruleFor := func(t tenant) *limits.Rule {
 		if l, ok := byPlan[t.plan]; ok {
@@ -120,7 +120,7 @@ func (g *Gateway) top(ctx context.Context, sn *snapshot, name string, n int) (li
 		err := g.limiter.Scan(ctx, v,
 			func(id string) *limits.Rule { return ruleFor(g.tenantOf(ctx, sn, b, id)) },
 			func(id string, u limits.Usage) {
-				e := topEntry{id: id, u: u, fraction: float64(u.Used) / float64(u.Limit)}
+				e := topEntry{id: id, u: u, fraction: fraction(u)}
 				if best.Len() < n {
 					heap.Push(best, e)
 				} else if e.before(best.items[0]) {
@@ -139,9 +139,19 @@ func (g *Gateway) top(ctx context.Context, sn *snapshot, name string, n int) (li
 		list.Tenants[i] = limits.TopTenant{
 			ID: e.id, Label: t.label, Org: t.org, Plan: t.plan,
 			Used: e.u.Used, Limit: e.u.Limit, Remaining: e.u.Remaining, Fraction: e.fraction, Reset: e.u.Reset,
+			Granted: e.u.Granted, Override: e.u.Override,
 		}
 	}
 	return list, nil
+}
+
+// fraction is how much of its allowance a tenant used; a tenant whose override of 0
+// refuses everything is at its limit.
+func fraction(u limits.Usage) float64 {
+	if u.Limit <= 0 {
+		return 1
+	}
+	return float64(u.Used) / float64(u.Limit)
 }
 
 type topEntry struct {

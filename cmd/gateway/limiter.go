@@ -54,6 +54,9 @@ func newRedisClient(c config.Redis, log *zap.Logger) redis.UniversalClient {
 // in-process store.
 type limiter struct {
 	proxy.Limiter
+	// quotas is the same store without the guard: operators' quota actions are bounded by
+	// their own deadlines and must not move the request path's breaker.
+	quotas limits.QuotaStore
 	client redis.UniversalClient // nil for the in-process store
 	guard  *limits.Guard         // nil for the in-process store
 	store  *limits.Redis
@@ -63,11 +66,12 @@ type limiter struct {
 	reachable bool
 }
 
-func newLimiter(client redis.UniversalClient, c config.Redis, m *metrics.Metrics, log *zap.Logger) *limiter {
+func newLimiter(client redis.UniversalClient, c config.Redis, q config.Quota, m *metrics.Metrics, log *zap.Logger) *limiter {
 	if client == nil {
-		return &limiter{Limiter: limits.NewMemory()}
+		mem := limits.NewMemory(limits.WithAuditMax(q.AuditMax))
+		return &limiter{Limiter: mem, quotas: mem}
 	}
-	var opts []limits.RedisOption
+	opts := []limits.RedisOption{limits.WithRedisAuditMax(q.AuditMax)}
 	if c.WaitReplicas > 0 {
 		// WAIT answers within the call's own bound, so a lagging replica shows as
 		// ErrNotReplicated rather than as a timeout.
@@ -82,7 +86,7 @@ func newLimiter(client redis.UniversalClient, c config.Redis, m *metrics.Metrics
 		log.Warn("redis.coalesce is off: the client cannot coalesce", zap.Error(err))
 		store, _ = limits.NewRedis(client, c.KeyPrefix, opts[:len(opts)-1]...)
 	}
-	l := &limiter{client: client, store: store}
+	l := &limiter{client: client, store: store, quotas: store}
 	l.guard = limits.NewGuard(l.store, limits.GuardOptions{
 		Timeout:          c.Timeout,
 		FailureThreshold: c.Breaker.Failures,

@@ -28,9 +28,12 @@ var version = "dev"
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	var code int
-	if len(os.Args) > 1 && os.Args[1] == "keys" {
+	switch {
+	case len(os.Args) > 1 && os.Args[1] == "keys":
 		code = runKeys(ctx, os.Args[2:], os.Stdin, os.Stdout, os.Stderr)
-	} else {
+	case len(os.Args) > 1 && os.Args[1] == "quota":
+		code = runQuota(ctx, os.Args[2:], os.Getenv, os.Stdout, os.Stderr)
+	default:
 		code = run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	}
 	stop()
@@ -61,7 +64,8 @@ func parseFlags(args []string, stderr io.Writer) (flags, error) {
 	fs.BoolVar(&f.checkConfig, "check-config", false, "validate the config file and exit")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: gateway -config FILE [-dev] [-check-config] | -version\n"+
-			"       gateway keys generate|add|revoke|list ...   (gateway keys -h)\n\n")
+			"       gateway keys generate|add|revoke|list ...   (gateway keys -h)\n"+
+			"       gateway quota grant|override|end|reset|audit|overrides ...   (gateway quota -h)\n\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {

@@ -138,6 +138,7 @@ func fixedChanges(old, cfg *config.Config) []string {
 	check("server", old.Server, cfg.Server)
 	check("redis", old.Redis, cfg.Redis)
 	check("auth.mode", old.Auth.Mode, cfg.Auth.Mode)
+	check("quota.audit_max", old.Quota.AuditMax, cfg.Quota.AuditMax)
 	check("log.format", old.Log.Format, cfg.Log.Format)
 	check("log.sampling", old.Log.Sampling, cfg.Log.Sampling)
 	return keys

@@ -79,27 +79,17 @@ func serve(ctx context.Context, path string, cfg *config.Config, dev bool) error
 		return err
 	}
 	defer stopLog()
-
-	tlsCert, err := loadCert("tls", cfg.TLS)
+	tlsCert, adminCert, err := loadCerts(cfg)
 	if err != nil {
 		return err
 	}
-	// The admin listener follows the public one unless admin_tls names its own files.
-	adminCert := tlsCert
-	if cfg.AdminTLS != nil {
-		if adminCert, err = loadCert("admin_tls", cfg.AdminTLS); err != nil {
-			return err
-		}
-	}
-
 	reg := prometheus.NewRegistry()
-	m := metrics.New(reg)
-	var draining atomic.Bool
+	p := &process{cfg: cfg, log: log, reg: reg, m: metrics.New(reg), started: time.Now()}
 	client := newRedisClient(cfg.Redis, log)
 	if client != nil {
 		defer client.Close()
 	}
-	lim := newLimiter(client, cfg.Redis, m, log)
+	p.lim = newLimiter(client, cfg.Redis, cfg.Quota, p.m, log)
 	keys, err := newRegistry(ctx, client, cfg, log)
 	if err != nil {
 		return err
@@ -107,49 +97,11 @@ func serve(ctx context.Context, path string, cfg *config.Config, dev bool) error
 	if keys != nil {
 		defer keys.Close()
 	}
-	opts := proxy.Options{Config: cfg, Logger: log, Metrics: m, Limiter: lim}
-	var keyManager admin.KeyManager
-	if keys != nil {
-		opts.Registry, keyManager = keys, keys
-		if mem, ok := keys.(*auth.MemoryRegistry); ok && cfg.Auth.KeysFile != "" {
-			keyManager = &fileKeys{path: cfg.Auth.KeysFile, mem: mem}
-		}
-	}
-	stopTracing, err := newTracing(ctx, cfg, m, &opts, log)
+	stopTracing, err := p.buildGateway(ctx, keys)
 	if err != nil {
 		return err
 	}
-	gw, err := proxy.New(opts)
-	if err != nil {
-		return configError{err}
-	}
-	if client == nil {
-		log.Warn("redis.addrs is empty: limits are counted in this process only, so each replica admits its own quota; configure Redis when running more than one replica")
-	}
-	// Readiness says whether this process can serve: it answers once the config is loaded
-	// and both listeners are bound, and turns 503 only while draining. Redis trouble never
-	// shows here (it shows on /metrics, the usage page and in the log): every replica shares
-	// the same Redis, so a Redis incident would take every replica out of rotation at once,
-	// and clients would get connection errors from the load balancer instead of the
-	// gateway's 503 limiter_unavailable with Retry-After, on routes that need no Redis too.
-	ready := func() (bool, string) {
-		if draining.Load() {
-			return false, "draining"
-		}
-		return true, "ready"
-	}
-	rl := &reloader{path: path, running: cfg, gw: gw, level: level, keys: keys, dev: dev, log: log, last: time.Now()}
-	started := time.Now()
-	state := func(context.Context) admin.State {
-		last, lastErr := rl.lastReload()
-		st := admin.State{Version: version, Store: storeKind(cfg.Redis), RedisReachable: true,
-			LastReload: last, LastReloadError: lastErr, Started: started}
-		if lim.guard != nil {
-			st.OpenBreakers = lim.openBreakers()
-			st.RedisReachable = lim.redisReachable(cfg.Redis.Timeout*5, 500*time.Millisecond)
-		}
-		return st
-	}
+	p.rl = &reloader{path: path, running: cfg, gw: p.gw, level: level, keys: keys, dev: dev, log: log, last: time.Now()}
 
 	pubLn, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
@@ -160,49 +112,12 @@ func serve(ctx context.Context, path string, cfg *config.Config, dev bool) error
 		pubLn.Close()
 		return fmt.Errorf("admin_listen %s: %w", cfg.AdminListen, err)
 	}
-
 	warnAdminExposure(cfg, log)
-	pub := publicServer(cfg, gw, tlsCert, log)
-	admin := &http.Server{
-		Handler: admin.Handler(admin.Options{
-			Ready:        ready,
-			Metrics:      metrics.Handler(reg),
-			Usage:        gw,
-			Top:          gw,
-			TopTimeout:   30 * time.Second,
-			State:        state,
-			UIRefresh:    cfg.AdminUIRefresh,
-			Reload:       rl.reload,
-			Keys:         keyManager,
-			KnownPlan:    rl.knownPlan,
-			Token:        cfg.AdminToken,
-			Hosts:        cfg.AdminHosts,
-			FailureLimit: cfg.Auth.FailureLimit,
-			IPv6Prefix:   cfg.ClientIP.IPv6Prefix,
-			UsageTimeout: cfg.Redis.Timeout * 10,
-			Logger:       log.Named("admin"),
-		}),
-		ReadHeaderTimeout: cfg.Server.ReadHeaderTimeout,
-		IdleTimeout:       cfg.Server.IdleTimeout,
-		ErrorLog:          zap.NewStdLog(log.Named("admin")),
-	}
-
+	pub := publicServer(cfg, p.gw, tlsCert, log)
+	admin := p.adminServer(keyManager(cfg, keys), adminCert)
 	errc := make(chan error, 2)
-	go func() {
-		if tlsCert != nil {
-			errc <- pub.ServeTLS(pubLn, "", "")
-			return
-		}
-		errc <- pub.Serve(pubLn)
-	}()
-	go func() {
-		if adminCert != nil {
-			admin.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{*adminCert}}
-			errc <- admin.ServeTLS(adminLn, "", "")
-			return
-		}
-		errc <- admin.Serve(adminLn)
-	}()
+	go func() { errc <- serveOn(pub, pubLn) }()
+	go func() { errc <- serveOn(admin, adminLn) }()
 	log.Info("gateway started",
 		zap.String("version", version),
 		zap.String("listen", pubLn.Addr().String()),
@@ -211,25 +126,139 @@ func serve(ctx context.Context, path string, cfg *config.Config, dev bool) error
 		zap.Bool("tls", tlsCert != nil),
 		zap.Bool("admin_tls", adminCert != nil),
 		zap.String("auth_mode", cfg.Auth.Mode))
+	if err := p.wait(ctx, errc); err != nil {
+		_ = pub.Close()
+		_ = admin.Close()
+		return err
+	}
+	return drain(cfg.Server, pub, admin, p.gw, stopTracing, &p.draining, log)
+}
 
+// process is what one running gateway is made of, built by serve.
+type process struct {
+	cfg      *config.Config
+	log      *zap.Logger
+	reg      *prometheus.Registry
+	m        *metrics.Metrics
+	lim      *limiter
+	gw       *proxy.Gateway
+	rl       *reloader
+	started  time.Time
+	draining atomic.Bool
+}
+
+// buildGateway builds the public handler on the limiter and the key registry (nil in prefix
+// mode), with tracing when configured; it returns the function that stops tracing (or nil).
+func (p *process) buildGateway(ctx context.Context, keys auth.Registry) (stopTracing func(context.Context) error, err error) {
+	opts := proxy.Options{Config: p.cfg, Logger: p.log, Metrics: p.m, Limiter: p.lim, Quotas: p.lim.quotas}
+	if keys != nil {
+		opts.Registry = keys
+	}
+	if stopTracing, err = newTracing(ctx, p.cfg, p.m, &opts, p.log); err != nil {
+		return nil, err
+	}
+	if p.gw, err = proxy.New(opts); err != nil {
+		return nil, configError{err}
+	}
+	if p.lim.client == nil {
+		p.log.Warn("redis.addrs is empty: limits are counted in this process only, so each replica admits its own quota; configure Redis when running more than one replica")
+	}
+	return stopTracing, nil
+}
+
+// keyManager is what the admin key endpoints write: the registry, or the keys file (which a
+// reload re-reads) when keys live there; nil in prefix mode.
+func keyManager(cfg *config.Config, keys auth.Registry) admin.KeyManager {
+	if keys == nil {
+		return nil
+	}
+	if mem, ok := keys.(*auth.MemoryRegistry); ok && cfg.Auth.KeysFile != "" {
+		return &fileKeys{path: cfg.Auth.KeysFile, mem: mem}
+	}
+	return keys
+}
+
+// ready is /readyz: whether this process can serve. It answers once the config is loaded and
+// both listeners are bound, and turns 503 only while draining. Redis trouble never shows here
+// (it shows on /metrics, the usage page and in the log): every replica shares the same Redis,
+// so a Redis incident would take every replica out of rotation at once, and clients would get
+// connection errors from the load balancer instead of the gateway's 503 limiter_unavailable
+// with Retry-After, on routes that need no Redis too.
+func (p *process) ready() (bool, string) {
+	if p.draining.Load() {
+		return false, "draining"
+	}
+	return true, "ready"
+}
+
+// state is the gateway's state as the usage page shows it.
+func (p *process) state(context.Context) admin.State {
+	last, lastErr := p.rl.lastReload()
+	st := admin.State{Version: version, Store: storeKind(p.cfg.Redis), RedisReachable: true,
+		LastReload: last, LastReloadError: lastErr, Started: p.started}
+	if p.lim.guard != nil {
+		st.OpenBreakers = p.lim.openBreakers()
+		st.RedisReachable = p.lim.redisReachable(p.cfg.Redis.Timeout*5, 500*time.Millisecond)
+	}
+	return st
+}
+
+// adminServer is the admin listener's server; cert, when set, makes it serve HTTPS.
+func (p *process) adminServer(keys admin.KeyManager, cert *tls.Certificate) *http.Server {
+	cfg := p.cfg
+	srv := &http.Server{
+		Handler: admin.Handler(admin.Options{
+			Ready:        p.ready,
+			Metrics:      metrics.Handler(p.reg),
+			Usage:        p.gw,
+			Top:          p.gw,
+			TopTimeout:   30 * time.Second,
+			State:        p.state,
+			UIRefresh:    cfg.AdminUIRefresh,
+			Reload:       p.rl.reload,
+			Keys:         keys,
+			KnownPlan:    p.rl.knownPlan,
+			Quotas:       p.gw,
+			Token:        cfg.AdminToken,
+			Hosts:        cfg.AdminHosts,
+			FailureLimit: cfg.Auth.FailureLimit,
+			IPv6Prefix:   cfg.ClientIP.IPv6Prefix,
+			UsageTimeout: cfg.Redis.Timeout * 10,
+			Logger:       p.log.Named("admin"),
+		}),
+		ReadHeaderTimeout: cfg.Server.ReadHeaderTimeout,
+		IdleTimeout:       cfg.Server.IdleTimeout,
+		ErrorLog:          zap.NewStdLog(p.log.Named("admin")),
+	}
+	if cert != nil {
+		srv.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{*cert}}
+	}
+	return srv
+}
+
+// serveOn serves srv on ln, with TLS when srv has a TLS config.
+func serveOn(srv *http.Server, ln net.Listener) error {
+	if srv.TLSConfig != nil {
+		return srv.ServeTLS(ln, "", "")
+	}
+	return srv.Serve(ln)
+}
+
+// wait reloads on SIGHUP until ctx ends (nil: drain) or a listener fails on its own (its error).
+func (p *process) wait(ctx context.Context, errc <-chan error) error {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
 	for {
 		select {
 		case err := <-errc:
-			// A listener failed on its own: stop everything.
-			_ = pub.Close()
-			_ = admin.Close()
 			return fmt.Errorf("serving: %w", err)
 		case <-hup:
-			_ = rl.reload() // the outcome is logged
-			continue
+			_ = p.rl.reload() // the outcome is logged
 		case <-ctx.Done():
+			return nil
 		}
-		break
 	}
-	return drain(cfg.Server, pub, admin, gw, stopTracing, &draining, log)
 }
 
 // drain turns /readyz to 503, waits shutdown_delay for load balancers to notice, then closes
@@ -284,6 +313,21 @@ func publicServer(cfg *config.Config, h http.Handler, cert *tls.Certificate, log
 	}
 	srv.Protocols = &p
 	return srv
+}
+
+// loadCerts loads the public listener's certificate (nil without tls) and the admin
+// listener's, which follows the public one unless admin_tls names its own files.
+func loadCerts(cfg *config.Config) (public, admin *tls.Certificate, err error) {
+	if public, err = loadCert("tls", cfg.TLS); err != nil {
+		return nil, nil, err
+	}
+	admin = public
+	if cfg.AdminTLS != nil {
+		if admin, err = loadCert("admin_tls", cfg.AdminTLS); err != nil {
+			return nil, nil, err
+		}
+	}
+	return public, admin, nil
 }
 
 func loadCert(key string, c *config.TLS) (*tls.Certificate, error) {
