@@ -16,6 +16,11 @@ func TestWaitReplicas(t *testing.T) {
 	master := redistest.Start(t)
 	replica := redistest.StartReplica(t, master)
 	ctx := context.Background()
+	// A replica whose link just came up may not have acknowledged anything yet; on a loaded
+	// machine its first acknowledgement can take longer than the 200 ms asked of decisions.
+	if n, err := master.Client(t).Do(ctx, "WAIT", 1, 10000).Int(); err != nil || n != 1 {
+		t.Fatalf("replica never acknowledged: %d %v", n, err)
+	}
 	s := newRedisT(t, master.Client(t), uniquePrefix(), WithWaitReplicas(1, 200*time.Millisecond))
 	r := rule(t, "w", 100, "hour", Fixed)
 	hits := []Hit{{Rule: r, ID: "a"}}
