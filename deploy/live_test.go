@@ -254,7 +254,8 @@ func waitFor(t *testing.T, what string, timeout time.Duration, cond func() bool)
 }
 
 // upstream stands in for the platform: 201 for jobs, a streamed AI SDK answer for the
-// assistant, and a connection torn down for project "broken".
+// assistant, a connection torn down for project "broken", and 401 for project "refused" (a key
+// it does not know).
 func upstream(t *testing.T) *httptest.Server {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body)
@@ -264,6 +265,10 @@ func upstream(t *testing.T) *httptest.Server {
 			if err == nil {
 				conn.Close()
 			}
+		case strings.Contains(r.URL.Path, "/agent/refused/"):
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusUnauthorized)
+			io.WriteString(w, `{"error":"Invalid API key"}`)
 		case strings.HasPrefix(r.URL.Path, "/v2/agent/"):
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(http.StatusCreated)
@@ -341,7 +346,7 @@ limits:
 
 // drive sends the request mix that makes every series of the dashboard exist: 201s, a 401, a
 // 400, a 429 (and a near-limit event) from a limit of 1, a 502 from a broken upstream
-// connection, streamed assistant answers on v1 and v2 with token usage (and a tokens limit
+// connection, an upstream 401 (its units refunded), streamed assistant answers on v1 and v2 with token usage (and a tokens limit
 // they spend), a 404 and a CORS preflight.
 func (s *stack) drive(t *testing.T) {
 	t.Helper()
@@ -359,6 +364,7 @@ func (s *stack) drive(t *testing.T) {
 		{"POST", "/v2/agent/other/job", "", `{"prompt":"x"}`, 401},
 		{"POST", "/v2/agent/other/job", "svc_deploytest", `{"prompt":""}`, 400},
 		{"POST", "/v2/agent/broken/job", "svc_deploytest", `{"prompt":"x"}`, 502},
+		{"POST", "/v2/agent/refused/job", "svc_deploytest", `{"prompt":"x"}`, 401},
 		{"POST", "/discovery/v1/assistant/acme-docs/message", "svc_dsc_deploytest", msg, 200},
 		{"POST", "/discovery/v1/assistant/solo-docs/message", "svc_dsc_deploytest", msg, 200},
 		{"POST", "/discovery/v2/assistant/acme-docs/message", "svc_dsc_deploytest", msgV2, 200},
