@@ -631,10 +631,13 @@ func one(client *http.Client, public string, rng *rand.Rand, st *stats, record b
 	}
 }
 
+// hasFinish reports whether a streamed answer reached its finish part.
 func hasFinish(data []byte) bool {
 	sc := bufio.NewScanner(strings.NewReader(string(data)))
 	for sc.Scan() {
-		if strings.HasPrefix(sc.Text(), "d:") {
+		line := sc.Text()
+		// v1's data stream ends with a d: part, v2's UI message stream with a finish chunk.
+		if strings.HasPrefix(line, "d:") || (strings.HasPrefix(line, "data: ") && strings.Contains(line, `"type":"finish"`)) {
 			return true
 		}
 	}
