@@ -182,9 +182,17 @@ func (r *Redis) settleCluster(ctx context.Context, sc *scratch, d *Decision, gro
 		d.Allowed = true
 		return nil
 	}
+	errs = append(errs, sendGiveBacks(ctx, r.giveBacks(sc, d, groups, consumed))...)
+	if len(errs) > 0 {
+		return fmt.Errorf("limits: take (cluster): %w", errors.Join(errs...))
+	}
+	return nil
+}
 
-	// Second step: give back what the admitting nodes took: every limit of theirs that had
-	// room (a shadow limit without room was not charged, a tokens limit only checked).
+// giveBacks is the second step of a refused decision: what each admitting node gives back,
+// every limit of theirs that had room (a shadow limit without room was not charged, a tokens
+// limit only checked).
+func (r *Redis) giveBacks(sc *scratch, d *Decision, groups []group, consumed []bool) []giveBack {
 	var gbs []giveBack
 	for gi, g := range groups {
 		if !consumed[gi] {
@@ -210,6 +218,12 @@ func (r *Redis) settleCluster(ctx context.Context, sc *scratch, d *Decision, gro
 			gbs = append(gbs, giveBack{node: sc.clients[gi], name: sc.nodes[gi], keys: keys, argv: nodeArgs(keys, nil, sc.gargs)})
 		}
 	}
+	return gbs
+}
+
+// sendGiveBacks sends the give-backs and returns their errors, each named after its node
+// unless the decision's deadline cut it short.
+func sendGiveBacks(ctx context.Context, gbs []giveBack) []error {
 	if len(gbs) > 0 && ctx.Err() != nil {
 		// A failing node used up the decision's deadline: the request is answered now, and
 		// its units go back in the background, on a bound of their own (nothing was sent, so
@@ -220,9 +234,10 @@ func (r *Redis) settleCluster(ctx context.Context, sc *scratch, d *Decision, gro
 			defer cancel()
 			giveBackAll(bctx, gbs)
 		}(gbs)
-		gbs = nil
+		return nil
 	}
 	giveBackAll(ctx, gbs)
+	var errs []error
 	for _, b := range gbs {
 		switch {
 		case b.err == nil || b.err == redis.Nil:
@@ -234,10 +249,7 @@ func (r *Redis) settleCluster(ctx context.Context, sc *scratch, d *Decision, gro
 			errs = append(errs, &NodeError{Node: b.name, Err: fmt.Errorf("limits: give back: %w", b.err)})
 		}
 	}
-	if len(errs) > 0 {
-		return fmt.Errorf("limits: take (cluster): %w", errors.Join(errs...))
-	}
-	return nil
+	return errs
 }
 
 // giveBackBound bounds a give-back sent after its decision's deadline.
