@@ -38,38 +38,10 @@ func (g *Gateway) readBody(s *scope, r *http.Request) bool {
 	}
 	var body []byte
 	if r.ContentLength != 0 || len(r.TransferEncoding) > 0 {
-		if !s.http1 {
-			// HTTP/1 bodies are bounded from the request's arrival (ServeHTTP).
-			setReadDeadline(s.rw.ResponseWriter, time.Now().Add(g.readTimeout))
-		}
-		s.inBody = nil // read here: a refusal from now on closes the connection, no second drain
-		var err error
-		var buf []byte
-		if rt.stream {
-			buf = g.streamBodies.get(bodyBufferSize(r.ContentLength, s.snap.maxBody))
-		}
-		body, err = readAll(r.Body, r.ContentLength, s.snap.maxBody, buf)
-		switch {
-		case errors.Is(err, errTooLarge):
-			g.tooLarge(s)
-			return false
-		case errors.Is(err, os.ErrDeadlineExceeded):
-			s.fail(http.StatusRequestTimeout, errorBody{
-				Error: "The request body did not arrive in time.",
-				Code:  codeRequestTimeout,
-			})
-			return false
-		case err != nil:
-			if r.Context().Err() != nil {
-				return false // the client went away; there is nobody to answer
-			}
-			s.fail(http.StatusBadRequest, errorBody{Error: "The request body could not be read.", Code: codeInvalidRequest})
+		var ok bool
+		if body, ok = g.readWhole(s, r); !ok {
 			return false
 		}
-		// The whole body is in: clear the deadline, since a streamed answer may run far
-		// longer than the body took. (On the refusals above it stays, so nothing can block
-		// on the rest of the body.)
-		setReadDeadline(s.rw.ResponseWriter, time.Time{})
 	}
 	s.bodyUnread = false
 	s.bodyBytes = len(body)
@@ -79,7 +51,50 @@ func (g *Gateway) readBody(s *scope, r *http.Request) bool {
 			return false
 		}
 	}
-	if rt.stream {
+	g.replaceBody(s, r, body)
+	return true
+}
+
+// readWhole reads the request's body within the read timeout and the size bound; a refusal
+// is answered, and reported by ok false.
+func (g *Gateway) readWhole(s *scope, r *http.Request) (body []byte, ok bool) {
+	if !s.http1 {
+		// HTTP/1 bodies are bounded from the request's arrival (ServeHTTP).
+		setReadDeadline(s.rw.ResponseWriter, time.Now().Add(g.readTimeout))
+	}
+	s.inBody = nil // read here: a refusal from now on closes the connection, no second drain
+	var buf []byte
+	if s.route.stream {
+		buf = g.streamBodies.get(bodyBufferSize(r.ContentLength, s.snap.maxBody))
+	}
+	body, err := readAll(r.Body, r.ContentLength, s.snap.maxBody, buf)
+	switch {
+	case errors.Is(err, errTooLarge):
+		g.tooLarge(s)
+		return nil, false
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		s.fail(http.StatusRequestTimeout, errorBody{
+			Error: "The request body did not arrive in time.",
+			Code:  codeRequestTimeout,
+		})
+		return nil, false
+	case err != nil:
+		if r.Context().Err() != nil {
+			return nil, false // the client went away; there is nobody to answer
+		}
+		s.fail(http.StatusBadRequest, errorBody{Error: "The request body could not be read.", Code: codeInvalidRequest})
+		return nil, false
+	}
+	// The whole body is in: clear the deadline, since a streamed answer may run far longer
+	// than the body took. (On the refusals above it stays, so nothing can block on the rest
+	// of the body.)
+	setReadDeadline(s.rw.ResponseWriter, time.Time{})
+	return body, true
+}
+
+// replaceBody makes the body read into memory the one the upstream request sends.
+func (g *Gateway) replaceBody(s *scope, r *http.Request, body []byte) {
+	if s.route.stream {
 		s.body.reset(body, &g.streamBodies)
 		r.Body = &s.body
 	} else {
@@ -96,7 +111,6 @@ func (g *Gateway) readBody(s *scope, r *http.Request) bool {
 	if len(body) == 0 {
 		r.Body = http.NoBody
 	}
-	return true
 }
 
 func (g *Gateway) tooLarge(s *scope) {
