@@ -136,6 +136,7 @@ func (g *Guard) Take(ctx context.Context, hits []Hit, d *Decision) error {
 	if finished {
 		if err == nil {
 			d.Allowed = c.d.Allowed
+			d.Hold = c.d.Hold
 			d.Results = append(d.Results[:0], c.d.Results...)
 		}
 		clear(c.hits)

@@ -47,12 +47,13 @@ end
 -- numbers keep sub-microsecond precision in a double.
 local jan_1_2017 = 1483228800
 
--- A spec is "<algo>[s][q] <limit> <window>"; the s marks a shadow limit, the q a limit whose
--- tenants' run-time quotas are to be read (see takeLua).
+-- A spec is "<algo>[s][q] <limit> <window>[ <reserve> <ttl ms>]"; the s marks a shadow limit,
+-- the q a limit whose tenants' run-time quotas are to be read (see takeLua), the reserve and
+-- ttl a limit with holds (see hold.go).
 local function parse(spec)
-  local algo, shadow, q, limit, win = string.match(spec, '^(%a)(s?)(q?) (%d+) (%w+)$')
+  local algo, shadow, q, limit, win, reserve, ttl = string.match(spec, '^(%a)(s?)(q?) (%d+) (%w+) ?(%d*) ?(%d*)$')
   if not algo then error('limits: bad rule spec ' .. tostring(spec)) end
-  return algo, tonumber(limit), win, shadow == 's', q == 'q'
+  return algo, tonumber(limit), win, shadow == 's', q == 'q', tonumber(reserve) or 0, tonumber(ttl) or 0
 end
 
 -- GCRA in units of the emission interval em: a bucket whose TAT is t holds (t - gnow) / em
@@ -131,12 +132,14 @@ end
 // included. Fixed-window keys are hashes {s = window start, n = count} expiring at the
 // window end; a stale s means a new window. GCRA keys hold the TAT exactly like
 // redis_rate/v10, the bucket refilling at the base (limit or override) per period and
-// holding the allowance. 't' (tokens) limits are only checked.
+// holding the allowance. 't' (tokens) limits are only checked, but for a reserve, and 'c'
+// (streams) limits count their live slots: both take a hold named by the last ARGV, "@<hold>"
+// (see hold.go).
 //
 // Reply: "<ok> then per key: <allowed> <remaining> <reset µs> <retry µs> <window start>",
 // followed for a q limit by "<allowance> <base>". One string (instead of an array of
 // integers) keeps the client's reply parsing to a single allocation.
-const takeLua = windowLua + quotaLua + `
+const takeLua = windowLua + quotaLua + holdLua + `
 -- Run-time quotas are rare: one EXISTS over the decision's quota keys says whether any is
 -- to be read.
 local function any_quota(from, to)
@@ -147,7 +150,7 @@ end
 // nodeTakeLua is takeLua for a Cluster node (see nodePrelude). Its keys may lie in several
 // slots of the node, and a command of several keys must keep to one slot even in a script
 // allowed to cross them: the quota keys are checked one EXISTS each.
-const nodeTakeLua = nodePrelude + windowLua + quotaLua + `
+const nodeTakeLua = nodePrelude + windowLua + quotaLua + holdLua + `
 local function any_quota(from, to)
   for i = from, to do
     if redis.call('EXISTS', KEYS[i]) == 1 then return true end
@@ -163,24 +166,39 @@ local usec = tonumber(t[2])
 local now_us = sec * 1000000 + usec
 local gnow = (sec - jan_1_2017) + (usec / 1000000)
 local n = #ARGV
+local hid = ''
+if n > 0 and string.sub(ARGV[n], 1, 1) == '@' then
+  hid = string.sub(ARGV[n], 2)
+  n = n - 1
+end
 local quotas = #KEYS > n and any_quota(n + 1, #KEYS)
 local qk = n -- the last quota key read
 local st = {}
 local ok = 1
 for i = 1, n do
-  local algo, limit, win, shadow, q = parse(ARGV[i])
+  local algo, limit, win, shadow, q, reserve, ttl = parse(ARGV[i])
   local base, g, ends = limit, 0, 0
   if q then
     qk = qk + 1
     if quotas then base, g, ends = quota(KEYS[qk], limit, win, sec, now_us) end
   end
-  local h = {algo = algo, limit = allowance(base, g), base = base, ends = ends, q = q}
-  if algo == 'f' or algo == 't' then
+  local h = {algo = algo, limit = allowance(base, g), base = base, ends = ends, q = q, reserve = reserve, ttl = ttl}
+  if algo == 'c' then
+    -- Streams: the live slots are the count.
+    local _, live, dead, last = holds(KEYS[i], now_us)
+    h.cnt, h.dead, h.last = live, dead, last
+    h.allowed = live < h.limit
+  elseif algo == 'f' or algo == 't' then
     local ws, we = bounds(win, sec)
     local cnt, same = count(KEYS[i], ws)
     h.ws, h.we, h.cnt, h.same = ws, we, cnt, same
     h.reset = we * 1000000 - now_us
     h.allowed = cnt < h.limit
+    if algo == 't' and reserve > 0 then
+      local sum, _, dead, last = holds(KEYS[i], now_us)
+      h.held, h.dead, h.last = sum, dead, last
+      h.allowed = h.limit - cnt - sum >= reserve
+    end
   else
     -- A bucket of base 0 admits nothing; its emission interval is only reported.
     local em = period_of(win) / math.max(base, 1)
@@ -200,10 +218,27 @@ for i = 1, n do
   if h.allowed then a = 1 end
   local charge = ok == 1 and h.allowed
   if h.algo == 't' then
-    -- A tokens limit is only checked here; Debit counts the answer's tokens later.
+    -- A tokens limit is only checked here; Debit counts the answer's tokens later. With a
+    -- reserve, it holds the reserve until Settle.
     ws, reset = h.ws, h.reset
+    rem = math.max(h.limit - h.cnt - (h.held or 0), 0)
+    if charge and h.reserve > 0 and hid ~= '' then
+      if not h.same then redis.call('HSET', KEYS[i], 's', h.ws, 'n', 0) end
+      hold(KEYS[i], hid, h.reserve, h.ttl, now_us, h.dead, h.last, h.we * 1000)
+      rem = math.max(rem - h.reserve, 0)
+    end
+    if not h.allowed then
+      retry = reset
+      -- Denied for the holds of answers in flight, which come back as they end.
+      if h.reserve > 0 and h.cnt + h.reserve <= h.limit then retry = 1000000 end
+    end
+  elseif h.algo == 'c' then
     rem = math.max(h.limit - h.cnt, 0)
-    if not h.allowed then retry = reset end
+    if charge and hid ~= '' then
+      hold(KEYS[i], hid, 1, h.ttl, now_us, h.dead, h.last, 0)
+      rem = math.max(rem - 1, 0)
+    end
+    if not h.allowed then retry = 1000000 end
   elseif h.algo == 'f' then
     ws, reset = h.ws, h.reset
     if charge then
@@ -264,6 +299,9 @@ for i = 1, #KEYS do
     if tonumber(v[1]) == tonumber(ARGV[2 * i]) and (tonumber(v[2]) or 0) > 0 then
       redis.call('HINCRBY', KEYS[i], 'n', -1)
     end
+  elseif (algo == 't' or algo == 'c') and string.sub(ARGV[2 * i], 1, 1) == '@' then
+    -- A hold or slot of the decision (see hold.go).
+    redis.call('HDEL', KEYS[i], 'h:' .. string.sub(ARGV[2 * i], 2))
   elseif algo == 'g' then
     local tat = tonumber(redis.call('GET', KEYS[i]))
     if tat then
@@ -287,7 +325,10 @@ local function state(ckey, qkey, algo, limit, win, sec, usec)
   local base, g, ends = quota(qkey, limit, win, sec, sec * 1000000 + usec)
   local allow = allowance(base, g)
   local used, reset
-  if algo == 'f' or algo == 't' then
+  if algo == 'c' then -- streams: the slots in use (see hold.go)
+    local _, live = holds(ckey, sec * 1000000 + usec)
+    used, reset = live, sec * 1000000 + usec
+  elseif algo == 'f' or algo == 't' then
     local ws, we = bounds(win, sec)
     used = count(ckey, ws)
     reset = we * 1000000
@@ -309,12 +350,16 @@ end
 
 // usageLua reads the counter KEYS[1] with spec ARGV[1], and the tenant's quota KEYS[2],
 // without writing. Reply: "<used> <remaining> <reset unix µs> <allowance> <granted>
-// <override end µs, 0: none> <base>".
-const usageLua = windowLua + quotaLua + quotaStateLua + `
+// <override end µs, 0: none> <base> <reserved>", remaining net of the live holds.
+const usageLua = windowLua + quotaLua + holdLua + quotaStateLua + `
 local t = redis.call('TIME')
-local algo, limit, win = parse(ARGV[1])
+local algo, limit, win, _, _, reserve = parse(ARGV[1])
 local allow, used, g, base, ends, reset = state(KEYS[1], KEYS[2], algo, limit, win, tonumber(t[1]), tonumber(t[2]))
-return string.format('%d %d %d %d %d %d %d', used, math.max(allow - used, 0), reset, allow, g, ends, base)
+local reserved = 0
+if algo == 't' and reserve > 0 then
+  reserved = holds(KEYS[1], tonumber(t[1]) * 1000000 + tonumber(t[2]))
+end
+return string.format('%d %d %d %d %d %d %d %d', used, math.max(allow - used - reserved, 0), reset, allow, g, ends, base, reserved)
 `
 
 // debitLua adds tokens to tokens limits ('t' specs) in their current windows. ARGV[2i-1] is

@@ -1,0 +1,253 @@
+package limits
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+func reserveRule(t testing.TB, name string, limit, reserve int64, ttl time.Duration) *Rule {
+	r := tokenRule(t, name, limit, "hour")
+	r.Reserve, r.ReserveTTL = reserve, ttl
+	return r
+}
+
+func streamsRule(name string, limit int64, ttl time.Duration) *Rule {
+	return &Rule{Name: name, Limit: limit, Unit: Streams, ReserveTTL: ttl}
+}
+
+// TestHolds runs the holds suite against the memory store, a standalone redis-server and a
+// 3-master Redis Cluster.
+func TestHolds(t *testing.T) {
+	for _, b := range backends(t, true) {
+		t.Run(b.name, func(t *testing.T) {
+			t.Run("ReserveExact", func(t *testing.T) { testReserveExact(t, b) })
+			t.Run("ReserveSettle", func(t *testing.T) { testReserveSettle(t, b) })
+			t.Run("ReserveExpired", func(t *testing.T) { testReserveExpired(t, b) })
+			t.Run("StreamsExact", func(t *testing.T) { testStreamsExact(t, b) })
+			t.Run("HoldsAllOrNothing", func(t *testing.T) { testHoldsAllOrNothing(t, b) })
+		})
+	}
+}
+
+// testReserveExact: 40 concurrent admissions from 3 replicas against 1,000 tokens with a
+// reserve of 100: exactly 10 admitted; settled at 100 each, the use is exactly 1,000.
+func testReserveExact(t *testing.T, b backend) {
+	alignWindow(t, time.Hour, 30*time.Second)
+	ctx := context.Background()
+	stores := b.stores(t, 3)
+	tok := reserveRule(t, "tok", 1000, 100, 0)
+	hits := []Hit{{Rule: tok, ID: "acme"}}
+	var admitted atomic.Int64
+	var mu sync.Mutex
+	var holds []string
+	var wg sync.WaitGroup
+	for i := range 40 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var d Decision
+			if err := stores[i%3].Take(ctx, hits, &d); err != nil {
+				t.Error(err)
+				return
+			}
+			if d.Allowed {
+				admitted.Add(1)
+				if d.Hold == "" || len(d.Held(hits, nil)) != 1 {
+					t.Errorf("admitted without a hold: %+v", d)
+				}
+				mu.Lock()
+				holds = append(holds, d.Hold)
+				mu.Unlock()
+			} else if r := d.Results[0]; r.RetryAfter != time.Second {
+				t.Errorf("denied for holds in flight: retry %v, want 1s", r.RetryAfter)
+			}
+		}()
+	}
+	wg.Wait()
+	if admitted.Load() != 10 {
+		t.Fatalf("admitted %d, want exactly 10", admitted.Load())
+	}
+	u, err := stores[0].Usage(ctx, tok, "acme")
+	if err != nil || u.Used != 0 || u.Reserved != 1000 || u.Remaining != 0 {
+		t.Fatalf("usage while in flight: %+v %v", u, err)
+	}
+	for i, h := range holds {
+		expired, err := stores[i%3].Settle(ctx, h, hits, 100)
+		if err != nil || len(expired) != 0 {
+			t.Fatalf("settle: %v %v", expired, err)
+		}
+	}
+	u, err = stores[1].Usage(ctx, tok, "acme")
+	if err != nil || u.Used != 1000 || u.Reserved != 0 || u.Remaining != 0 {
+		t.Fatalf("usage after settling: %+v %v", u, err)
+	}
+	var d Decision
+	if err := stores[2].Take(ctx, hits, &d); err != nil || d.Allowed || d.Results[0].RetryAfter != d.Results[0].Reset {
+		t.Fatalf("a spent budget must deny until the window resets: %v %+v", err, d)
+	}
+}
+
+// testReserveSettle: settling refunds what an answer did not use, charges what it used past
+// its reserve, and a release gives the whole hold back.
+func testReserveSettle(t *testing.T, b backend) {
+	alignWindow(t, time.Hour, 30*time.Second)
+	ctx := context.Background()
+	s := b.stores(t, 1)[0]
+	tok := reserveRule(t, "tok", 1000, 100, 0)
+	hits := []Hit{{Rule: tok, ID: "acme"}}
+	take := func() *Decision {
+		t.Helper()
+		d := &Decision{}
+		if err := s.Take(ctx, hits, d); err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	var ds []*Decision
+	for range 10 {
+		d := take()
+		if !d.Allowed {
+			t.Fatal("denied within the budget")
+		}
+		ds = append(ds, d)
+	}
+	if take().Allowed {
+		t.Fatal("admitted past the budget")
+	}
+	if _, err := s.Settle(ctx, ds[0].Hold, hits, 50); err != nil { // 50 refunded
+		t.Fatal(err)
+	}
+	if _, err := s.Settle(ctx, ds[1].Hold, hits, -1); err != nil { // released
+		t.Fatal(err)
+	}
+	u, _ := s.Usage(ctx, tok, "acme")
+	if u.Used != 50 || u.Reserved != 800 || u.Remaining != 150 {
+		t.Fatalf("usage: %+v", u)
+	}
+	if d := take(); !d.Allowed || d.Results[0].Remaining != 50 {
+		t.Fatalf("the refund must admit one more: %+v", d)
+	}
+	if take().Allowed {
+		t.Fatal("50 left must not admit a reserve of 100")
+	}
+	if _, err := s.Settle(ctx, ds[2].Hold, hits, 130); err != nil { // charged past the reserve
+		t.Fatal(err)
+	}
+	if u, _ := s.Usage(ctx, tok, "acme"); u.Used != 180 || u.Reserved != 800 {
+		t.Fatalf("usage after a charge: %+v", u)
+	}
+	// Settling twice charges twice (the caller settles once) but never finds the hold again.
+	if exp, _ := s.Settle(ctx, ds[2].Hold, hits, 0); len(exp) != 1 {
+		t.Fatalf("a hold settled twice must read as gone: %v", exp)
+	}
+}
+
+// testReserveExpired: a hold whose gateway died comes back after its ttl; settled late, the
+// answer's tokens are charged all the same and the limit is reported.
+func testReserveExpired(t *testing.T, b backend) {
+	alignWindow(t, time.Hour, 30*time.Second)
+	ctx := context.Background()
+	s := b.stores(t, 1)[0]
+	tok := reserveRule(t, "tok", 200, 100, 300*time.Millisecond)
+	st := streamsRule("st", 1, 300*time.Millisecond)
+	hits := []Hit{{Rule: tok, ID: "acme"}, {Rule: st, ID: "acme"}}
+	var d1, d2 Decision
+	if err := s.Take(ctx, hits, &d1); err != nil || !d1.Allowed {
+		t.Fatalf("%v %+v", err, d1)
+	}
+	if err := s.Take(ctx, hits, &d2); err != nil || d2.Allowed || d2.Results[1].Allowed || !d2.Results[0].Allowed {
+		t.Fatalf("the slot must deny: %v %+v", err, d2)
+	}
+	time.Sleep(600 * time.Millisecond)
+	if u, _ := s.Usage(ctx, tok, "acme"); u.Reserved != 0 || u.Remaining != 200 {
+		t.Fatalf("an expired hold still counts: %+v", u)
+	}
+	if u, _ := s.Usage(ctx, st, "acme"); u.Used != 0 {
+		t.Fatalf("an expired slot still counts: %+v", u)
+	}
+	if err := s.Take(ctx, hits, &d2); err != nil || !d2.Allowed {
+		t.Fatalf("expired holds must admit again: %v %+v", err, d2)
+	}
+	expired, err := s.Settle(ctx, d1.Hold, hits, 70)
+	if err != nil || len(expired) != 1 || expired[0] != "tok" {
+		t.Fatalf("late settle: %v %v", expired, err)
+	}
+	if u, _ := s.Usage(ctx, tok, "acme"); u.Used != 70 || u.Reserved != 100 {
+		t.Fatalf("a late settle must charge: %+v", u)
+	}
+}
+
+// testStreamsExact: 20 concurrent admissions from 3 replicas against 5 slots: exactly 5, with
+// Retry-After 1s for the others; a slot given back admits one more.
+func testStreamsExact(t *testing.T, b backend) {
+	ctx := context.Background()
+	stores := b.stores(t, 3)
+	st := streamsRule("st", 5, 0)
+	hits := []Hit{{Rule: st, ID: "acme"}}
+	var admitted atomic.Int64
+	var mu sync.Mutex
+	var held []string
+	var wg sync.WaitGroup
+	for i := range 20 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var d Decision
+			if err := stores[i%3].Take(ctx, hits, &d); err != nil {
+				t.Error(err)
+				return
+			}
+			if d.Allowed {
+				admitted.Add(1)
+				mu.Lock()
+				held = append(held, d.Hold)
+				mu.Unlock()
+			} else if d.Results[0].RetryAfter != time.Second {
+				t.Errorf("retry %v, want 1s", d.Results[0].RetryAfter)
+			}
+		}()
+	}
+	wg.Wait()
+	if admitted.Load() != 5 {
+		t.Fatalf("admitted %d, want 5", admitted.Load())
+	}
+	if u, _ := stores[0].Usage(ctx, st, "acme"); u.Used != 5 || u.Remaining != 0 || u.Unit != Streams {
+		t.Fatalf("usage: %+v", u)
+	}
+	if _, err := stores[1].Settle(ctx, held[0], hits, 123); err != nil {
+		t.Fatal(err)
+	}
+	var d Decision
+	if err := stores[2].Take(ctx, hits, &d); err != nil || !d.Allowed || d.Results[0].Remaining != 0 {
+		t.Fatalf("a slot given back must admit one: %v %+v", err, d)
+	}
+}
+
+// testHoldsAllOrNothing: a request denied by one limit takes no hold or slot of the others,
+// whichever nodes they live on.
+func testHoldsAllOrNothing(t *testing.T, b backend) {
+	alignWindow(t, time.Hour, 30*time.Second)
+	ctx := context.Background()
+	s := b.stores(t, 1)[0]
+	ids := idsOnDistinctNodes(3)
+	tok := reserveRule(t, "tok", 1000, 100, 0)
+	st := streamsRule("st", 10, 0)
+	req := rule(t, "req", 1, "hour", Fixed)
+	hits := []Hit{{Rule: tok, ID: ids[0]}, {Rule: st, ID: ids[1]}, {Rule: req, ID: ids[2]}}
+	var d Decision
+	if err := s.Take(ctx, hits, &d); err != nil || !d.Allowed {
+		t.Fatalf("%v %+v", err, d)
+	}
+	if err := s.Take(ctx, hits, &d); err != nil || d.Allowed || d.Hold != "" {
+		t.Fatalf("the requests limit must deny: %v %+v", err, d)
+	}
+	if u, _ := s.Usage(ctx, tok, ids[0]); u.Reserved != 100 {
+		t.Fatalf("a denied request kept a hold: %+v", u)
+	}
+	if u, _ := s.Usage(ctx, st, ids[1]); u.Used != 1 {
+		t.Fatalf("a denied request kept a slot: %+v", u)
+	}
+}
