@@ -142,14 +142,15 @@ type Usage struct {
 	Name      string
 	Limit     int64 // the allowance: the tenant's override in force, else the limit, plus Granted
 	Used      int64
-	// Reserved is what live holds keep of a tokens limit, or the slots in use of a streams
-	// limit (then Used is the same number); Remaining is net of it.
-	Reserved  int64
 	Remaining int64
 	Reset     time.Time // end of the current window (fixed) / full replenishment (gcra)
 	Unit      Unit
 	Granted   int64          // grants of the current window
 	Override  *OverrideTerms // the override in force; nil without one
+
+	// Reserved is what the live holds keep of a tokens limit with a reserve (see hold.go);
+	// Remaining is net of it. A streams limit's slots in use are its Used.
+	Reserved int64
 }
 
 // Store decides hits atomically: all-or-nothing (if any limit denies, none is consumed).
