@@ -30,6 +30,7 @@ type Limiter interface {
 	Debit(ctx context.Context, hits []limits.Hit, n int64) error
 	Refund(ctx context.Context, taken []limits.Taken) error
 	Scan(ctx context.Context, r *limits.Rule, resolve func(id string) *limits.Rule, visit func(id string, u limits.Usage)) error
+	Settle(ctx context.Context, hold string, hits []limits.Hit, n int64) ([]string, error)
 }
 
 // by says what a limit counts.
@@ -108,9 +109,12 @@ func compileLimits(cfg *config.Config, routes []*route) (map[string][]routeLimit
 	for _, plan := range plans {
 		set := map[string]compiledLimit{}
 		for _, s := range cfg.PlanLimits(plan) {
-			w, err := limits.ParseWindow(s.Window)
-			if err != nil {
-				return nil, fmt.Errorf("limits.%s.window: %w", s.Name, err)
+			var w limits.Window
+			if s.Unit != "streams" { // a streams limit has no window
+				var err error
+				if w, err = limits.ParseWindow(s.Window); err != nil {
+					return nil, fmt.Errorf("limits.%s.window: %w", s.Name, err)
+				}
 			}
 			a, err := limits.ParseAlgorithm(s.Algorithm)
 			if err != nil {
@@ -124,7 +128,8 @@ func compileLimits(cfg *config.Config, routes []*route) (map[string][]routeLimit
 			if err != nil {
 				return nil, fmt.Errorf("limits.%s.unit: %w", s.Name, err)
 			}
-			c := compiledLimit{rule: &limits.Rule{Name: s.Name, Limit: s.Limit, Window: w, Algorithm: a, Unit: u, Shadow: s.Shadow}, by: b, shadow: s.Shadow}
+			rule := &limits.Rule{Name: s.Name, Limit: s.Limit, Window: w, Algorithm: a, Unit: u, Shadow: s.Shadow, Reserve: s.Reserve, ReserveTTL: s.ReserveTTL}
+			c := compiledLimit{rule: rule, by: b, shadow: s.Shadow}
 			set[s.Name] = c
 			if s.Limit > 0 {
 				all[plan] = append(all[plan], routeLimit{rule: c.rule, by: b, shadow: c.shadow})
@@ -265,7 +270,8 @@ func (g *Gateway) decide(s *scope, r *http.Request, set *limitSet, st *limitStat
 	for _, l := range set.limits {
 		h := limits.Hit{Rule: l.rule, ID: s.limitID(l.by, r)}
 		st.hits = append(st.hits, h)
-		if l.rule.Unit == limits.Tokens {
+		// A tokens limit with a reserve is settled with its hold (see settleHolds).
+		if l.rule.Unit == limits.Tokens && l.rule.Reserve == 0 {
 			s.tokenHits = append(s.tokenHits, h)
 		}
 	}
@@ -306,6 +312,7 @@ func (s *scope) account(set *limitSet, hits []limits.Hit, dec *limits.Decision, 
 	}
 	if dec.Allowed {
 		s.keepTaken(hits, dec) // every enforced limit, and the shadow limits that had room
+		s.hold, s.held = dec.Hold, dec.Held(hits, s.heldBuf[:0])
 		s.countOrg(orgAllowed)
 		return
 	}
