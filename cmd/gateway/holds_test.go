@@ -1,0 +1,331 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/docsgate/gateway/internal/redistest"
+)
+
+// gatedUpstream answers assistant requests with an AI SDK data stream that sends its first
+// text at once and then waits for the test to open the gate; it then finishes with the usage
+// the request's fp chose ("t-P-C": P prompt and C completion tokens). It counts the answers
+// in flight at the upstream, and their peak.
+type gatedUpstream struct {
+	url            string
+	inflight, peak atomic.Int64
+	mu             sync.Mutex
+	gate           chan struct{}
+}
+
+func newGatedUpstream(t *testing.T) *gatedUpstream {
+	u := &gatedUpstream{gate: make(chan struct{})}
+	u.url = serveHTTP(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := u.inflight.Add(1)
+		defer u.inflight.Add(-1)
+		for {
+			p := u.peak.Load()
+			if n <= p || u.peak.CompareAndSwap(p, n) {
+				break
+			}
+		}
+		var body struct {
+			FP string `json:"fp"`
+		}
+		_ = json.NewDecoder(r.Body).Decode(&body)
+		u.mu.Lock()
+		gate := u.gate
+		u.mu.Unlock()
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		fmt.Fprint(w, "f:{\"messageId\":\"m\"}\n0:\"hi\"\n")
+		w.(http.Flusher).Flush()
+		select {
+		case <-gate:
+		case <-r.Context().Done():
+			return
+		}
+		var p, c int
+		if _, err := fmt.Sscanf(strings.ReplaceAll(body.FP, "-", " "), "t %d %d", &p, &c); err != nil {
+			t.Errorf("bad fp %q", body.FP)
+		}
+		fmt.Fprintf(w, "d:{\"finishReason\":\"stop\",\"usage\":{\"promptTokens\":%d,\"completionTokens\":%d}}\n", p, c)
+	}))
+	return u
+}
+
+// open lets the answers waiting at the gate finish; later ones wait at a new gate.
+func (u *gatedUpstream) open() {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	close(u.gate)
+	u.gate = make(chan struct{})
+}
+
+// streamResult is what a client saw of one streamed request.
+type streamResult struct {
+	status     int
+	retryAfter string
+	code       string
+	limit      string
+}
+
+// startStreams sends n assistant requests of acme at once, spread over the replicas, and
+// returns once every one has its status; the admitted ones keep reading their streams until
+// they end (done).
+func startStreams(t *testing.T, ps []*proc, n int, fp string) (results []streamResult, done *sync.WaitGroup) {
+	t.Helper()
+	got := make(chan streamResult, n)
+	done = &sync.WaitGroup{}
+	for i := range n {
+		done.Add(1)
+		go func() {
+			defer done.Done()
+			p := ps[i%len(ps)]
+			req, _ := http.NewRequest("POST", "http://"+p.public+"/discovery/v1/assistant/acme-docs/message", strings.NewReader(`{"fp":"`+fp+`","messages":[]}`))
+			req.Header.Set("Authorization", fmt.Sprintf("Bearer svc_dsc_key%d", i))
+			req.Header.Set("Content-Type", "application/json")
+			res, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Error(err)
+				got <- streamResult{}
+				return
+			}
+			defer res.Body.Close()
+			r := streamResult{status: res.StatusCode, retryAfter: res.Header.Get("Retry-After")}
+			if res.StatusCode != 200 {
+				var e struct {
+					Code  string `json:"code"`
+					Limit string `json:"limit"`
+				}
+				_ = json.NewDecoder(res.Body).Decode(&e)
+				r.code, r.limit = e.Code, e.Limit
+			}
+			got <- r
+			_, _ = io.Copy(io.Discard, res.Body)
+		}()
+	}
+	timeout := time.After(30 * time.Second)
+	for range n {
+		select {
+		case r := <-got:
+			results = append(results, r)
+		case <-timeout:
+			t.Fatalf("only %d of %d requests answered", len(results), n)
+		}
+	}
+	return results, done
+}
+
+func countStatus(rs []streamResult, status int) int {
+	n := 0
+	for _, r := range rs {
+		if r.status == status {
+			n++
+		}
+	}
+	return n
+}
+
+type orgUsage struct {
+	Name      string `json:"name"`
+	Unit      string `json:"unit"`
+	Limit     int64  `json:"limit"`
+	Used      int64  `json:"used"`
+	Reserved  int64  `json:"reserved"`
+	Remaining int64  `json:"remaining"`
+}
+
+// acmeUsage reads limit name of acme from the admin API of p.
+func acmeUsage(t *testing.T, p *proc, name string) orgUsage {
+	t.Helper()
+	code, body := adminGet(t, p, "/usage/orgs/acme", "")
+	if code != 200 {
+		t.Fatalf("/usage/orgs/acme: %d %s", code, body)
+	}
+	var out struct {
+		Limits []orgUsage `json:"limits"`
+	}
+	if err := json.Unmarshal([]byte(body), &out); err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range out.Limits {
+		if l.Name == name {
+			return l
+		}
+	}
+	t.Fatalf("/usage/orgs/acme has no %s: %s", name, body)
+	return orgUsage{}
+}
+
+// waitUsage polls until limit name of acme reads used and reserved (settling runs after the
+// answer), failing with the last reading.
+func waitUsage(t *testing.T, p *proc, name string, used, reserved int64, within time.Duration) orgUsage {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		u := acmeUsage(t, p, name)
+		if u.Used == used && u.Reserved == reserved {
+			return u
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: used %d reserved %d, want %d and %d", name, u.Used, u.Reserved, used, reserved)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// holdStores are the stores the binary tests run on: replicas gateways sharing one. As in
+// TestReplicasShareRedis, redis.timeout is 2s: these tests prove exactness, not latency, and
+// 40 concurrent requests on cold connections under -race on a shared 2-core machine are slow.
+type holdStore struct {
+	name     string
+	replicas int
+	redis    func(t *testing.T) string
+}
+
+func holdStores() []holdStore {
+	return []holdStore{
+		{"memory", 1, func(*testing.T) string { return "" }},
+		{"redis", 2, func(t *testing.T) string {
+			return fmt.Sprintf("redis: {addrs: [%q], timeout: 2s}\n", redistest.Start(t).Addr)
+		}},
+		{"cluster", 2, func(t *testing.T) string {
+			return fmt.Sprintf("redis: {addrs: [%s], timeout: 2s}\n", quoteAll(redistest.StartCluster(t, 3).Addrs))
+		}},
+	}
+}
+
+const holdsConfig = `orgs: {acme: [acme-docs]}
+limits:
+  assistant_tokens_per_org: {limit: 1000, window: month, by: org, unit: tokens, reserve: 100}
+routes:
+  - name: assistant_message
+    limits: [assistant_per_key, assistant_per_org, assistant_per_ip, assistant_tokens_per_org]
+`
+
+func startReplicas(t *testing.T, up string, st holdStore, cfg string) []*proc {
+	store := st.redis(t)
+	var ps []*proc
+	for range st.replicas {
+		ps = append(ps, startGateway(t, up, store+cfg))
+	}
+	return ps
+}
+
+// 40 concurrent slow streams from two replicas against 1,000 tokens with a reserve of 100
+// and answers of 100 tokens: exactly 10 are admitted (10 at the upstream at once), the final
+// use is exactly 1,000, and nothing more is admitted in the window.
+func TestTokenReserveExactUnderConcurrency(t *testing.T) {
+	for _, st := range holdStores() {
+		t.Run(st.name, func(t *testing.T) {
+			up := newGatedUpstream(t)
+			ps := startReplicas(t, up.url, st, holdsConfig)
+			rs, done := startStreams(t, ps, 40, "t-40-60")
+			if ok, denied := countStatus(rs, 200), countStatus(rs, 429); ok != 10 || denied != 30 {
+				t.Fatalf("admitted %d and denied %d, want 10 and 30", ok, denied)
+			}
+			for _, r := range rs {
+				if r.status == 429 && (r.code != "rate_limited" || r.limit != "assistant_tokens_per_org" || r.retryAfter != "1") {
+					t.Fatalf("denial while tokens are held: %+v (want rate_limited, the limit, Retry-After 1)", r)
+				}
+			}
+			if u := acmeUsage(t, ps[0], "assistant_tokens_per_org"); u.Used != 0 || u.Reserved != 1000 || u.Remaining != 0 {
+				t.Fatalf("usage in flight: %+v", u)
+			}
+			if peak := up.peak.Load(); peak != 10 {
+				t.Fatalf("%d answers at the upstream at once, want 10", peak)
+			}
+			up.open()
+			done.Wait()
+			u := waitUsage(t, ps[len(ps)-1], "assistant_tokens_per_org", 1000, 0, 10*time.Second)
+			t.Logf("%s: final use %d of 1000 (overshoot %d)", st.name, u.Used, u.Used-1000)
+			rs, done = startStreams(t, ps, 4, "t-40-60")
+			done.Wait()
+			if countStatus(rs, 429) != 4 {
+				t.Fatalf("a spent budget admitted: %+v", rs)
+			}
+			if r := rs[0]; r.retryAfter == "1" {
+				t.Fatalf("a spent budget must retry at the window's end, not in 1 second: %+v", r)
+			}
+		})
+	}
+}
+
+// Answers of 50 tokens against a reserve of 100: each settles half its hold back, so once
+// the first answers finish more are admitted: 10, then 5, 2, 1 and 1, and the budget ends at
+// 950 used with less than a reserve left.
+func TestTokenReserveRefundsAdmitMore(t *testing.T) {
+	for _, st := range holdStores() {
+		t.Run(st.name, func(t *testing.T) {
+			up := newGatedUpstream(t)
+			ps := startReplicas(t, up.url, st, holdsConfig)
+			var waves []int
+			used := int64(0)
+			for range 8 {
+				rs, done := startStreams(t, ps, 40, "t-20-30")
+				n := countStatus(rs, 200)
+				if n+countStatus(rs, 429) != 40 {
+					t.Fatalf("unexpected answers: %+v", rs)
+				}
+				up.open()
+				done.Wait()
+				used += 50 * int64(n)
+				waitUsage(t, ps[0], "assistant_tokens_per_org", used, 0, 10*time.Second)
+				if n == 0 {
+					break
+				}
+				waves = append(waves, n)
+			}
+			if fmt.Sprint(waves) != "[10 5 2 1 1]" || used != 950 {
+				t.Fatalf("admitted by wave %v, used %d; want [10 5 2 1 1] and 950", waves, used)
+			}
+		})
+	}
+}
+
+const streamsConfig = `orgs: {acme: [acme-docs]}
+limits:
+  assistant_streams_per_org: {limit: 5, by: org, unit: streams}
+routes:
+  - name: assistant_message
+    limits: [assistant_per_key, assistant_per_org, assistant_per_ip, assistant_streams_per_org]
+`
+
+// A stream cap of 5 under 20 concurrent streams from two replicas: never more than 5 at the
+// upstream, the others refused 429 rate_limited naming the limit with Retry-After: 1; the
+// slots come back when the answers end.
+func TestStreamsCapAtUpstream(t *testing.T) {
+	for _, st := range holdStores() {
+		t.Run(st.name, func(t *testing.T) {
+			up := newGatedUpstream(t)
+			ps := startReplicas(t, up.url, st, streamsConfig)
+			for wave := range 2 {
+				rs, done := startStreams(t, ps, 20, "t-1-1")
+				if ok := countStatus(rs, 200); ok != 5 {
+					t.Fatalf("wave %d: admitted %d, want 5", wave, ok)
+				}
+				for _, r := range rs {
+					if r.status != 200 && (r.status != 429 || r.code != "rate_limited" || r.limit != "assistant_streams_per_org" || r.retryAfter != "1") {
+						t.Fatalf("wave %d: denial %+v", wave, r)
+					}
+				}
+				if u := acmeUsage(t, ps[0], "assistant_streams_per_org"); u.Used != 5 || u.Remaining != 0 || u.Unit != "streams" {
+					t.Fatalf("usage in flight: %+v", u)
+				}
+				up.open()
+				done.Wait()
+				waitUsage(t, ps[0], "assistant_streams_per_org", 0, 0, 10*time.Second)
+			}
+			if peak := up.peak.Load(); peak != 5 {
+				t.Fatalf("%d answers at the upstream at once, want 5", peak)
+			}
+		})
+	}
+}
