@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -328,4 +329,120 @@ func TestStreamsCapAtUpstream(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A replica killed with SIGKILL mid-stream leaves its token holds and stream slots behind;
+// the other replica sees them held (it denies for the slots) until reserve_ttl, then they
+// come back by themselves, never charged.
+func TestHoldsOfKilledReplicaComeBack(t *testing.T) {
+	for _, st := range holdStores()[1:] {
+		t.Run(st.name, func(t *testing.T) {
+			up := newGatedUpstream(t)
+			const ttl = 3 * time.Second
+			ps := startReplicas(t, up.url, st, `orgs: {acme: [acme-docs]}
+limits:
+  assistant_tokens_per_org: {limit: 1000, window: month, by: org, unit: tokens, reserve: 100, reserve_ttl: 3s}
+  assistant_streams_per_org: {limit: 5, by: org, unit: streams, reserve_ttl: 3s}
+routes:
+  - name: assistant_message
+    limits: [assistant_per_key, assistant_per_org, assistant_per_ip, assistant_tokens_per_org, assistant_streams_per_org]
+`)
+			doomed, survivor := ps[0], ps[1]
+			rs, done := startStreams(t, []*proc{doomed}, 5, "t-40-60")
+			if countStatus(rs, 200) != 5 {
+				t.Fatalf("admitted %+v", rs)
+			}
+			taken := time.Now()
+			if err := doomed.cmd.Process.Kill(); err != nil { // SIGKILL: nothing is settled
+				t.Fatal(err)
+			}
+			done.Wait()
+			if u := acmeUsage(t, survivor, "assistant_tokens_per_org"); u.Reserved != 500 || u.Used != 0 {
+				t.Fatalf("holds of the dead replica: %+v", u)
+			}
+			if u := acmeUsage(t, survivor, "assistant_streams_per_org"); u.Used != 5 {
+				t.Fatalf("slots of the dead replica: %+v", u)
+			}
+			rs, done = startStreams(t, []*proc{survivor}, 1, "t-40-60")
+			done.Wait()
+			if r := rs[0]; r.status != 429 || r.limit != "assistant_streams_per_org" || r.retryAfter != "1" {
+				t.Fatalf("the dead replica's slots must still deny: %+v", r)
+			}
+			waitUsage(t, survivor, "assistant_tokens_per_org", 0, 0, ttl+10*time.Second)
+			waitUsage(t, survivor, "assistant_streams_per_org", 0, 0, time.Second)
+			back := time.Since(taken)
+			if back < ttl-500*time.Millisecond {
+				t.Fatalf("the holds came back after %v, before reserve_ttl %v", back, ttl)
+			}
+			t.Logf("%s: holds and slots back %v after they were taken (reserve_ttl %v)", st.name, back.Round(10*time.Millisecond), ttl)
+			rs, done = startStreams(t, []*proc{survivor}, 6, "t-40-60")
+			up.open()
+			done.Wait()
+			if countStatus(rs, 200) != 5 {
+				t.Fatalf("after reserve_ttl the survivor must admit 5 again: %+v", rs)
+			}
+		})
+	}
+}
+
+// Holds cost no extra round trip: MONITOR sees exactly one script call per admission (the
+// take, which also takes the hold and the slot) and one when the answer ends (the settle), and
+// no other command.
+func TestHoldsOneScriptCallPerAdmission(t *testing.T) {
+	srv := redistest.Start(t)
+	up := newGatedUpstream(t)
+	p := startGateway(t, up.url, fmt.Sprintf("redis: {addrs: [%q]}\n", srv.Addr)+`orgs: {acme: [acme-docs], globex: [globex-docs]}
+limits:
+  assistant_tokens_per_org: {limit: 1000, window: month, by: org, unit: tokens, reserve: 100}
+  assistant_streams_per_org: {limit: 5, by: org, unit: streams}
+routes:
+  - name: assistant_message
+    limits: [assistant_per_key, assistant_per_org, assistant_per_ip, assistant_tokens_per_org, assistant_streams_per_org]
+`)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	lines := make(chan string, 10000)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		monitorLines(ctx, t, srv.Addr, lines)
+	}()
+	time.Sleep(200 * time.Millisecond) // MONITOR is on
+	drain := func() (scripts, other []string) {
+		time.Sleep(200 * time.Millisecond) // the lines of what happened are through
+		for {
+			select {
+			case l := <-lines:
+				switch {
+				case strings.Contains(l, "[0 lua]"): // what the script itself runs
+				case strings.Contains(l, "{quota}:limits"): // the run-time quotas' poll, on its own clock
+				case strings.Contains(strings.ToLower(l), `"evalsha"`):
+					scripts = append(scripts, l)
+				default:
+					other = append(other, l)
+				}
+			default:
+				return scripts, other
+			}
+		}
+	}
+	for i := range 5 {
+		rs, done := startStreams(t, []*proc{p}, 1, "t-40-60")
+		if rs[0].status != 200 {
+			t.Fatalf("request %d: %+v", i, rs[0])
+		}
+		scripts, other := drain()
+		if len(scripts) != 1 || len(other) != 0 || !strings.Contains(scripts[0], "assistant_streams_per_org") || !strings.Contains(scripts[0], "assistant_tokens_per_org") {
+			t.Fatalf("admission %d: script calls %v, other commands %v; want one script call with both limits", i, scripts, other)
+		}
+		up.open()
+		done.Wait()
+		scripts, other = drain()
+		if len(scripts) != 1 || len(other) != 0 {
+			t.Fatalf("end of answer %d: script calls %v, other commands %v; want one (the settle)", i, scripts, other)
+		}
+	}
+	cancel()
+	wg.Wait()
 }
