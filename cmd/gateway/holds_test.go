@@ -17,7 +17,8 @@ import (
 
 // gatedUpstream answers assistant requests with an AI SDK data stream that sends its first
 // text at once and then waits for the test to open the gate; it then finishes with the usage
-// the request's fp chose ("t-P-C": P prompt and C completion tokens). It counts the answers
+// the request's fp chose ("t-P-C": P prompt and C completion tokens); "status-N" answers
+// status N at once, "abort" breaks the connection before answering. It counts the answers
 // in flight at the upstream, and their peak.
 type gatedUpstream struct {
 	url            string
@@ -41,6 +42,17 @@ func newGatedUpstream(t *testing.T) *gatedUpstream {
 			FP string `json:"fp"`
 		}
 		_ = json.NewDecoder(r.Body).Decode(&body)
+		var status int
+		switch {
+		case body.FP == "abort": // the connection breaks before any answer
+			panic(http.ErrAbortHandler)
+		case strings.HasPrefix(body.FP, "status-"):
+			_, _ = fmt.Sscanf(body.FP, "status-%d", &status)
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(status)
+			fmt.Fprint(w, `{"error":"no"}`)
+			return
+		}
 		u.mu.Lock()
 		gate := u.gate
 		u.mu.Unlock()
@@ -445,4 +457,73 @@ routes:
 	}
 	cancel()
 	wg.Wait()
+}
+
+// A hold is settled by how the answer ended: released when the upstream refused or failed
+// before any answer text (4xx, 5xx, a broken connection), charged the estimate when the
+// client went away mid-stream (its body's and the passed text's tokens), and charged the
+// answer's tokens when it was settled after reserve_ttl, which
+// gateway_token_holds_expired_total counts.
+func TestHoldSettlement(t *testing.T) {
+	up := newGatedUpstream(t)
+	srv := redistest.Start(t)
+	p := startGateway(t, up.url, fmt.Sprintf("redis: {addrs: [%q]}\n", srv.Addr)+`orgs: {acme: [acme-docs]}
+limits:
+  assistant_tokens_per_org: {limit: 1000, window: month, by: org, unit: tokens, reserve: 100, reserve_ttl: 1s}
+routes:
+  - name: assistant_message
+    limits: [assistant_per_key, assistant_per_org, assistant_per_ip, assistant_tokens_per_org]
+`)
+	const name = "assistant_tokens_per_org"
+	for _, fp := range []string{"status-500", "status-403", "status-429", "status-400", "abort"} {
+		rs, done := startStreams(t, []*proc{p}, 1, fp)
+		done.Wait()
+		if rs[0].status < 400 {
+			t.Fatalf("%s: %+v", fp, rs[0])
+		}
+		if u := waitUsage(t, p, name, 0, 0, 5*time.Second); u.Remaining != 1000 {
+			t.Fatalf("%s: the hold must be released: %+v", fp, u)
+		}
+	}
+
+	// The client reads the first text and goes away: 30 bytes of body (8 tokens) and 2 of
+	// text (1 token) are charged, as for any stream without usage.
+	req, _ := http.NewRequest("POST", "http://"+p.public+"/discovery/v1/assistant/acme-docs/message", strings.NewReader(`{"fp":"t-40-60","messages":[]}`))
+	req.Header.Set("Authorization", "Bearer svc_dsc_gone")
+	req.Header.Set("Content-Type", "application/json")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil || res.StatusCode != 200 {
+		t.Fatalf("%v %v", res, err)
+	}
+	buf := make([]byte, 64)
+	if _, err := io.ReadAtLeast(res.Body, buf, len("f:{\"messageId\":\"m\"}\n0:\"hi\"\n")); err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	waitUsage(t, p, name, 9, 0, 5*time.Second)
+
+	// An answer longer than reserve_ttl: its hold expires under it (the budget no longer
+	// counts it), and the settle charges its 100 tokens all the same.
+	rs, done := startStreams(t, []*proc{p}, 1, "t-40-60")
+	if rs[0].status != 200 {
+		t.Fatalf("%+v", rs[0])
+	}
+	waitUsage(t, p, name, 9, 0, 5*time.Second) // expired
+	up.open()
+	done.Wait()
+	waitUsage(t, p, name, 109, 0, 5*time.Second)
+	_, metrics := adminGet(t, p, "/metrics", "")
+	if !strings.Contains(metrics, `gateway_token_holds_expired_total{limit="assistant_tokens_per_org"} 1`) {
+		t.Fatalf("no expired hold counted:\n%s", grepLines(metrics, "holds_expired"))
+	}
+}
+
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }
