@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os/exec"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -526,4 +527,38 @@ func grepLines(s, sub string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// Holds and streams limits are refused where they mean nothing, each naming its key.
+func TestHoldConfigRefused(t *testing.T) {
+	const up = "upstream: {url: 'http://127.0.0.1:1'}\norgs: {acme: [acme-docs]}\n"
+	cases := []struct{ limits, want string }{
+		{"s: {limit: 5, window: hour, by: org, unit: streams}", "limits.s.window: a streams limit counts answers in flight and has no window"},
+		{"s: {limit: 5, by: org, unit: streams, algorithm: gcra}", "limits.s.algorithm: a streams limit has no algorithm"},
+		{"s: {limit: 5, by: org, unit: stream}", `limits.s.unit: "stream" is not requests, tokens or streams`},
+		{"r: {limit: 5, window: hour, by: org, reserve: 1}", "limits.r.reserve: only a tokens limit holds a reserve"},
+		{"r: {limit: 5, window: hour, by: org, reserve_ttl: 1m}", "limits.r.reserve_ttl: only a tokens limit with a reserve or a streams limit"},
+		{"t: {limit: 5, window: hour, by: org, unit: tokens, reserve_ttl: 1m}", "limits.t.reserve_ttl: only a tokens limit with a reserve or a streams limit"},
+		{"t: {limit: 50, window: hour, by: org, unit: tokens, reserve: 51}", "limits.t.reserve: 51 is more than the limit (50)"},
+		{"t: {limit: 50, window: hour, by: org, unit: tokens, reserve: -1}", "limits.t.reserve: must not be negative"},
+		{"t: {limit: 50, window: hour, by: org, unit: tokens, reserve: 5, reserve_ttl: -1s}", "limits.t.reserve_ttl: must not be negative"},
+	}
+	for _, c := range cases {
+		cfg := up + "limits:\n  " + c.limits + "\n"
+		out, err := exec.Command(gatewayBin, "-check-config", "-config", writeConfig(t, cfg)).CombinedOutput()
+		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), c.want) {
+			t.Errorf("%s: %v %s, want exit 2 naming %q", c.limits, err, out, c.want)
+		}
+	}
+	// The issue's example passes.
+	ok := up + `limits:
+  assistant_streams_per_org: {limit: 50, by: org, unit: streams, mode: shadow}
+  assistant_tokens_per_org: {limit: 1000000, window: month, by: org, unit: tokens, reserve: 4000, reserve_ttl: 10m}
+routes:
+  - name: assistant_message
+    limits: [assistant_per_key, assistant_per_org, assistant_per_ip, assistant_tokens_per_org, assistant_streams_per_org]
+`
+	if out, err := exec.Command(gatewayBin, "-check-config", "-config", writeConfig(t, ok)).CombinedOutput(); err != nil {
+		t.Fatalf("the example is refused: %v %s", err, out)
+	}
 }
