@@ -562,3 +562,44 @@ routes:
 		t.Fatalf("the example is refused: %v %s", err, out)
 	}
 }
+
+// /usage/top and the usage page show what answers in flight hold beside what they used, and
+// the streams in flight.
+func TestReservedInTopAndPage(t *testing.T) {
+	for _, st := range holdStores() {
+		t.Run(st.name, func(t *testing.T) {
+			up := newGatedUpstream(t)
+			ps := startReplicas(t, up.url, st, `orgs: {acme: [acme-docs]}
+limits:
+  assistant_tokens_per_org: {limit: 1000, window: month, by: org, unit: tokens, reserve: 100}
+  assistant_streams_per_org: {limit: 50, by: org, unit: streams, mode: shadow}
+routes:
+  - name: assistant_message
+    limits: [assistant_per_key, assistant_per_org, assistant_per_ip, assistant_tokens_per_org, assistant_streams_per_org]
+`)
+			rs, done := startStreams(t, ps, 3, "t-20-30")
+			if countStatus(rs, 200) != 3 {
+				t.Fatalf("%+v", rs)
+			}
+			code, body := adminGet(t, ps[0], "/usage/top?limit=assistant_tokens_per_org", "")
+			if code != 200 || !strings.Contains(body, `"id":"acme"`) || !strings.Contains(body, `"used":0,"reserved":300,"limit":1000,"remaining":700`) {
+				t.Fatalf("/usage/top: %d %s", code, body)
+			}
+			code, body = adminGet(t, ps[0], "/usage/top?limit=assistant_streams_per_org", "")
+			if code != 200 || !strings.Contains(body, `"unit":"streams"`) || !strings.Contains(body, `"used":3,"reserved":0,"limit":50,"remaining":47`) {
+				t.Fatalf("/usage/top streams: %d %s", code, body)
+			}
+			code, body = adminGet(t, ps[0], "/ui/", "")
+			if code != 200 || !strings.Contains(body, `<td class="num reserved">300</td>`) || !strings.Contains(body, "+300 reserved") || !strings.Contains(body, "streams in flight, by org") {
+				t.Fatalf("usage page: %d %s", code, grepLines(body, "reserved"))
+			}
+			up.open()
+			done.Wait()
+			waitUsage(t, ps[0], "assistant_tokens_per_org", 150, 0, 10*time.Second)
+			code, body = adminGet(t, ps[0], "/usage/top?limit=assistant_tokens_per_org", "")
+			if code != 200 || !strings.Contains(body, `"used":150,"reserved":0,"limit":1000,"remaining":850`) {
+				t.Fatalf("/usage/top after: %d %s", code, body)
+			}
+		})
+	}
+}
