@@ -270,8 +270,7 @@ func (g *Gateway) decide(s *scope, r *http.Request, set *limitSet, st *limitStat
 	for _, l := range set.limits {
 		h := limits.Hit{Rule: l.rule, ID: s.limitID(l.by, r)}
 		st.hits = append(st.hits, h)
-		// A tokens limit with a reserve is settled with its hold (see settleHolds).
-		if l.rule.Unit == limits.Tokens && l.rule.Reserve == 0 {
+		if l.rule.Unit == limits.Tokens {
 			s.tokenHits = append(s.tokenHits, h)
 		}
 	}
@@ -312,7 +311,7 @@ func (s *scope) account(set *limitSet, hits []limits.Hit, dec *limits.Decision, 
 	}
 	if dec.Allowed {
 		s.keepTaken(hits, dec) // every enforced limit, and the shadow limits that had room
-		s.hold, s.held = dec.Hold, dec.Held(hits, s.heldBuf[:0])
+		s.keepHeld(hits, dec)
 		s.countOrg(orgAllowed)
 		return
 	}

@@ -2,9 +2,12 @@ package proxy
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/docsgate/gateway/limits"
 )
 
 // debitTimeout bounds one token debit or refund. It runs after the answer, so it delays
@@ -94,4 +97,21 @@ func (g *Gateway) settleHolds(s *scope, out *streamOutcome) {
 			g.metrics.HoldExpired(name)
 		}
 	}()
+}
+
+// keepHeld records the token holds and stream slots an admitting decision took, to be
+// settled when the answer ends. A tokens limit whose hold was taken is settled with it, not
+// debited; one without (no reserve, or a shadow limit that had no room for it) is debited.
+func (s *scope) keepHeld(hits []limits.Hit, d *limits.Decision) {
+	s.hold, s.held = d.Hold, d.Held(hits, s.heldBuf[:0])
+	if len(s.held) == 0 {
+		return
+	}
+	debited := s.tokenHits[:0]
+	for _, h := range s.tokenHits {
+		if !slices.Contains(s.held, h) {
+			debited = append(debited, h)
+		}
+	}
+	s.tokenHits = debited
 }
