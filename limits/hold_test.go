@@ -28,6 +28,7 @@ func TestHolds(t *testing.T) {
 			t.Run("ReserveExpired", func(t *testing.T) { testReserveExpired(t, b) })
 			t.Run("StreamsExact", func(t *testing.T) { testStreamsExact(t, b) })
 			t.Run("HoldsAllOrNothing", func(t *testing.T) { testHoldsAllOrNothing(t, b) })
+			t.Run("ResetKeepsHolds", func(t *testing.T) { testResetKeepsHolds(t, b) })
 		})
 	}
 }
@@ -249,5 +250,49 @@ func testHoldsAllOrNothing(t *testing.T, b backend) {
 	}
 	if u, _ := s.Usage(ctx, st, ids[1]); u.Used != 1 {
 		t.Fatalf("a denied request kept a slot: %+v", u)
+	}
+}
+
+// testResetKeepsHolds: an operator's reset of a tokens limit zeroes the window's use but keeps
+// the holds of the answers in flight (settled later, they are not taken for expired); a
+// reset of a streams limit frees its slots.
+func testResetKeepsHolds(t *testing.T, b backend) {
+	alignWindow(t, time.Hour, 30*time.Second)
+	ctx := context.Background()
+	s := b.stores(t, 1)[0]
+	qs, ok := s.(QuotaStore)
+	if !ok {
+		t.Fatalf("%T is no QuotaStore", s)
+	}
+	tok := reserveRule(t, "tok", 1000, 100, 0)
+	st := streamsRule("st", 2, 0)
+	hits := []Hit{{Rule: tok, ID: "acme"}, {Rule: st, ID: "acme"}}
+	var d1, d2 Decision
+	if err := s.Take(ctx, hits, &d1); err != nil || !d1.Allowed {
+		t.Fatal(err, d1)
+	}
+	if err := s.Take(ctx, hits, &d2); err != nil || !d2.Allowed {
+		t.Fatal(err, d2)
+	}
+	if _, err := s.Settle(ctx, d1.Hold, hits[:1], 80); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := qs.Reset(ctx, tok, "acme", Who{Actor: "test", Reason: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	if u, _ := s.Usage(ctx, tok, "acme"); u.Used != 0 || u.Reserved != 100 || u.Remaining != 900 {
+		t.Fatalf("after a reset: %+v", u)
+	}
+	if exp, err := s.Settle(ctx, d2.Hold, hits[:1], 60); err != nil || len(exp) != 0 {
+		t.Fatalf("a hold kept through a reset must settle live: %v %v", exp, err)
+	}
+	if u, _ := s.Usage(ctx, tok, "acme"); u.Used != 60 || u.Reserved != 0 {
+		t.Fatalf("after the settle: %+v", u)
+	}
+	if _, err := qs.Reset(ctx, st, "acme", Who{Actor: "test", Reason: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	if u, _ := s.Usage(ctx, st, "acme"); u.Used != 0 {
+		t.Fatalf("a reset must free the slots: %+v", u)
 	}
 }
