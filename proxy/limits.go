@@ -208,6 +208,9 @@ func policyHeader(ls []routeLimit) string {
 }
 
 func policyItem(r *limits.Rule, quota int64) string {
+	if r.Unit == limits.Streams { // answers in flight, in no window
+		return fmt.Sprintf("%q;q=%d", r.Name, quota)
+	}
 	return fmt.Sprintf("%q;q=%d;w=%d", r.Name, quota, int64(r.Window.Nominal()/time.Second))
 }
 

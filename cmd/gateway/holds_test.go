@@ -86,6 +86,7 @@ func (u *gatedUpstream) open() {
 type streamResult struct {
 	status     int
 	retryAfter string
+	rateLimit  string // the RateLimit header
 	code       string
 	limit      string
 }
@@ -112,7 +113,7 @@ func startStreams(t *testing.T, ps []*proc, n int, fp string) (results []streamR
 				return
 			}
 			defer res.Body.Close()
-			r := streamResult{status: res.StatusCode, retryAfter: res.Header.Get("Retry-After")}
+			r := streamResult{status: res.StatusCode, retryAfter: res.Header.Get("Retry-After"), rateLimit: res.Header.Get("RateLimit")}
 			if res.StatusCode != 200 {
 				var e struct {
 					Code  string `json:"code"`
@@ -253,6 +254,21 @@ func TestTokenReserveExactUnderConcurrency(t *testing.T) {
 			if u := acmeUsage(t, ps[0], "assistant_tokens_per_org"); u.Used != 0 || u.Reserved != 1000 || u.Remaining != 0 {
 				t.Fatalf("usage in flight: %+v", u)
 			}
+			// Each admission's RateLimit header shows the remaining net of every hold, its
+			// own included: 900, 800, ..., 0, each once.
+			seen := map[string]bool{}
+			for _, r := range rs {
+				if r.status == 200 {
+					_, after, _ := strings.Cut(r.rateLimit, `"assistant_tokens_per_org";r=`)
+					rem, _, _ := strings.Cut(after, ";")
+					seen[rem] = true
+				}
+			}
+			for rem := 0; rem <= 900; rem += 100 {
+				if !seen[fmt.Sprint(rem)] {
+					t.Fatalf("no admission saw remaining %d net of holds: %v", rem, seen)
+				}
+			}
 			if peak := up.peak.Load(); peak != 10 {
 				t.Fatalf("%d answers at the upstream at once, want 10", peak)
 			}
@@ -332,6 +348,11 @@ func TestStreamsCapAtUpstream(t *testing.T) {
 				}
 				if u := acmeUsage(t, ps[0], "assistant_streams_per_org"); u.Used != 5 || u.Remaining != 0 || u.Unit != "streams" {
 					t.Fatalf("usage in flight: %+v", u)
+				}
+				for _, r := range rs {
+					if !strings.Contains(r.rateLimit, `"assistant_streams_per_org";r=`) {
+						t.Fatalf("no RateLimit for the streams limit: %+v", r)
+					}
 				}
 				up.open()
 				done.Wait()
@@ -602,4 +623,28 @@ routes:
 			}
 		})
 	}
+}
+
+// A shadow tokens limit with a reserve never denies: while it has room each answer holds its
+// reserve and is settled; once it has none, answers are admitted without a hold and debited
+// after they end, so no token is lost to it.
+func TestShadowReserveDebitsWithoutRoom(t *testing.T) {
+	up := newGatedUpstream(t)
+	p := startGateway(t, up.url, `orgs: {acme: [acme-docs]}
+limits:
+  assistant_tokens_per_org: {limit: 200, window: month, by: org, unit: tokens, reserve: 100, mode: shadow}
+routes:
+  - name: assistant_message
+    limits: [assistant_per_key, assistant_per_org, assistant_per_ip, assistant_tokens_per_org]
+`)
+	rs, done := startStreams(t, []*proc{p}, 4, "t-40-60")
+	if countStatus(rs, 200) != 4 {
+		t.Fatalf("a shadow limit denied: %+v", rs)
+	}
+	if u := acmeUsage(t, p, "assistant_tokens_per_org"); u.Reserved != 200 {
+		t.Fatalf("two holds while in flight: %+v", u)
+	}
+	up.open()
+	done.Wait()
+	waitUsage(t, p, "assistant_tokens_per_org", 400, 0, 10*time.Second)
 }
