@@ -3,7 +3,6 @@ package limits
 import (
 	"context"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -33,6 +32,41 @@ func TestHolds(t *testing.T) {
 	}
 }
 
+// concurrentTakes decides hits n times at once, spread over stores, and returns the holds of
+// the admitted decisions. Every denial must say to retry in a second (holds come back as
+// answers end).
+func concurrentTakes(t *testing.T, stores []Store, hits []Hit, n int) []string {
+	t.Helper()
+	var mu sync.Mutex
+	var holds []string
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var d Decision
+			if err := stores[i%len(stores)].Take(context.Background(), hits, &d); err != nil {
+				t.Error(err)
+				return
+			}
+			if !d.Allowed {
+				if r := d.Results[0]; r.RetryAfter != time.Second {
+					t.Errorf("denied for holds in flight: retry %v, want 1s", r.RetryAfter)
+				}
+				return
+			}
+			if d.Hold == "" || len(d.Held(hits, nil)) != len(hits) {
+				t.Errorf("admitted without its holds: %+v", d)
+			}
+			mu.Lock()
+			holds = append(holds, d.Hold)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return holds
+}
+
 // testReserveExact: 40 concurrent admissions from 3 replicas against 1,000 tokens with a
 // reserve of 100: exactly 10 admitted; settled at 100 each, the use is exactly 1,000.
 func testReserveExact(t *testing.T, b backend) {
@@ -41,35 +75,9 @@ func testReserveExact(t *testing.T, b backend) {
 	stores := b.stores(t, 3)
 	tok := reserveRule(t, "tok", 1000, 100, 0)
 	hits := []Hit{{Rule: tok, ID: "acme"}}
-	var admitted atomic.Int64
-	var mu sync.Mutex
-	var holds []string
-	var wg sync.WaitGroup
-	for i := range 40 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			var d Decision
-			if err := stores[i%3].Take(ctx, hits, &d); err != nil {
-				t.Error(err)
-				return
-			}
-			if d.Allowed {
-				admitted.Add(1)
-				if d.Hold == "" || len(d.Held(hits, nil)) != 1 {
-					t.Errorf("admitted without a hold: %+v", d)
-				}
-				mu.Lock()
-				holds = append(holds, d.Hold)
-				mu.Unlock()
-			} else if r := d.Results[0]; r.RetryAfter != time.Second {
-				t.Errorf("denied for holds in flight: retry %v, want 1s", r.RetryAfter)
-			}
-		}()
-	}
-	wg.Wait()
-	if admitted.Load() != 10 {
-		t.Fatalf("admitted %d, want exactly 10", admitted.Load())
+	holds := concurrentTakes(t, stores, hits, 40)
+	if len(holds) != 10 {
+		t.Fatalf("admitted %d, want exactly 10", len(holds))
 	}
 	u, err := stores[0].Usage(ctx, tok, "acme")
 	if err != nil || u.Used != 0 || u.Reserved != 1000 || u.Remaining != 0 {
@@ -188,32 +196,9 @@ func testStreamsExact(t *testing.T, b backend) {
 	stores := b.stores(t, 3)
 	st := streamsRule("st", 5, 0)
 	hits := []Hit{{Rule: st, ID: "acme"}}
-	var admitted atomic.Int64
-	var mu sync.Mutex
-	var held []string
-	var wg sync.WaitGroup
-	for i := range 20 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			var d Decision
-			if err := stores[i%3].Take(ctx, hits, &d); err != nil {
-				t.Error(err)
-				return
-			}
-			if d.Allowed {
-				admitted.Add(1)
-				mu.Lock()
-				held = append(held, d.Hold)
-				mu.Unlock()
-			} else if d.Results[0].RetryAfter != time.Second {
-				t.Errorf("retry %v, want 1s", d.Results[0].RetryAfter)
-			}
-		}()
-	}
-	wg.Wait()
-	if admitted.Load() != 5 {
-		t.Fatalf("admitted %d, want 5", admitted.Load())
+	held := concurrentTakes(t, stores, hits, 20)
+	if len(held) != 5 {
+		t.Fatalf("admitted %d, want 5", len(held))
 	}
 	if u, _ := stores[0].Usage(ctx, st, "acme"); u.Used != 5 || u.Remaining != 0 || u.Unit != Streams {
 		t.Fatalf("usage: %+v", u)
