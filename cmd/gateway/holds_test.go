@@ -492,11 +492,19 @@ func TestHoldSettlement(t *testing.T) {
 	p := startGateway(t, up.url, fmt.Sprintf("redis: {addrs: [%q]}\n", srv.Addr)+`orgs: {acme: [acme-docs]}
 limits:
   assistant_tokens_per_org: {limit: 1000, window: month, by: org, unit: tokens, reserve: 100, reserve_ttl: 1s}
+  assistant_streams_per_org: {limit: 1, by: org, unit: streams}
 routes:
   - name: assistant_message
-    limits: [assistant_per_key, assistant_per_org, assistant_per_ip, assistant_tokens_per_org]
+    limits: [assistant_per_key, assistant_per_org, assistant_per_ip, assistant_tokens_per_org, assistant_streams_per_org]
 `)
 	const name = "assistant_tokens_per_org"
+	// The one slot comes back however the answer ended, or the next request would be refused.
+	slotBack := func(why string) {
+		t.Helper()
+		if u := waitUsage(t, p, "assistant_streams_per_org", 0, 0, 5*time.Second); u.Remaining != 1 {
+			t.Fatalf("%s: the slot must be back: %+v", why, u)
+		}
+	}
 	for _, fp := range []string{"status-500", "status-403", "status-429", "status-400", "abort"} {
 		rs, done := startStreams(t, []*proc{p}, 1, fp)
 		done.Wait()
@@ -506,6 +514,7 @@ routes:
 		if u := waitUsage(t, p, name, 0, 0, 5*time.Second); u.Remaining != 1000 {
 			t.Fatalf("%s: the hold must be released: %+v", fp, u)
 		}
+		slotBack(fp)
 	}
 
 	// The client reads the first text and goes away: 30 bytes of body (8 tokens) and 2 of
@@ -523,6 +532,7 @@ routes:
 	}
 	res.Body.Close()
 	waitUsage(t, p, name, 9, 0, 5*time.Second)
+	slotBack("client gone")
 
 	// An answer longer than reserve_ttl: its hold expires under it (the budget no longer
 	// counts it), and the settle charges its 100 tokens all the same.
@@ -534,6 +544,7 @@ routes:
 	up.open()
 	done.Wait()
 	waitUsage(t, p, name, 109, 0, 5*time.Second)
+	slotBack("finished")
 	_, metrics := adminGet(t, p, "/metrics", "")
 	if !strings.Contains(metrics, `gateway_token_holds_expired_total{limit="assistant_tokens_per_org"} 1`) {
 		t.Fatalf("no expired hold counted:\n%s", grepLines(metrics, "holds_expired"))
