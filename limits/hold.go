@@ -209,6 +209,7 @@ func (r *Redis) Settle(ctx context.Context, hold string, hits []Hit, n int64) ([
 		return nil, nil
 	}
 	var keys, names []string
+	var specs []any
 	for i := range hits {
 		cr, err := r.rules.get(hits[i].Rule)
 		if err != nil {
@@ -219,16 +220,10 @@ func (r *Redis) Settle(ctx context.Context, hold string, hits []Hit, n int64) ([
 		}
 		keys = append(keys, cr.keyPre+hits[i].ID+"}")
 		names = append(names, hits[i].Rule.Name)
+		specs = append(specs, cr.spec)
 	}
 	if len(keys) == 0 {
 		return nil, nil
-	}
-	specs := make([]any, 0, len(keys))
-	for i := range hits {
-		if holds(hits[i].Rule) {
-			cr, _ := r.rules.get(hits[i].Rule) // compiled above
-			specs = append(specs, cr.spec)
-		}
 	}
 	amount := strconv.FormatInt(max(n, -1), 10)
 	var expired []string
