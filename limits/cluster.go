@@ -207,13 +207,14 @@ func (r *Redis) settleCluster(ctx context.Context, sc *scratch, d *Decision, gro
 				continue // it was compiled for the take: cannot happen
 			}
 			keys = append(keys, sc.keys[k])
+			// Report the current state: the unit (a hold: its reserve) is returned.
 			if holds(res.Rule) { // its hold or slot (see hold.go)
 				sc.gargs = append(sc.gargs, cr.spec, "@"+sc.hold)
+				res.Remaining = min(res.Remaining+max(res.Rule.Reserve, 1), res.Limit)
 			} else {
 				sc.gargs = append(sc.gargs, cr.specFor(res.base), sc.ws[k])
+				res.Remaining = min(res.Remaining+1, res.Limit)
 			}
-			// Report the current state: the unit is returned.
-			res.Remaining = min(res.Remaining+1, res.Limit)
 		}
 		if len(keys) > 0 {
 			gbs = append(gbs, giveBack{node: sc.clients[gi], name: sc.nodes[gi], keys: keys, argv: nodeArgs(keys, nil, sc.gargs)})
