@@ -157,7 +157,7 @@ type usageJSON struct {
 	Unit      string    `json:"unit"`
 	Limit     int64     `json:"limit"` // the allowance: the override in force, else the limit, plus granted
 	Used      int64     `json:"used"`
-	Reserved  int64     `json:"reserved"` // held by answers in flight (tokens limits with a reserve); remaining is net of it
+	Reserved  int64     `json:"reserved,omitempty"` // held by answers in flight (tokens limits with a reserve); remaining is net of it
 	Remaining int64     `json:"remaining"`
 	Reset     time.Time `json:"reset"`
 	// Granted and Override are the tenant's run-time quota, where present.

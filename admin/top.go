@@ -31,7 +31,7 @@ type topTenantJSON struct {
 	Label     string    `json:"label,omitempty"`
 	Org       string    `json:"org,omitempty"`
 	Used      int64     `json:"used"`
-	Reserved  int64     `json:"reserved"` // held by answers in flight (tokens limits with a reserve); remaining is net of it
+	Reserved  int64     `json:"reserved,omitempty"` // held by answers in flight (tokens limits with a reserve); remaining is net of it
 	Limit     int64     `json:"limit"`
 	Remaining int64     `json:"remaining"`
 	Fraction  float64   `json:"fraction"`
