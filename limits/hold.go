@@ -127,35 +127,76 @@ func (d *Decision) Held(hits []Hit, dst []Hit) []Hit {
 	return dst
 }
 
-// holdLua reads and writes holds (see hold.go): holds(key, now_us) returns the sum and the
-// number of the live holds of a hash, the fields of its expired ones and the latest expiry;
-// hold(...) adds one, drops the expired ones found, and keeps the hash until its last hold
-// and at least until keep_ms (its window's end).
+// holdLua reads and writes holds (see hold.go). Beside the fields "h:<hold>", a hash keeps
+// hs (the sum of their amounts), hc (their number) and hx (the earliest expiry, µs, possibly
+// of a hold settled since): a decision reads those three, and reads the holds whole only once
+// one may have expired, to drop the expired ones. holds(key, now_us) returns the live sum and
+// number and the state st that store(key, st) writes back (the expired holds dropped) and
+// hold(key, hid, amount, ttl, now_us, st, keep_ms) adds a hold to, keeping the hash until its
+// last hold and at least until keep_ms (its window's end). Numbers past 10^14 (µs) are
+// formatted: Lua would write them in exponent notation.
 const holdLua = `
 local function holds(key, now_us)
-  local all = read('HGETALL', key)
-  local sum, live, dead, last = 0, 0, {}, 0
-  for j = 1, #all, 2 do
-    local f = all[j]
-    if string.sub(f, 1, 2) == 'h:' then
-      local amt, exp = string.match(all[j + 1], '^(%d+) (%d+)$')
-      amt, exp = tonumber(amt), tonumber(exp)
-      if amt and exp > now_us then
-        sum, live = sum + amt, live + 1
-        if exp > last then last = exp end
-      else
-        dead[#dead + 1] = f
+  local v = read('HMGET', key, 'hs', 'hc', 'hx')
+  local st = {sum = tonumber(v[1]) or 0, cnt = tonumber(v[2]) or 0, x = tonumber(v[3])}
+  if st.cnt > 0 and st.x and st.x <= now_us then
+    local all = read('HGETALL', key)
+    st = {sum = 0, cnt = 0, dead = {}}
+    for j = 1, #all, 2 do
+      local f = all[j]
+      if string.sub(f, 1, 2) == 'h:' then
+        local amt, exp = string.match(all[j + 1], '^(%d+) (%d+)$')
+        amt, exp = tonumber(amt), tonumber(exp)
+        if amt and exp > now_us then
+          st.sum, st.cnt = st.sum + amt, st.cnt + 1
+          if not st.x or exp < st.x then st.x = exp end
+        else
+          st.dead[#st.dead + 1] = f
+        end
       end
     end
   end
-  return sum, live, dead, last
+  return st.sum, st.cnt, st
 end
 
-local function hold(key, hid, amount, ttl, now_us, dead, last, keep_ms)
-  if #dead > 0 then redis.call('HDEL', key, unpack(dead)) end
+local function store(key, st)
+  if st.dead and #st.dead > 0 then redis.call('HDEL', key, unpack(st.dead)) end
+  if st.cnt > 0 then
+    redis.call('HSET', key, 'hs', string.format('%d', st.sum), 'hc', st.cnt, 'hx', string.format('%d', st.x))
+  else
+    redis.call('HDEL', key, 'hs', 'hc', 'hx')
+  end
+end
+
+-- keep_until makes key live at least until keep_ms (PTTL rather than Redis 7's PEXPIRETIME).
+local function keep_until(key, keep_ms, now_us)
+  local pttl = redis.call('PTTL', key)
+  if pttl < 0 or math.floor(now_us / 1000) + pttl < keep_ms then
+    redis.call('PEXPIREAT', key, keep_ms)
+  end
+end
+
+local function hold(key, hid, amount, ttl, now_us, st, keep_ms)
   local exp = now_us + ttl * 1000
   redis.call('HSET', key, 'h:' .. hid, string.format('%d %d', amount, exp))
-  redis.call('PEXPIREAT', key, math.max(math.ceil(math.max(exp, last) / 1000), keep_ms))
+  st.sum, st.cnt = st.sum + amount, st.cnt + 1
+  if not st.x or exp < st.x then st.x = exp end
+  store(key, st)
+  keep_until(key, math.max(math.ceil(exp / 1000), keep_ms), now_us)
+end
+
+-- unhold removes the hold field; it returns whether it was there and still live.
+local function unhold(key, field, now_us)
+  local v = read('HGET', key, field)
+  if not v then return false end
+  local amt, exp = string.match(v, '^(%d+) (%d+)$')
+  redis.call('HDEL', key, field)
+  if redis.call('HINCRBY', key, 'hc', -1) <= 0 then
+    redis.call('HDEL', key, 'hs', 'hc', 'hx')
+  else
+    redis.call('HINCRBY', key, 'hs', -(tonumber(amt) or 0))
+  end
+  return tonumber(exp) ~= nil and tonumber(exp) > now_us
 end
 `
 
@@ -172,13 +213,7 @@ local n = tonumber(ARGV[2])
 local out = {}
 for i = 1, #KEYS do
   local algo, limit, win = parse(ARGV[i + 2])
-  local v = read('HGET', KEYS[i], field)
-  local live = false
-  if v then
-    redis.call('HDEL', KEYS[i], field)
-    local exp = tonumber(string.match(v, ' (%d+)$'))
-    live = exp ~= nil and exp > now_us
-  end
+  local live = unhold(KEYS[i], field, now_us)
   local expired = 0
   if algo == 't' and n >= 0 then
     if not live then expired = 1 end
@@ -189,8 +224,7 @@ for i = 1, #KEYS do
         redis.call('HINCRBY', KEYS[i], 'n', n)
       else
         redis.call('HSET', KEYS[i], 's', ws, 'n', n)
-        local _, _, _, last = holds(KEYS[i], now_us)
-        redis.call('PEXPIREAT', KEYS[i], math.max(we * 1000, math.ceil(last / 1000)))
+        keep_until(KEYS[i], we * 1000, now_us)
       end
     end
   end

@@ -2,6 +2,7 @@ package limits
 
 import (
 	"context"
+	"math/rand/v2"
 	"sync"
 	"testing"
 	"time"
@@ -28,6 +29,7 @@ func TestHolds(t *testing.T) {
 			t.Run("StreamsExact", func(t *testing.T) { testStreamsExact(t, b) })
 			t.Run("HoldsAllOrNothing", func(t *testing.T) { testHoldsAllOrNothing(t, b) })
 			t.Run("ResetKeepsHolds", func(t *testing.T) { testResetKeepsHolds(t, b) })
+			t.Run("HoldsRandom", func(t *testing.T) { testHoldsRandom(t, b) })
 		})
 	}
 }
@@ -279,5 +281,53 @@ func testResetKeepsHolds(t *testing.T, b backend) {
 	}
 	if u, _ := s.Usage(ctx, st, "acme"); u.Used != 0 {
 		t.Fatalf("a reset must free the slots: %+v", u)
+	}
+}
+
+// testHoldsRandom runs a seeded random sequence of admissions, settles and releases from two
+// replicas against a model, on every store: each decision, and the used, reserved and slots
+// read back after each step, are the model's. (FuzzHoldsInvariant does the same with expiry
+// on the in-process store's clock.)
+func testHoldsRandom(t *testing.T, b backend) {
+	alignWindow(t, time.Hour, 30*time.Second)
+	ctx := context.Background()
+	stores := b.stores(t, 2)
+	const L, R, S = 700, 60, 6
+	tok := reserveRule(t, "tok", L, R, 0)
+	st := streamsRule("st", S, 0)
+	hits := []Hit{{Rule: tok, ID: "acme"}, {Rule: st, ID: "acme"}}
+	rnd := rand.New(rand.NewPCG(26, 1))
+	var out []string
+	var used int64
+	for step := range 300 {
+		s := stores[step%2]
+		if len(out) == 0 || rnd.IntN(2) == 0 {
+			want := L-used-R*int64(len(out)) >= R && len(out) < S
+			var d Decision
+			if err := s.Take(ctx, hits, &d); err != nil {
+				t.Fatal(err)
+			}
+			if d.Allowed != want {
+				t.Fatalf("step %d: allowed %v, model %v (used %d, %d in flight)", step, d.Allowed, want, used, len(out))
+			}
+			if d.Allowed {
+				out = append(out, d.Hold)
+			}
+		} else {
+			k := rnd.IntN(len(out))
+			n := rnd.Int64N(R+2) - 1 // -1: released
+			if exp, err := s.Settle(ctx, out[k], hits, n); err != nil || len(exp) != 0 {
+				t.Fatalf("step %d: settle: %v %v", step, exp, err)
+			}
+			out = append(out[:k], out[k+1:]...)
+			used += max(n, 0)
+		}
+		u, err := s.Usage(ctx, tok, "acme")
+		if err != nil || u.Used != used || u.Reserved != R*int64(len(out)) || u.Remaining != max(L-used-R*int64(len(out)), 0) {
+			t.Fatalf("step %d: usage %+v %v, model used %d, %d in flight", step, u, err, used, len(out))
+		}
+		if u, err := s.Usage(ctx, st, "acme"); err != nil || u.Used != int64(len(out)) {
+			t.Fatalf("step %d: slots %+v %v, model %d", step, u, err, len(out))
+		}
 	}
 }

@@ -185,8 +185,8 @@ for i = 1, n do
   local h = {algo = algo, limit = allowance(base, g), base = base, ends = ends, q = q, reserve = reserve, ttl = ttl}
   if algo == 'c' then
     -- Streams: the live slots are the count.
-    local _, live, dead, last = holds(KEYS[i], now_us)
-    h.cnt, h.dead, h.last = live, dead, last
+    local _, live, hst = holds(KEYS[i], now_us)
+    h.cnt, h.hst = live, hst
     h.allowed = live < h.limit
   elseif algo == 'f' or algo == 't' then
     local ws, we = bounds(win, sec)
@@ -195,8 +195,8 @@ for i = 1, n do
     h.reset = we * 1000000 - now_us
     h.allowed = cnt < h.limit
     if algo == 't' and reserve > 0 then
-      local sum, _, dead, last = holds(KEYS[i], now_us)
-      h.held, h.dead, h.last = sum, dead, last
+      local sum, _, hst = holds(KEYS[i], now_us)
+      h.held, h.hst = sum, hst
       h.allowed = h.limit - cnt - sum >= reserve
     end
   else
@@ -224,8 +224,10 @@ for i = 1, n do
     rem = math.max(h.limit - h.cnt - (h.held or 0), 0)
     if charge and h.reserve > 0 and hid ~= '' then
       if not h.same then redis.call('HSET', KEYS[i], 's', h.ws, 'n', 0) end
-      hold(KEYS[i], hid, h.reserve, h.ttl, now_us, h.dead, h.last, h.we * 1000)
+      hold(KEYS[i], hid, h.reserve, h.ttl, now_us, h.hst, h.we * 1000)
       rem = math.max(rem - h.reserve, 0)
+    elseif h.hst and h.hst.dead then
+      store(KEYS[i], h.hst) -- drop the expired holds read
     end
     if not h.allowed then
       retry = reset
@@ -235,8 +237,10 @@ for i = 1, n do
   elseif h.algo == 'c' then
     rem = math.max(h.limit - h.cnt, 0)
     if charge and hid ~= '' then
-      hold(KEYS[i], hid, 1, h.ttl, now_us, h.dead, h.last, 0)
+      hold(KEYS[i], hid, 1, h.ttl, now_us, h.hst, 0)
       rem = math.max(rem - 1, 0)
+    elseif h.hst.dead then
+      store(KEYS[i], h.hst) -- drop the expired holds read
     end
     if not h.allowed then retry = 1000000 end
   elseif h.algo == 'f' then
@@ -289,8 +293,9 @@ return table.concat(out, ' ')
 // when another slot group denied). ARGV[2i-1] is the spec, ARGV[2i] the window
 // start the unit was counted in: if that window is over there is nothing to
 // give back.
-const giveBackLua = windowLua + `
+const giveBackLua = windowLua + holdLua + `
 local t = redis.call('TIME')
+local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local gnow = (tonumber(t[1]) - jan_1_2017) + (tonumber(t[2]) / 1000000)
 for i = 1, #KEYS do
   local algo, limit, win = parse(ARGV[2 * i - 1])
@@ -301,7 +306,7 @@ for i = 1, #KEYS do
     end
   elseif (algo == 't' or algo == 'c') and string.sub(ARGV[2 * i], 1, 1) == '@' then
     -- A hold or slot of the decision (see hold.go).
-    redis.call('HDEL', KEYS[i], 'h:' .. string.sub(ARGV[2 * i], 2))
+    unhold(KEYS[i], 'h:' .. string.sub(ARGV[2 * i], 2), now_us)
   elseif algo == 'g' then
     local tat = tonumber(redis.call('GET', KEYS[i]))
     if tat then
