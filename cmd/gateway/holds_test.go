@@ -534,16 +534,26 @@ routes:
 	waitUsage(t, p, name, 9, 0, 5*time.Second)
 	slotBack("client gone")
 
-	// An answer longer than reserve_ttl: its hold expires under it (the budget no longer
-	// counts it), and the settle charges its 100 tokens all the same.
-	rs, done := startStreams(t, []*proc{p}, 1, "t-40-60")
+	// An answer that costs more than its reserve is charged all of it (150 for a hold of 100).
+	rs, done := startStreams(t, []*proc{p}, 1, "t-70-80")
 	if rs[0].status != 200 {
 		t.Fatalf("%+v", rs[0])
 	}
-	waitUsage(t, p, name, 9, 0, 5*time.Second) // expired
 	up.open()
 	done.Wait()
-	waitUsage(t, p, name, 109, 0, 5*time.Second)
+	waitUsage(t, p, name, 159, 0, 5*time.Second)
+	slotBack("charged past the reserve")
+
+	// An answer longer than reserve_ttl: its hold expires under it (the budget no longer
+	// counts it), and the settle charges its 100 tokens all the same.
+	rs, done = startStreams(t, []*proc{p}, 1, "t-40-60")
+	if rs[0].status != 200 {
+		t.Fatalf("%+v", rs[0])
+	}
+	waitUsage(t, p, name, 159, 0, 5*time.Second) // expired
+	up.open()
+	done.Wait()
+	waitUsage(t, p, name, 259, 0, 5*time.Second)
 	slotBack("finished")
 	_, metrics := adminGet(t, p, "/metrics", "")
 	if !strings.Contains(metrics, `gateway_token_holds_expired_total{limit="assistant_tokens_per_org"} 1`) {
@@ -574,6 +584,9 @@ func TestHoldConfigRefused(t *testing.T) {
 		{"t: {limit: 50, window: hour, by: org, unit: tokens, reserve: 51}", "limits.t.reserve: 51 is more than the limit (50)"},
 		{"t: {limit: 50, window: hour, by: org, unit: tokens, reserve: -1}", "limits.t.reserve: must not be negative"},
 		{"t: {limit: 50, window: hour, by: org, unit: tokens, reserve: 5, reserve_ttl: -1s}", "limits.t.reserve_ttl: must not be negative"},
+		{"t: {limit: 50, window: hour, by: org, unit: tokens, reserve: 5}\nplans: {gold: {t: {limit: 4}}}", "plans.gold.t.reserve: 5 is more than the limit (4)"},
+		{"t: {limit: 50, window: hour, by: org, unit: tokens}\nplans: {gold: {t: {reserve: 60}}}", "plans.gold.t.reserve: 60 is more than the limit (50)"},
+		{"s: {limit: 5, by: org, unit: streams}\nplans: {gold: {s: {window: hour}}}", "plans.gold.s.window: a streams limit counts answers in flight and has no window"},
 	}
 	for _, c := range cases {
 		cfg := up + "limits:\n  " + c.limits + "\n"
