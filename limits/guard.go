@@ -130,6 +130,9 @@ func (g *Guard) Take(ctx context.Context, hits []Hit, d *Decision) error {
 			c.done <- struct{}{}
 		}()
 		err, finished = g.wait(ctx, cctx, c)
+		if !finished {
+			go g.releaseAbandoned(c)
+		}
 	}
 	cancel()
 	err = g.record(ctx, c.nodes, err)

@@ -323,3 +323,42 @@ func (g *Guard) Settle(ctx context.Context, hold string, hits []Hit, n int64) ([
 	expired, err := g.s.Settle(cctx, hold, held, n)
 	return expired, g.record(ctx, nodes, err)
 }
+
+// releaseLost releases, in the background, the holds of a decision whose reply was lost (a
+// timeout, a broken connection, a node that failed): the script may have run and taken them
+// although the caller was told the limiter failed, and nobody would settle them before
+// reserve_ttl, keeping a tenant who spent nothing out (the failure holds are known for). A
+// release of a hold that was never taken changes nothing, so it is sent at once and twice more:
+// a script still queued behind a busy Redis when the first release ran is caught by a later
+// one (one still queued after that is left to reserve_ttl).
+func (r *Redis) releaseLost(hold string, hits []Hit) {
+	if hold == "" {
+		return
+	}
+	var held []Hit
+	for _, h := range hits {
+		if holds(h.Rule) {
+			held = append(held, h)
+		}
+	}
+	go func() {
+		for _, wait := range [...]time.Duration{0, time.Second, 3 * time.Second} {
+			time.Sleep(wait)
+			ctx, cancel := context.WithTimeout(context.Background(), giveBackBound)
+			_, _ = r.Settle(ctx, hold, held, -1) // a failure here is what reserve_ttl is for
+			cancel()
+		}
+	}()
+}
+
+// releaseAbandoned waits for a decision the Guard stopped waiting for and releases the holds
+// it took: its caller was told the limiter failed, so nobody settles them.
+func (g *Guard) releaseAbandoned(c *guardCall) {
+	<-c.done
+	if c.err != nil || !c.d.Allowed || c.d.Hold == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), giveBackBound)
+	defer cancel()
+	_, _ = g.s.Settle(ctx, c.d.Hold, c.hits, -1)
+}

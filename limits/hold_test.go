@@ -6,6 +6,10 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/docsgate/gateway/internal/redistest"
 )
 
 func reserveRule(t testing.TB, name string, limit, reserve int64, ttl time.Duration) *Rule {
@@ -329,5 +333,46 @@ func testHoldsRandom(t *testing.T, b backend) {
 		if u, err := s.Usage(ctx, st, "acme"); err != nil || u.Used != int64(len(out)) {
 			t.Fatalf("step %d: slots %+v %v, model %d", step, u, err, len(out))
 		}
+	}
+}
+
+// TestLostReplyReleasesHolds: a decision whose reply is lost (the client's deadline passes
+// while a busy script holds Redis; the decision's script runs afterwards) took a hold nobody
+// will settle; the store releases it by itself instead of leaving the tenant held for
+// reserve_ttl.
+func TestLostReplyReleasesHolds(t *testing.T) {
+	srv := redistest.Start(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true, MaxRetries: -1})
+	t.Cleanup(func() { c.Close() })
+	s := newRedisT(t, c, uniquePrefix())
+	ctx := context.Background()
+	if err := s.Preload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	tok := reserveRule(t, "tok", 1000, 100, 0)
+	st := streamsRule("st", 5, 0)
+	hits := []Hit{{Rule: tok, ID: "acme"}, {Rule: st, ID: "acme"}}
+	busy := make(chan error, 1)
+	go func() {
+		// Busy for a few hundred ms: Redis reads nothing else meanwhile.
+		busy <- srv.Client(t).Eval(ctx, "local n = 0 for i = 1, 60000000 do n = n + 1 end return n", nil).Err()
+	}()
+	time.Sleep(30 * time.Millisecond)
+	tctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	var d Decision
+	err := s.Take(tctx, hits, &d)
+	cancel()
+	if err == nil {
+		t.Fatal("the decision must fail: Redis was busy past its deadline")
+	}
+	if err := <-busy; err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(4500 * time.Millisecond) // the releases (at once, 1 s and 3 s later) are through
+	if u, err := s.Usage(ctx, tok, "acme"); err != nil || u.Reserved != 0 {
+		t.Fatalf("a lost decision's hold stays: %+v %v", u, err)
+	}
+	if u, err := s.Usage(ctx, st, "acme"); err != nil || u.Used != 0 {
+		t.Fatalf("a lost decision's slot stays: %+v %v", u, err)
 	}
 }

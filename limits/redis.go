@@ -133,7 +133,11 @@ func (r *Redis) Take(ctx context.Context, hits []Hit, d *Decision) error {
 		sc.hold = newHold()
 	}
 	if r.cluster != nil && !sameSlot(sc) {
-		return r.followTopology(ctx, withKey(r.takeCluster(ctx, sc, d), sc.keys, sc.qkeys))
+		err := r.takeCluster(ctx, sc, d)
+		if err != nil {
+			r.releaseLost(sc.hold, hits)
+		}
+		return r.followTopology(ctx, withKey(err, sc.keys, sc.qkeys))
 	}
 	sc.all = appendQuotaKeys(append(sc.all, sc.keys...), sc.qkeys)
 	if sc.hold != "" {
@@ -154,10 +158,12 @@ func (r *Redis) Take(ctx context.Context, hits []Hit, d *Decision) error {
 	}
 	reply, err := cmd.Text()
 	if err != nil {
+		r.releaseLost(sc.hold, hits)
 		return r.followTopology(ctx, withKey(fmt.Errorf("limits: take: %w", err), sc.all))
 	}
 	ok, err := parseTake(reply, sc.idx, sc.qkeys, sc.ws, d.Results)
 	if err != nil {
+		r.releaseLost(sc.hold, hits)
 		return withKey(err, sc.all)
 	}
 	d.Allowed = ok
