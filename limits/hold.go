@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -33,7 +34,9 @@ import (
 // In Redis a hold is a field "h:<hold>" = "<amount> <expiry, Unix µs>" of the limit's
 // counter hash (a tokens limit: beside its window's s and n) or of the limit's own hash
 // "<prefix>:<name>:streams:{<id>}" (a streams limit), which lives as long as its last hold
-// and its window. Expired holds are dropped by the next decision that writes the hash.
+// and its window. The hash also keeps the sum, number and earliest expiry of its holds, so a
+// decision reads three fields; the first decision after a hold expired reads the holds whole
+// and drops the expired ones (holdLua).
 
 // DefaultReserveTTL is how long a hold or a slot lives when its rule sets no ReserveTTL. It
 // must be longer than the longest answer: a hold that expires under a live answer no longer
@@ -72,7 +75,7 @@ func (c *ruleCache) compileStreams(cr *compiled) (*compiled, error) {
 		return nil, fmt.Errorf("%w: rule %q: limit %d is above %d", ErrInvalidRule, r.Name, r.Limit, int64(MaxLimit))
 	}
 	cr.keyPre = c.prefix + r.Name + ":streams:{"
-	cr.plainPre = !containsBrace(cr.keyPre[:len(cr.keyPre)-1])
+	cr.plainPre = !strings.ContainsAny(cr.keyPre[:len(cr.keyPre)-1], "{}")
 	cr.quotaPre = c.prefix + r.Name + ":quota:{"
 	cr.algo = "c"
 	if r.Shadow {
@@ -84,15 +87,6 @@ func (c *ruleCache) compileStreams(cr *compiled) (*compiled, error) {
 	cr.specQ = cr.algo + "q " + lim + " 1" + holdSpec(r)
 	cr.period = 1
 	return cr, nil
-}
-
-func containsBrace(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if s[i] == '{' || s[i] == '}' {
-			return true
-		}
-	}
-	return false
 }
 
 // newHold names the holds of one decision: 96 random bits.
