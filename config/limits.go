@@ -319,8 +319,8 @@ func (v *validator) limit(key, name string, l Limit, partial bool) {
 	if l.Reserve != nil && *l.Reserve < 0 {
 		v.fail(key+".reserve", "must not be negative (0 holds nothing)")
 	}
-	if l.ReserveTTL < 0 {
-		v.fail(key+".reserve_ttl", "must not be negative (0 is 10m)")
+	if l.ReserveTTL < 0 || l.ReserveTTL > 0 && l.ReserveTTL < time.Second {
+		v.fail(key+".reserve_ttl", "%s: must be at least 1s, and longer than the longest answer (0 is 10m)", l.ReserveTTL)
 	}
 }
 
