@@ -34,6 +34,7 @@ func TestHolds(t *testing.T) {
 			t.Run("HoldsAllOrNothing", func(t *testing.T) { testHoldsAllOrNothing(t, b) })
 			t.Run("ResetKeepsHolds", func(t *testing.T) { testResetKeepsHolds(t, b) })
 			t.Run("HoldsRandom", func(t *testing.T) { testHoldsRandom(t, b) })
+			t.Run("SomeHoldsExpired", func(t *testing.T) { testSomeHoldsExpired(t, b) })
 		})
 	}
 }
@@ -374,5 +375,51 @@ func TestLostReplyReleasesHolds(t *testing.T) {
 	}
 	if u, err := s.Usage(ctx, st, "acme"); err != nil || u.Used != 0 {
 		t.Fatalf("a lost decision's slot stays: %+v %v", u, err)
+	}
+}
+
+// testSomeHoldsExpired: of two holds the older expires first; the next decision drops it and
+// keeps counting the younger one, whose settle is live while the expired one's is reported.
+func testSomeHoldsExpired(t *testing.T, b backend) {
+	alignWindow(t, time.Hour, 30*time.Second)
+	ctx := context.Background()
+	s := b.stores(t, 1)[0]
+	tok := reserveRule(t, "tok", 1000, 100, 1500*time.Millisecond)
+	hits := []Hit{{Rule: tok, ID: "acme"}}
+	take := func() string {
+		t.Helper()
+		var d Decision
+		if err := s.Take(ctx, hits, &d); err != nil || !d.Allowed {
+			t.Fatalf("%v %+v", err, d)
+		}
+		return d.Hold
+	}
+	reserved := func(want int64) {
+		t.Helper()
+		if u, err := s.Usage(ctx, tok, "acme"); err != nil || u.Reserved != want || u.Remaining != 1000-u.Used-want {
+			t.Fatalf("usage %+v %v, want %d reserved", u, err, want)
+		}
+	}
+	old := take()
+	time.Sleep(800 * time.Millisecond)
+	young := take()
+	reserved(200)
+	time.Sleep(800 * time.Millisecond) // old expired (sleeps only run long), young live for 700 ms more
+	reserved(100)
+	third := take() // drops the expired hold
+	reserved(200)
+	if exp, err := s.Settle(ctx, young, hits, 30); err != nil || len(exp) != 0 {
+		t.Fatalf("the younger hold must settle live: %v %v", exp, err)
+	}
+	if exp, err := s.Settle(ctx, old, hits, 40); err != nil || len(exp) != 1 {
+		t.Fatalf("the expired hold must be reported: %v %v", exp, err)
+	}
+	reserved(100)
+	if exp, err := s.Settle(ctx, third, hits, -1); err != nil || len(exp) != 0 {
+		t.Fatalf("release: %v %v", exp, err)
+	}
+	reserved(0)
+	if u, _ := s.Usage(ctx, tok, "acme"); u.Used != 70 {
+		t.Fatalf("used %d, want 70", u.Used)
 	}
 }
