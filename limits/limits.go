@@ -149,8 +149,10 @@ type Usage struct {
 	Override  *OverrideTerms // the override in force; nil without one
 
 	// Reserved is what the live holds keep of a tokens limit with a reserve (see hold.go);
-	// Remaining is net of it. A streams limit's slots in use are its Used.
+	// Remaining is net of it. A streams limit's slots in use are its Used. Reserves says the
+	// limit has a reserve (Reserved applies, 0 included).
 	Reserved int64
+	Reserves bool
 }
 
 // Store decides hits atomically: all-or-nothing (if any limit denies, none is consumed).

@@ -329,7 +329,7 @@ func (m *Memory) Usage(ctx context.Context, r *Rule, id string) (Usage, error) {
 		return Usage{}, fmt.Errorf("limits: usage: %w", err)
 	}
 	if !cr.enabled {
-		return Usage{Name: r.Name, Limit: r.Limit, Unit: r.Unit}, nil
+		return Usage{Name: r.Name, Limit: r.Limit, Unit: r.Unit, Reserves: r.Unit == Tokens && r.Reserve > 0}, nil
 	}
 	q, _ := m.quotas.get(r.Name, id)
 	now := m.clock()
@@ -354,7 +354,7 @@ func (m *Memory) entryOf(cr *compiled, id string) memEntry {
 // with the tenant's quota q at now.
 func (e memEntry) usage(cr *compiled, q quotaTerms, now memTime) Usage {
 	r := &cr.snap
-	u := Usage{Name: r.Name, Unit: r.Unit}
+	u := Usage{Name: r.Name, Unit: r.Unit, Reserves: r.Unit == Tokens && r.Reserve > 0}
 	ws, we := r.Window.boundsUnix(now.sec)
 	base, g, ends := q.terms(r.Limit, now.us, we)
 	u.Limit, u.Granted = allowance(base, g), g

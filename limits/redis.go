@@ -211,7 +211,7 @@ func (r *Redis) Usage(ctx context.Context, rule *Rule, id string) (Usage, error)
 	if err != nil {
 		return Usage{}, fmt.Errorf("limits: usage: %w", err)
 	}
-	u := Usage{Name: rule.Name, Limit: rule.Limit, Unit: rule.Unit}
+	u := Usage{Name: rule.Name, Limit: rule.Limit, Unit: rule.Unit, Reserves: rule.Unit == Tokens && rule.Reserve > 0}
 	if !cr.enabled {
 		return u, nil
 	}

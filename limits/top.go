@@ -34,6 +34,7 @@ type TopTenant struct {
 	Override   *OverrideTerms // the override in force; nil without one
 
 	// Reserved is what the answers in flight hold of a tokens limit with a reserve (see
-	// hold.go); Remaining is net of it.
+	// hold.go); Remaining is net of it. Reserves says the limit has a reserve.
 	Reserved int64
+	Reserves bool
 }

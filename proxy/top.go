@@ -142,7 +142,7 @@ func (g *Gateway) top(ctx context.Context, sn *snapshot, name string, n int) (li
 		list.Tenants[i] = limits.TopTenant{
 			ID: e.id, Label: t.label, Org: t.org, Plan: t.plan,
 			Used: e.u.Used, Limit: e.u.Limit, Remaining: e.u.Remaining, Fraction: e.fraction, Reset: e.u.Reset,
-			Granted: e.u.Granted, Override: e.u.Override, Reserved: e.u.Reserved,
+			Granted: e.u.Granted, Override: e.u.Override, Reserved: e.u.Reserved, Reserves: e.u.Reserves,
 		}
 	}
 	return list, nil
