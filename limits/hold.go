@@ -130,6 +130,13 @@ func (d *Decision) Held(hits []Hit, dst []Hit) []Hit {
 // last hold and at least until keep_ms (its window's end). Numbers past 10^14 (µs) are
 // formatted: Lua would write them in exponent notation.
 const holdLua = `
+-- hold_terms reads a hold's words of a spec, after the window: reserve and ttl (ms); 0, 0
+-- for a spec without.
+local function hold_terms(spec)
+  local reserve, ttl = string.match(spec, '^%a+ %d+ %w+ (%d+) (%d+)')
+  return tonumber(reserve) or 0, tonumber(ttl) or 0
+end
+
 local function holds(key, now_us)
   local v = read('HMGET', key, 'hs', 'hc', 'hx')
   local st = {sum = tonumber(v[1]) or 0, cnt = tonumber(v[2]) or 0, x = tonumber(v[3])}

@@ -47,13 +47,12 @@ end
 -- numbers keep sub-microsecond precision in a double.
 local jan_1_2017 = 1483228800
 
--- A spec is "<algo>[s][q] <limit> <window>[ <reserve> <ttl ms>]"; the s marks a shadow limit,
--- the q a limit whose tenants' run-time quotas are to be read (see takeLua), the reserve and
--- ttl a limit with holds (see hold.go).
+-- A spec is "<algo>[s][q] <limit> <window>"; the s marks a shadow limit, the q a limit whose
+-- tenants' run-time quotas are to be read (see takeLua). More words may follow (hold_terms).
 local function parse(spec)
-  local algo, shadow, q, limit, win, reserve, ttl = string.match(spec, '^(%a)(s?)(q?) (%d+) (%w+) ?(%d*) ?(%d*)$')
+  local algo, shadow, q, limit, win = string.match(spec, '^(%a)(s?)(q?) (%d+) (%w+)')
   if not algo then error('limits: bad rule spec ' .. tostring(spec)) end
-  return algo, tonumber(limit), win, shadow == 's', q == 'q', tonumber(reserve) or 0, tonumber(ttl) or 0
+  return algo, tonumber(limit), win, shadow == 's', q == 'q'
 end
 
 -- GCRA in units of the emission interval em: a bucket whose TAT is t holds (t - gnow) / em
@@ -139,7 +138,7 @@ end
 // Reply: "<ok> then per key: <allowed> <remaining> <reset µs> <retry µs> <window start>",
 // followed for a q limit by "<allowance> <base>". One string (instead of an array of
 // integers) keeps the client's reply parsing to a single allocation.
-const takeLua = windowLua + quotaLua + holdLua + `
+const takeLua = windowLua + quotaLua + `
 -- Run-time quotas are rare: one EXISTS over the decision's quota keys says whether any is
 -- to be read.
 local function any_quota(from, to)
@@ -150,7 +149,7 @@ end
 // nodeTakeLua is takeLua for a Cluster node (see nodePrelude). Its keys may lie in several
 // slots of the node, and a command of several keys must keep to one slot even in a script
 // allowed to cross them: the quota keys are checked one EXISTS each.
-const nodeTakeLua = nodePrelude + windowLua + quotaLua + holdLua + `
+const nodeTakeLua = nodePrelude + windowLua + quotaLua + `
 local function any_quota(from, to)
   for i = from, to do
     if redis.call('EXISTS', KEYS[i]) == 1 then return true end
@@ -159,7 +158,7 @@ local function any_quota(from, to)
 end
 ` + takeBody
 
-const takeBody = `
+const takeBody = holdLua + `
 local t = redis.call('TIME')
 local sec = tonumber(t[1])
 local usec = tonumber(t[2])
@@ -176,29 +175,33 @@ local qk = n -- the last quota key read
 local st = {}
 local ok = 1
 for i = 1, n do
-  local algo, limit, win, shadow, q, reserve, ttl = parse(ARGV[i])
+  local algo, limit, win, shadow, q = parse(ARGV[i])
   local base, g, ends = limit, 0, 0
   if q then
     qk = qk + 1
     if quotas then base, g, ends = quota(KEYS[qk], limit, win, sec, now_us) end
   end
-  local h = {algo = algo, limit = allowance(base, g), base = base, ends = ends, q = q, reserve = reserve, ttl = ttl}
-  if algo == 'c' then
-    -- Streams: the live slots are the count.
-    local _, live, hst = holds(KEYS[i], now_us)
-    h.cnt, h.hst = live, hst
-    h.allowed = live < h.limit
-  elseif algo == 'f' or algo == 't' then
+  local h = {algo = algo, limit = allowance(base, g), base = base, ends = ends, q = q}
+  if algo == 'f' or algo == 't' then
     local ws, we = bounds(win, sec)
     local cnt, same = count(KEYS[i], ws)
     h.ws, h.we, h.cnt, h.same = ws, we, cnt, same
     h.reset = we * 1000000 - now_us
     h.allowed = cnt < h.limit
-    if algo == 't' and reserve > 0 then
-      local sum, _, hst = holds(KEYS[i], now_us)
-      h.held, h.hst = sum, hst
-      h.allowed = h.limit - cnt - sum >= reserve
+    if algo == 't' then
+      h.reserve, h.ttl = hold_terms(ARGV[i])
+      if h.reserve > 0 then
+        local sum, _, hst = holds(KEYS[i], now_us)
+        h.held, h.hst = sum, hst
+        h.allowed = h.limit - cnt - sum >= h.reserve
+      end
     end
+  elseif algo == 'c' then
+    -- Streams: the live slots are the count.
+    h.reserve, h.ttl = hold_terms(ARGV[i])
+    local _, live, hst = holds(KEYS[i], now_us)
+    h.cnt, h.hst = live, hst
+    h.allowed = live < h.limit
   else
     -- A bucket of base 0 admits nothing; its emission interval is only reported.
     local em = period_of(win) / math.max(base, 1)
@@ -325,7 +328,7 @@ return 1
 // quotaStateLua is a tenant's standing on one limit: state(ckey, qkey, algo, limit, win, sec,
 // usec) returns its allowance, use and grants (the use as usage read-back shows it), its
 // base, the override's end (µs, 0: none) and when the counter resets (µs).
-const quotaStateLua = `
+const quotaStateLua = holdLua + `
 local function state(ckey, qkey, algo, limit, win, sec, usec)
   local base, g, ends = quota(qkey, limit, win, sec, sec * 1000000 + usec)
   local allow = allowance(base, g)
@@ -356,9 +359,10 @@ end
 // usageLua reads the counter KEYS[1] with spec ARGV[1], and the tenant's quota KEYS[2],
 // without writing. Reply: "<used> <remaining> <reset unix µs> <allowance> <granted>
 // <override end µs, 0: none> <base> <reserved>", remaining net of the live holds.
-const usageLua = windowLua + quotaLua + holdLua + quotaStateLua + `
+const usageLua = windowLua + quotaLua + quotaStateLua + `
 local t = redis.call('TIME')
-local algo, limit, win, _, _, reserve = parse(ARGV[1])
+local algo, limit, win = parse(ARGV[1])
+local reserve = hold_terms(ARGV[1])
 local allow, used, g, base, ends, reset = state(KEYS[1], KEYS[2], algo, limit, win, tonumber(t[1]), tonumber(t[2]))
 local reserved = 0
 if algo == 't' and reserve > 0 then

@@ -443,9 +443,17 @@ routes:
 		monitorLines(ctx, t, srv.Addr, lines)
 	}()
 	time.Sleep(200 * time.Millisecond) // MONITOR is on
-	drain := func() (scripts, other []string) {
-		time.Sleep(200 * time.Millisecond) // the lines of what happened are through
-		for {
+	// drain collects the commands until want script calls came (or 5 s passed), and 200 ms
+	// more to catch any extra.
+	drain := func(want int) (scripts, other []string) {
+		quiet := time.Time{}
+		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); {
+			if len(scripts) >= want && quiet.IsZero() {
+				quiet = time.Now().Add(200 * time.Millisecond)
+			}
+			if !quiet.IsZero() && time.Now().After(quiet) {
+				break
+			}
 			select {
 			case l := <-lines:
 				switch {
@@ -456,23 +464,23 @@ routes:
 				default:
 					other = append(other, l)
 				}
-			default:
-				return scripts, other
+			case <-time.After(10 * time.Millisecond):
 			}
 		}
+		return scripts, other
 	}
 	for i := range 5 {
 		rs, done := startStreams(t, []*proc{p}, 1, "t-40-60")
 		if rs[0].status != 200 {
 			t.Fatalf("request %d: %+v", i, rs[0])
 		}
-		scripts, other := drain()
+		scripts, other := drain(1)
 		if len(scripts) != 1 || len(other) != 0 || !strings.Contains(scripts[0], "assistant_streams_per_org") || !strings.Contains(scripts[0], "assistant_tokens_per_org") {
 			t.Fatalf("admission %d: script calls %v, other commands %v; want one script call with both limits", i, scripts, other)
 		}
 		up.open()
 		done.Wait()
-		scripts, other = drain()
+		scripts, other = drain(1)
 		if len(scripts) != 1 || len(other) != 0 {
 			t.Fatalf("end of answer %d: script calls %v, other commands %v; want one (the settle)", i, scripts, other)
 		}
