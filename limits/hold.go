@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -264,10 +265,16 @@ func (r *Redis) Settle(ctx context.Context, hold string, hits []Hit, n int64) ([
 	var expired []string
 	run := func(keys, names []string, specs []any) error {
 		args := append([]any{hold, amount}, specs...)
-		reply, err := settleScript.Run(ctx, r.client, keys, args...).Text()
+		cmd, err := r.runSettle(ctx, keys, args)
 		if err != nil {
 			return withKey(fmt.Errorf("limits: settle: %w", err), keys)
 		}
+		// Not replicated in time (WithWaitReplicas): the master settled all the same.
+		replErr := cmd.Err()
+		if replErr != nil && !errors.Is(replErr, ErrNotReplicated) {
+			return withKey(fmt.Errorf("limits: settle: %w", replErr), keys)
+		}
+		reply, _ := cmd.Val().(string)
 		flags := make([]int64, len(keys))
 		if err := scanInts(reply, flags); err != nil {
 			return withKey(fmt.Errorf("limits: settle: %w", err), keys)
@@ -276,6 +283,9 @@ func (r *Redis) Settle(ctx context.Context, hold string, hits []Hit, n int64) ([
 			if f == 1 {
 				expired = append(expired, names[i])
 			}
+		}
+		if replErr != nil {
+			return withKey(fmt.Errorf("limits: settle: %w", replErr), keys)
 		}
 		return nil
 	}
@@ -300,6 +310,23 @@ func (r *Redis) Settle(ctx context.Context, hold string, hits []Hit, n int64) ([
 		keys, names, specs = k2, n2, s2
 	}
 	return expired, nil
+}
+
+// runSettle runs settleScript on keys (one slot), followed by WAIT when WithWaitReplicas asks
+// for it: a hold ended on a master that a failover loses would otherwise stay held until
+// reserve_ttl on its promoted replica.
+func (r *Redis) runSettle(ctx context.Context, keys []string, args []any) (*redis.Cmd, error) {
+	switch {
+	case r.waitReplicas == 0:
+		return settleScript.Run(ctx, r.client, keys, args...), nil
+	case r.cluster != nil: // WAIT must reach the node that ran the script
+		node, err := r.cluster.MasterForKey(ctx, keys[0])
+		if err != nil {
+			return nil, err
+		}
+		return r.runWaited(ctx, node, settleScript, settleLua, keys, args...), nil
+	}
+	return r.runWaited(ctx, r.client, settleScript, settleLua, keys, args...), nil
 }
 
 // Settle implements Store. Like Debit, it goes through the breakers of the nodes it writes
