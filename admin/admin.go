@@ -157,6 +157,7 @@ type usageJSON struct {
 	Unit      string    `json:"unit"`
 	Limit     int64     `json:"limit"` // the allowance: the override in force, else the limit, plus granted
 	Used      int64     `json:"used"`
+	Reserved  *int64    `json:"reserved,omitempty"` // tokens limits with a reserve: held by answers in flight; remaining is net of it
 	Remaining int64     `json:"remaining"`
 	Reset     time.Time `json:"reset"`
 	// Granted and Override are the tenant's run-time quota, where present.
@@ -205,9 +206,18 @@ func (h *handler) writeUsage(w http.ResponseWriter, r *http.Request, what, subje
 		Limits []usageJSON `json:"limits"`
 	}{Limits: make([]usageJSON, 0, len(usages))}
 	for _, u := range usages {
-		out.Limits = append(out.Limits, usageJSON{u.Name, u.Unit.String(), u.Limit, u.Used, u.Remaining, ceilSecond(u.Reset), u.Granted, u.Override})
+		out.Limits = append(out.Limits, usageJSON{u.Name, u.Unit.String(), u.Limit, u.Used, reserved(u.Reserves, u.Reserved), u.Remaining, ceilSecond(u.Reset), u.Granted, u.Override})
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// reserved is the "reserved" of a usage answer: present for a tokens limit with a reserve
+// (0 included), absent for other limits, so their answers keep their shape.
+func reserved(reserves bool, n int64) *int64 {
+	if !reserves && n == 0 {
+		return nil
+	}
+	return &n
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {

@@ -31,6 +31,7 @@ type topTenantJSON struct {
 	Label     string    `json:"label,omitempty"`
 	Org       string    `json:"org,omitempty"`
 	Used      int64     `json:"used"`
+	Reserved  *int64    `json:"reserved,omitempty"` // tokens limits with a reserve: held by answers in flight; remaining is net of it
 	Limit     int64     `json:"limit"`
 	Remaining int64     `json:"remaining"`
 	Fraction  float64   `json:"fraction"`
@@ -53,7 +54,7 @@ func topJSON(l limits.TopList) topListJSON {
 	out := topListJSON{Limit: l.Limit, Window: l.Window, Unit: l.Unit, Tenants: make([]topTenantJSON, 0, len(l.Tenants))}
 	for _, t := range l.Tenants {
 		out.Tenants = append(out.Tenants, topTenantJSON{
-			ID: t.ID, Label: t.Label, Org: t.Org, Used: t.Used, Limit: t.Limit, Remaining: t.Remaining,
+			ID: t.ID, Label: t.Label, Org: t.Org, Used: t.Used, Reserved: reserved(t.Reserves, t.Reserved), Limit: t.Limit, Remaining: t.Remaining,
 			Fraction: t.Fraction, Reset: ceilSecond(t.Reset), Plan: t.Plan, Granted: t.Granted, Override: t.Override,
 		})
 	}

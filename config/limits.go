@@ -63,9 +63,18 @@ type Limit struct {
 	Algorithm string `yaml:"algorithm"`
 	// Mode is enforce (default) or shadow: counted and reported, never denying.
 	Mode string `yaml:"mode"`
-	// Unit is requests (default: one per admitted request) or tokens (the prompt and
-	// completion tokens of streamed answers, debited once an answer's usage is known).
+	// Unit is requests (default: one per admitted request), tokens (the prompt and
+	// completion tokens of streamed answers, debited once an answer's usage is known) or
+	// streams (answers in flight; no window).
 	Unit string `yaml:"unit"`
+	// Reserve (tokens limits) holds that many tokens at admission, admitting only while at
+	// least that many remain, and settles the hold to the answer's tokens at its end. 0 (the
+	// default): no hold, the answer is debited after it ends.
+	Reserve *int64 `yaml:"reserve"`
+	// ReserveTTL (tokens limits with a reserve, streams limits) is how long a hold or a slot
+	// lives unsettled, so those of a gateway that died come back; longer than the longest
+	// answer. 0: 10m.
+	ReserveTTL time.Duration `yaml:"reserve_ttl"`
 }
 
 // LimitSpec is a limit with every field resolved.
@@ -76,7 +85,10 @@ type LimitSpec struct {
 	By        string
 	Algorithm string
 	Shadow    bool
-	Unit      string // "requests" or "tokens"
+	Unit      string // "requests", "tokens" or "streams"
+	// Reserve and ReserveTTL: see Limit.
+	Reserve    int64
+	ReserveTTL time.Duration
 }
 
 // BuiltinLimits are the platform's documented limits.
@@ -136,6 +148,12 @@ func (s *LimitSpec) override(l Limit) {
 	}
 	if l.Unit != "" {
 		s.Unit = l.Unit
+	}
+	if l.Reserve != nil {
+		s.Reserve = *l.Reserve
+	}
+	if l.ReserveTTL != 0 {
+		s.ReserveTTL = l.ReserveTTL
 	}
 }
 
@@ -228,10 +246,11 @@ func (v *validator) limits(c *Config) {
 			if l.Unit != "" && l.Unit != b.Unit {
 				v.fail(key+".unit", "a plan cannot change what %s counts (%s)", name, b.Unit)
 			}
-			v.limit(key, name, Limit{Limit: l.Limit, Window: l.Window, By: b.By, Algorithm: l.Algorithm, Mode: l.Mode}, true)
+			v.limit(key, name, Limit{Limit: l.Limit, Window: l.Window, By: b.By, Algorithm: l.Algorithm, Mode: l.Mode, Reserve: l.Reserve, ReserveTTL: l.ReserveTTL}, true)
 		}
 	}
 	v.tokensLimits(c)
+	v.holdLimits(c)
 	v.exactLimits(c)
 	names := map[string]bool{}
 	for _, s := range c.ResolvedLimits() {
@@ -267,7 +286,7 @@ func (v *validator) limit(key, name string, l Limit, partial bool) {
 	} else if l.Limit != nil && *l.Limit < 0 {
 		v.fail(key+".limit", "must not be negative (0 disables the limit)")
 	}
-	if l.Window == "" && !optional {
+	if l.Window == "" && !optional && l.Unit != "streams" {
 		v.fail(key+".window", "is required: hour, day, month or a duration such as 15m")
 	} else if l.Window != "" {
 		if _, err := limits.ParseWindow(l.Window); err != nil {
@@ -293,9 +312,15 @@ func (v *validator) limit(key, name string, l Limit, partial bool) {
 	}
 	switch l.Unit {
 	case "", "requests":
-	case "tokens": // checked once resolved (tokensLimits)
+	case "tokens", "streams": // checked once resolved (tokensLimits, holdLimits)
 	default:
-		v.fail(key+".unit", "%q is not requests or tokens", l.Unit)
+		v.fail(key+".unit", "%q is not requests, tokens or streams", l.Unit)
+	}
+	if l.Reserve != nil && *l.Reserve < 0 {
+		v.fail(key+".reserve", "must not be negative (0 holds nothing)")
+	}
+	if l.ReserveTTL < 0 || l.ReserveTTL > 0 && l.ReserveTTL < time.Second {
+		v.fail(key+".reserve_ttl", "%s: must be at least 1s, and longer than the longest answer (0 is 10m)", l.ReserveTTL)
 	}
 }
 
@@ -307,6 +332,9 @@ func (v *validator) exactLimits(c *Config) {
 		for _, s := range specs {
 			w, err1 := limits.ParseWindow(s.Window)
 			a, err2 := limits.ParseAlgorithm(s.Algorithm)
+			if s.Unit == "streams" {
+				err1 = nil // no window (holdLimits)
+			}
 			if err1 != nil || err2 != nil {
 				continue // reported by limit
 			}
@@ -347,6 +375,40 @@ func (v *validator) tokensLimits(c *Config) {
 			}
 			if s.By != "org" && s.By != "key" {
 				v.fail(prefix+s.Name+".by", "a tokens limit counts by org or key, not %s", s.By)
+			}
+		}
+	}
+	check("limits.", c.ResolvedLimits())
+	for plan := range c.Plans {
+		check("plans."+plan+".", c.PlanLimits(plan))
+	}
+}
+
+// holdLimits checks, as resolved (defaults and every plan), what holds need: a reserve only
+// on a tokens limit, and no larger than the limit (it would never admit); a reserve_ttl only
+// where something is held; a streams limit without window (it counts answers in flight, not
+// per window) and without algorithm.
+func (v *validator) holdLimits(c *Config) {
+	check := func(prefix string, specs []LimitSpec) {
+		for _, s := range specs {
+			key := prefix + s.Name
+			if s.Reserve > 0 && s.Unit != "tokens" {
+				v.fail(key+".reserve", "only a tokens limit holds a reserve")
+			}
+			if s.Unit == "tokens" && s.Limit > 0 && s.Reserve > s.Limit {
+				v.fail(key+".reserve", "%d is more than the limit (%d): nothing would be admitted", s.Reserve, s.Limit)
+			}
+			if s.ReserveTTL != 0 && s.Unit != "streams" && (s.Unit != "tokens" || s.Reserve == 0) {
+				v.fail(key+".reserve_ttl", "only a tokens limit with a reserve or a streams limit holds anything to expire")
+			}
+			if s.Unit != "streams" {
+				continue
+			}
+			if s.Window != "" {
+				v.fail(key+".window", "a streams limit counts answers in flight and has no window")
+			}
+			if s.Algorithm != "" && s.Algorithm != "fixed" {
+				v.fail(key+".algorithm", "a streams limit has no algorithm")
 			}
 		}
 	}

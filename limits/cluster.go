@@ -94,7 +94,11 @@ func nodeArgs(keys, qkeys []string, args []any) []any {
 
 // nodeTakeArgs is the node script's ARGV for group g of a decision.
 func (sc *scratch) nodeTakeArgs(g group) []any {
-	return nodeArgs(sc.keys[g.lo:g.hi], sc.qkeys[g.lo:g.hi], sc.args[g.lo:g.hi])
+	args := nodeArgs(sc.keys[g.lo:g.hi], sc.qkeys[g.lo:g.hi], sc.args[g.lo:g.hi])
+	if sc.hold != "" {
+		args = append(args, "@"+sc.hold)
+	}
+	return args
 }
 
 // group is the keys sc.keys[lo:hi] of one node.
@@ -180,6 +184,7 @@ func (r *Redis) settleCluster(ctx context.Context, sc *scratch, d *Decision, gro
 	}
 	if allOK {
 		d.Allowed = true
+		d.Hold = sc.hold
 		return nil
 	}
 	errs = append(errs, sendGiveBacks(ctx, r.giveBacks(sc, d, groups, consumed))...)
@@ -202,7 +207,7 @@ func (r *Redis) giveBacks(sc *scratch, d *Decision, groups []group, consumed []b
 		sc.gargs = sc.gargs[:0]
 		for k := g.lo; k < g.hi; k++ {
 			res := &d.Results[sc.idx[k]]
-			if !res.Allowed || res.Rule.Unit == Tokens {
+			if !res.Allowed || res.Rule.Unit == Tokens && !holds(res.Rule) {
 				continue
 			}
 			cr, err := r.rules.get(res.Rule)
@@ -210,9 +215,14 @@ func (r *Redis) giveBacks(sc *scratch, d *Decision, groups []group, consumed []b
 				continue // it was compiled for the take: cannot happen
 			}
 			keys = append(keys, sc.keys[k])
-			sc.gargs = append(sc.gargs, cr.specFor(res.base), sc.ws[k])
-			// Report the current state: the unit is returned.
-			res.Remaining = min(res.Remaining+1, res.Limit)
+			// Report the current state: the unit (a hold: its reserve) is returned.
+			if holds(res.Rule) { // its hold or slot (see hold.go)
+				sc.gargs = append(sc.gargs, cr.spec, "@"+sc.hold)
+				res.Remaining = min(res.Remaining+max(res.Rule.Reserve, 1), res.Limit)
+			} else {
+				sc.gargs = append(sc.gargs, cr.specFor(res.base), sc.ws[k])
+				res.Remaining = min(res.Remaining+1, res.Limit)
+			}
 		}
 		if len(keys) > 0 {
 			gbs = append(gbs, giveBack{node: sc.clients[gi], name: sc.nodes[gi], keys: keys, argv: nodeArgs(keys, nil, sc.gargs)})

@@ -23,4 +23,9 @@
 // exactly like redis_rate/v10 and expiring when fully replenished. The two
 // algorithms never share a key, so a limit can change its algorithm (a reload,
 // a plan) without a script ever meeting a key of the other type.
+//
+// A tokens limit with a Reserve holds tokens from admission to Settle, and a
+// Streams limit counts answers in flight in "<prefix>:<rule name>:streams:{<id>}";
+// both keep their holds as fields of their hash, each expiring on its own (see
+// hold.go).
 package limits

@@ -130,12 +130,16 @@ func (g *Guard) Take(ctx context.Context, hits []Hit, d *Decision) error {
 			c.done <- struct{}{}
 		}()
 		err, finished = g.wait(ctx, cctx, c)
+		if !finished {
+			go g.releaseAbandoned(c)
+		}
 	}
 	cancel()
 	err = g.record(ctx, c.nodes, err)
 	if finished {
 		if err == nil {
 			d.Allowed = c.d.Allowed
+			d.Hold = c.d.Hold
 			d.Results = append(d.Results[:0], c.d.Results...)
 		}
 		clear(c.hits)

@@ -19,8 +19,16 @@ type Rule struct {
 	Algorithm Algorithm
 	// Unit is what the limit counts. A Tokens limit is only checked by Take (admitted while
 	// the used tokens are below Limit; nothing is consumed) and debited by Debit once an
-	// answer's token usage is known. Tokens limits count in fixed windows.
+	// answer's token usage is known. Tokens limits count in fixed windows. A Streams limit
+	// counts answers in flight (see hold.go): it has no Window.
 	Unit Unit
+	// Reserve (Tokens limits) makes Take hold that many tokens for the answer, admitting only
+	// while at least Reserve remain net of the used tokens and the live holds; Settle turns
+	// the hold into the answer's tokens (see hold.go). 0: no hold, the answer is debited.
+	Reserve int64
+	// ReserveTTL (Tokens limits with a Reserve, Streams limits) is how long a hold or a slot
+	// lives unsettled: one whose gateway died comes back then. 0 is DefaultReserveTTL.
+	ReserveTTL time.Duration
 	// Shadow makes the limit count without ever denying: a decision admits when the other
 	// limits have room, and then charges this one too if it still has room (see Decision).
 	// It does not change the limit's counters: a shadow and an enforced Rule of one name,
@@ -34,22 +42,28 @@ type Unit uint8
 const (
 	Requests Unit = iota // one per admitted request (the default)
 	Tokens               // the tokens of the answers, debited after they finish
+	Streams              // answers in flight: a slot from admission to the answer's end
 )
 
-// ParseUnit parses "requests" (or "") and "tokens".
+// ParseUnit parses "requests" (or ""), "tokens" and "streams".
 func ParseUnit(s string) (Unit, error) {
 	switch s {
 	case "", "requests":
 		return Requests, nil
 	case "tokens":
 		return Tokens, nil
+	case "streams":
+		return Streams, nil
 	}
-	return 0, fmt.Errorf("limits: unit %q: want requests or tokens", s)
+	return 0, fmt.Errorf("limits: unit %q: want requests, tokens or streams", s)
 }
 
 func (u Unit) String() string {
-	if u == Tokens {
+	switch u {
+	case Tokens:
 		return "tokens"
+	case Streams:
+		return "streams"
 	}
 	return "requests"
 }
@@ -96,6 +110,9 @@ type Result struct {
 type Decision struct {
 	Allowed bool
 	Results []Result // same order as the hits
+	// Hold names the token holds and stream slots an admitting decision took (see hold.go),
+	// for Settle; "" when it took none.
+	Hold string
 }
 
 // Denied returns the index of the first result that denied (a shadow one included), or -1.
@@ -117,6 +134,7 @@ func (d *Decision) reset(n int) {
 		clear(d.Results)
 	}
 	d.Allowed = false
+	d.Hold = ""
 }
 
 // Usage is a counter read back without consuming.
@@ -129,6 +147,12 @@ type Usage struct {
 	Unit      Unit
 	Granted   int64          // grants of the current window
 	Override  *OverrideTerms // the override in force; nil without one
+
+	// Reserved is what the live holds keep of a tokens limit with a reserve (see hold.go);
+	// Remaining is net of it. A streams limit's slots in use are its Used. Reserves says the
+	// limit has a reserve (Reserved applies, 0 included).
+	Reserved int64
+	Reserves bool
 }
 
 // Store decides hits atomically: all-or-nothing (if any limit denies, none is consumed).
@@ -146,6 +170,11 @@ type Store interface {
 	// algorithm are counted under other keys and skipped, as are ids resolve returns nil for.
 	// It reads in bounded batches (no KEYS), so its cost falls on the caller, not on Redis.
 	Scan(ctx context.Context, r *Rule, resolve func(id string) *Rule, visit func(id string, u Usage)) error
+	// Settle ends the holds and slots of decision hold for hits (Decision.Held): a tokens
+	// hold is replaced by n tokens charged in the current window (n < 0: released, nothing
+	// charged), a streams slot is given back. It returns the names of the tokens limits
+	// whose hold had expired before it was settled (its n tokens are charged all the same).
+	Settle(ctx context.Context, hold string, hits []Hit, n int64) ([]string, error)
 }
 
 // ErrInvalidRule is wrapped by errors about rules a store cannot use.
@@ -233,11 +262,17 @@ func (c *ruleCache) compile(r *Rule) (*compiled, error) {
 		return nil, fmt.Errorf("%w: name %q must be non-empty without '{' or '}'", ErrInvalidRule, r.Name)
 	}
 	cr := &compiled{snap: *r, enabled: r.Limit > 0}
+	if r.Unit == Streams {
+		return c.compileStreams(cr)
+	}
 	if r.Window.IsZero() {
 		return nil, fmt.Errorf("%w: rule %q has no window", ErrInvalidRule, r.Name)
 	}
 	if r.Algorithm != Fixed && r.Algorithm != GCRA {
 		return nil, fmt.Errorf("%w: rule %q has unknown algorithm %d", ErrInvalidRule, r.Name, r.Algorithm)
+	}
+	if r.Reserve < 0 || r.Reserve > 0 && r.Unit != Tokens || r.ReserveTTL < 0 {
+		return nil, fmt.Errorf("%w: rule %q: a reserve (not negative) is for tokens limits", ErrInvalidRule, r.Name)
 	}
 	if r.Unit != Requests && r.Unit != Tokens {
 		return nil, fmt.Errorf("%w: rule %q has unknown unit %d", ErrInvalidRule, r.Name, r.Unit)
@@ -262,8 +297,8 @@ func (c *ruleCache) compile(r *Rule) (*compiled, error) {
 		algo += "s"
 	}
 	cr.algo = algo
-	cr.spec = algo + " " + strconv.FormatInt(r.Limit, 10) + " " + r.Window.luaSpec()
-	cr.specQ = algo + "q " + strconv.FormatInt(r.Limit, 10) + " " + r.Window.luaSpec()
+	cr.spec = algo + " " + strconv.FormatInt(r.Limit, 10) + " " + r.Window.luaSpec() + holdSpec(r)
+	cr.specQ = algo + "q " + strconv.FormatInt(r.Limit, 10) + " " + r.Window.luaSpec() + holdSpec(r)
 	cr.period = r.Window.Nominal().Seconds()
 	return cr, nil
 }

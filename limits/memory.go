@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"hash/maphash"
+	"maps"
 	"math"
 	"sync"
 	"sync/atomic"
@@ -45,6 +46,9 @@ type memEntry struct {
 	ws, n   int64   // fixed: window start (Unix s) and count
 	tat     float64 // gcra: theoretical arrival time, seconds since 2017 (as redis_rate)
 	expires int64   // Unix µs after which the entry is garbage
+	// holds are the live holds (tokens limits with a reserve) or slots (streams limits) by
+	// decision (see hold.go).
+	holds map[string]memHold
 }
 
 // MemoryOption configures NewMemory.
@@ -84,6 +88,7 @@ type memHit struct {
 	em    float64 // gcra
 	tat   float64 // gcra
 	used  int64   // gcra: units the bucket holds (held)
+	held  int64   // tokens with a reserve: the live holds
 	q     quotaTerms
 	allow int64 // the allowance: limit or override, plus grants (see quota.go)
 	base  int64 // the limit or override the grants add to
@@ -119,6 +124,10 @@ func (m *Memory) Take(ctx context.Context, hits []Hit, d *Decision) error {
 		return fmt.Errorf("limits: take: %w", err)
 	}
 	now := m.clock()
+	hid := ""
+	if needsHold(hits) {
+		hid = newHold()
+	}
 	for _, s := range locks {
 		m.shards[s].mu.Lock()
 	}
@@ -128,12 +137,15 @@ func (m *Memory) Take(ctx context.Context, hits []Hit, d *Decision) error {
 		allOK = allOK && (ok || hs[i].cr.snap.Shadow)
 	}
 	for i := range hs {
-		m.settle(&hs[i], &d.Results[i], allOK, now)
+		m.settle(&hs[i], &d.Results[i], allOK, now, hid)
 	}
 	for _, s := range locks {
 		m.shards[s].mu.Unlock()
 	}
 	d.Allowed = allOK
+	if allOK {
+		d.Hold = hid
+	}
 	if n := m.ops.Add(1); n%sweepEvery == 0 {
 		m.sweep(int(n/sweepEvery)%memShards, now.us)
 	}
@@ -168,11 +180,17 @@ func (m *Memory) check(h *memHit, now memTime) bool {
 	}
 	h.e = m.shards[h.shard].m[h.key]
 	lim := h.cr.snap.Limit
+	if h.cr.snap.Unit == Streams {
+		return m.checkHolds(h, now)
+	}
 	if h.cr.snap.Algorithm == Fixed {
 		h.ws, h.we = h.cr.snap.Window.boundsUnix(now.sec)
 		h.terms(lim, now)
 		if h.e != nil && h.e.ws == h.ws {
 			h.cnt = h.e.n
+		}
+		if h.cr.snap.Unit == Tokens && h.cr.snap.Reserve > 0 {
+			return m.checkHolds(h, now)
 		}
 		h.ok = h.cnt < h.allow
 		return h.ok
@@ -200,12 +218,14 @@ func (h *memHit) terms(lim int64, now memTime) {
 
 // settle charges h when the decision admitted and its limit had room, and fills its result
 // (the caller holds the lock).
-func (m *Memory) settle(h *memHit, r *Result, allOK bool, now memTime) {
+func (m *Memory) settle(h *memHit, r *Result, allOK bool, now memTime, hid string) {
 	r.Allowed = h.ok
 	r.Limit, r.base = h.cr.snap.Limit, h.cr.snap.Limit
 	switch {
 	case !h.cr.enabled:
 		return
+	case holds(&h.cr.snap):
+		m.settleHolds(h, r, allOK && h.ok, hid, now)
 	case h.cr.snap.Unit == Tokens: // only checked: Debit counts the tokens later
 		r.Reset = time.Duration(h.we*1e6-now.us) * time.Microsecond
 		r.Remaining = max(h.allow-h.cnt, 0)
@@ -309,7 +329,7 @@ func (m *Memory) Usage(ctx context.Context, r *Rule, id string) (Usage, error) {
 		return Usage{}, fmt.Errorf("limits: usage: %w", err)
 	}
 	if !cr.enabled {
-		return Usage{Name: r.Name, Limit: r.Limit, Unit: r.Unit}, nil
+		return Usage{Name: r.Name, Limit: r.Limit, Unit: r.Unit, Reserves: r.Unit == Tokens && r.Reserve > 0}, nil
 	}
 	q, _ := m.quotas.get(r.Name, id)
 	now := m.clock()
@@ -323,7 +343,9 @@ func (m *Memory) entryOf(cr *compiled, id string) memEntry {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if p := sh.m[key]; p != nil {
-		return *p
+		e := *p
+		e.holds = maps.Clone(p.holds) // read after the lock is released
+		return e
 	}
 	return memEntry{expires: math.MinInt64}
 }
@@ -332,19 +354,34 @@ func (m *Memory) entryOf(cr *compiled, id string) memEntry {
 // with the tenant's quota q at now.
 func (e memEntry) usage(cr *compiled, q quotaTerms, now memTime) Usage {
 	r := &cr.snap
-	u := Usage{Name: r.Name, Unit: r.Unit}
+	u := Usage{Name: r.Name, Unit: r.Unit, Reserves: r.Unit == Tokens && r.Reserve > 0}
 	ws, we := r.Window.boundsUnix(now.sec)
 	base, g, ends := q.terms(r.Limit, now.us, we)
 	u.Limit, u.Granted = allowance(base, g), g
 	if ends > 0 {
 		u.Override = &OverrideTerms{Value: base, Expires: time.UnixMicro(ends).UTC()}
 	}
-	if r.Algorithm == Fixed {
+	switch {
+	case r.Unit == Streams: // the slots in use (see hold.go)
+		for _, h := range e.holds {
+			if h.expires > now.us {
+				u.Used++
+			}
+		}
+		u.Reset = time.UnixMicro(now.us).UTC()
+	case r.Algorithm == Fixed:
 		if e.expires > now.us && e.ws == ws {
 			u.Used = e.n
 		}
 		u.Reset = time.Unix(we, 0).UTC()
-	} else {
+		if r.Unit == Tokens && r.Reserve > 0 {
+			for _, h := range e.holds {
+				if h.expires > now.us {
+					u.Reserved += h.amount
+				}
+			}
+		}
+	default:
 		tat := now.g
 		if e.expires > now.us && e.tat > now.g {
 			tat = e.tat
@@ -353,7 +390,7 @@ func (e memEntry) usage(cr *compiled, q quotaTerms, now memTime) Usage {
 		u.Reset = time.UnixMicro(int64(math.Floor((tat + jan2017) * 1e6))).UTC()
 	}
 	u.Used = capUsed(u.Used, u.Limit, r)
-	u.Remaining = max(u.Limit-u.Used, 0)
+	u.Remaining = max(u.Limit-u.Used-u.Reserved, 0)
 	return u
 }
 

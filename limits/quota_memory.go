@@ -199,7 +199,11 @@ func (m *Memory) Reset(ctx context.Context, r *Rule, id string, who Who) (AuditE
 		key := memKey{cr.keyPre, id}
 		sh := &m.shards[m.shardOf(key)]
 		sh.mu.Lock()
-		delete(sh.m, key)
+		if e := sh.m[key]; e != nil && cr.snap.Unit == Tokens && len(e.holds) > 0 {
+			e.ws, e.n = 0, 0 // the holds belong to the answers in flight, not to the use
+		} else {
+			delete(sh.m, key)
+		}
 		sh.mu.Unlock()
 		return nil
 	})

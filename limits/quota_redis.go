@@ -423,7 +423,9 @@ elseif action == 'override_end' then
   if ends == 0 then return 'none' end
   redis.call('HDEL', qkey, 'ov', 'ox', 'or', 'oa', 'oc')
 elseif action == 'reset' then
-  redis.call('DEL', ckey)
+  -- A tokens limit's holds belong to the answers in flight, not to the window's use; a
+  -- streams limit's slots do go (an operator's way out before reserve_ttl).
+  if algo == 't' then redis.call('HDEL', ckey, 's', 'n') else redis.call('DEL', ckey) end
 else
   return redis.error_reply('ERR limits: unknown quota action ' .. tostring(action))
 end

@@ -48,6 +48,7 @@ type scratch struct {
 	gargs   []any
 	clients []*redis.Client // Cluster: the node of each group (byNode)
 	nodes   []string        // and its name
+	hold    string          // names the decision's holds (see hold.go); "" without
 }
 
 // NewRedis returns a Redis store. prefix (e.g. "gw") starts every key name. An option the
@@ -112,6 +113,7 @@ func (s *scratch) reset() {
 	clear(s.clients)
 	s.clients = s.clients[:0]
 	s.nodes = s.nodes[:0]
+	s.hold = ""
 }
 
 // Take implements Store.
@@ -127,10 +129,20 @@ func (r *Redis) Take(ctx context.Context, hits []Hit, d *Decision) error {
 		d.Allowed = true
 		return nil
 	}
+	if needsHold(hits) {
+		sc.hold = newHold()
+	}
 	if r.cluster != nil && !sameSlot(sc) {
-		return r.followTopology(ctx, withKey(r.takeCluster(ctx, sc, d), sc.keys, sc.qkeys))
+		err := r.takeCluster(ctx, sc, d)
+		if err != nil {
+			r.releaseLost(sc.hold, hits)
+		}
+		return r.followTopology(ctx, withKey(err, sc.keys, sc.qkeys))
 	}
 	sc.all = appendQuotaKeys(append(sc.all, sc.keys...), sc.qkeys)
+	if sc.hold != "" {
+		sc.args = append(sc.args, "@"+sc.hold)
+	}
 	var cmd *redis.Cmd
 	switch {
 	case r.waitReplicas == 0:
@@ -146,13 +158,18 @@ func (r *Redis) Take(ctx context.Context, hits []Hit, d *Decision) error {
 	}
 	reply, err := cmd.Text()
 	if err != nil {
+		r.releaseLost(sc.hold, hits)
 		return r.followTopology(ctx, withKey(fmt.Errorf("limits: take: %w", err), sc.all))
 	}
 	ok, err := parseTake(reply, sc.idx, sc.qkeys, sc.ws, d.Results)
 	if err != nil {
+		r.releaseLost(sc.hold, hits)
 		return withKey(err, sc.all)
 	}
 	d.Allowed = ok
+	if ok {
+		d.Hold = sc.hold
+	}
 	return nil
 }
 
@@ -194,7 +211,7 @@ func (r *Redis) Usage(ctx context.Context, rule *Rule, id string) (Usage, error)
 	if err != nil {
 		return Usage{}, fmt.Errorf("limits: usage: %w", err)
 	}
-	u := Usage{Name: rule.Name, Limit: rule.Limit, Unit: rule.Unit}
+	u := Usage{Name: rule.Name, Limit: rule.Limit, Unit: rule.Unit, Reserves: rule.Unit == Tokens && rule.Reserve > 0}
 	if !cr.enabled {
 		return u, nil
 	}
@@ -203,11 +220,11 @@ func (r *Redis) Usage(ctx context.Context, rule *Rule, id string) (Usage, error)
 	if err != nil {
 		return Usage{}, withKey(fmt.Errorf("limits: usage %s: %w", rule.Name, err), keys)
 	}
-	var v [7]int64
+	var v [8]int64
 	if err := scanInts(reply, v[:]); err != nil {
 		return Usage{}, withKey(fmt.Errorf("limits: usage %s: %w", rule.Name, err), keys)
 	}
-	u.Used, u.Remaining, u.Reset = v[0], v[1], time.UnixMicro(v[2]).UTC()
+	u.Used, u.Remaining, u.Reset, u.Reserved = v[0], v[1], time.UnixMicro(v[2]).UTC(), v[7]
 	u.Limit, u.Granted = v[3], v[4]
 	if v[5] > 0 {
 		u.Override = &OverrideTerms{Value: v[6], Expires: time.UnixMicro(v[5]).UTC()}
@@ -318,7 +335,7 @@ func (f *fields) next() (int64, error) {
 // NOSCRIPT fallback stays in place for a master that restarts later.
 func (r *Redis) Preload(ctx context.Context) error {
 	load := func(ctx context.Context, c redis.Scripter) error {
-		for _, s := range []*redis.Script{takeScript, usageScript, giveBackScript, nodeTakeScript, nodeGiveBackScript, debitScript, quotaScript} {
+		for _, s := range []*redis.Script{takeScript, usageScript, giveBackScript, nodeTakeScript, nodeGiveBackScript, debitScript, quotaScript, settleScript} {
 			if err := s.Load(ctx, c).Err(); err != nil {
 				return fmt.Errorf("limits: script load: %w", err)
 			}

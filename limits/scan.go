@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"strconv"
 	"strings"
@@ -55,6 +56,7 @@ type rawCounter struct {
 	ws, n int64
 	tat   float64
 	q     quotaTerms
+	holds map[string]memHold // a limit with holds (see hold.go)
 }
 
 func scanNode(ctx context.Context, c redis.Cmdable, cr *compiled, now time.Time, found func(string, rawCounter)) error {
@@ -87,13 +89,18 @@ func scanNode(ctx context.Context, c redis.Cmdable, cr *compiled, now time.Time,
 func readCounters(ctx context.Context, c redis.Cmdable, cr *compiled, keys []string, found func(string, rawCounter)) error {
 	pipe := c.Pipeline()
 	fixed := cr.snap.Algorithm == Fixed
+	withHolds := holds(&cr.snap)
+	all := make([]*redis.MapStringStringCmd, 0, len(keys))
 	hm := make([]*redis.SliceCmd, 0, len(keys))
 	gets := make([]*redis.StringCmd, 0, len(keys))
 	quotas := make([]*redis.SliceCmd, len(keys))
 	for i, k := range keys {
-		if fixed {
+		switch {
+		case withHolds:
+			all = append(all, pipe.HGetAll(ctx, k))
+		case fixed:
 			hm = append(hm, pipe.HMGet(ctx, k, "s", "n"))
-		} else {
+		default:
 			gets = append(gets, pipe.Get(ctx, k))
 		}
 		if id, ok := idOf(cr.keyPre, k); ok {
@@ -109,7 +116,9 @@ func readCounters(ctx context.Context, c redis.Cmdable, cr *compiled, keys []str
 			continue
 		}
 		var raw rawCounter
-		if fixed {
+		if withHolds {
+			raw = rawOfHolds(all[i].Val())
+		} else if fixed {
 			v := hm[i].Val()
 			if len(v) != 2 {
 				continue
@@ -131,6 +140,28 @@ func readCounters(ctx context.Context, c redis.Cmdable, cr *compiled, keys []str
 		found(id, raw)
 	}
 	return nil
+}
+
+// rawOfHolds reads the hash of a limit with holds: s and n (a tokens limit's window), and the
+// holds "h:<hold>" = "<amount> <expiry µs>".
+func rawOfHolds(h map[string]string) rawCounter {
+	var raw rawCounter
+	raw.ws, _ = strconv.ParseInt(h["s"], 10, 64)
+	raw.n, _ = strconv.ParseInt(h["n"], 10, 64)
+	for f, v := range h {
+		id, ok := strings.CutPrefix(f, "h:")
+		if !ok {
+			continue
+		}
+		var hd memHold
+		if _, err := fmt.Sscanf(v, "%d %d", &hd.amount, &hd.expires); err == nil {
+			if raw.holds == nil {
+				raw.holds = map[string]memHold{}
+			}
+			raw.holds[id] = hd
+		}
+	}
+	return raw
 }
 
 // quotaOfFields reads the fields ov, ox, g, ge of a quota hash (absent ones are 0).
@@ -177,15 +208,15 @@ func (c rawCounter) usage(base, r *Rule, now time.Time) (Usage, bool) {
 		return Usage{}, false
 	}
 	mt := timeOf(now)
-	if r.Algorithm == Fixed {
+	if r.Algorithm == Fixed && r.Unit != Streams {
 		if ws, _ := r.Window.boundsUnix(mt.sec); c.ws != ws {
-			return Usage{}, false // a past window
+			c.ws, c.n = 0, 0 // a past window, whose holds may still live
 		}
 	}
 	// Interpreted as the in-process store's entry is: one arithmetic for both stores.
-	e := memEntry{ws: c.ws, n: c.n, tat: c.tat, expires: math.MaxInt64}
+	e := memEntry{ws: c.ws, n: c.n, tat: c.tat, expires: math.MaxInt64, holds: c.holds}
 	u := e.usage(&compiled{snap: *r, period: r.Window.Nominal().Seconds()}, c.q, mt)
-	return u, u.Used > 0
+	return u, u.Used > 0 || u.Reserved > 0
 }
 
 // Scan implements Store. Entries are copied under each shard's lock and interpreted outside
@@ -214,7 +245,7 @@ func (m *Memory) Scan(ctx context.Context, rule *Rule, resolve func(id string) *
 		sh.mu.Lock()
 		for k, e := range sh.m {
 			if k.rule == cr.keyPre && e.expires > nowUS {
-				batch = append(batch, found{k.id, rawCounter{ws: e.ws, n: e.n, tat: e.tat}})
+				batch = append(batch, found{k.id, rawCounter{ws: e.ws, n: e.n, tat: e.tat, holds: maps.Clone(e.holds)}})
 			}
 		}
 		sh.mu.Unlock()

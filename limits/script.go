@@ -48,9 +48,9 @@ end
 local jan_1_2017 = 1483228800
 
 -- A spec is "<algo>[s][q] <limit> <window>"; the s marks a shadow limit, the q a limit whose
--- tenants' run-time quotas are to be read (see takeLua).
+-- tenants' run-time quotas are to be read (see takeLua). More words may follow (hold_terms).
 local function parse(spec)
-  local algo, shadow, q, limit, win = string.match(spec, '^(%a)(s?)(q?) (%d+) (%w+)$')
+  local algo, shadow, q, limit, win = string.match(spec, '^(%a)(s?)(q?) (%d+) (%w+)')
   if not algo then error('limits: bad rule spec ' .. tostring(spec)) end
   return algo, tonumber(limit), win, shadow == 's', q == 'q'
 end
@@ -131,7 +131,9 @@ end
 // included. Fixed-window keys are hashes {s = window start, n = count} expiring at the
 // window end; a stale s means a new window. GCRA keys hold the TAT exactly like
 // redis_rate/v10, the bucket refilling at the base (limit or override) per period and
-// holding the allowance. 't' (tokens) limits are only checked.
+// holding the allowance. 't' (tokens) limits are only checked, but for a reserve, and 'c'
+// (streams) limits count their live slots: both take a hold named by the last ARGV, "@<hold>"
+// (see hold.go).
 //
 // Reply: "<ok> then per key: <allowed> <remaining> <reset µs> <retry µs> <window start>",
 // followed for a q limit by "<allowance> <base>". One string (instead of an array of
@@ -156,13 +158,18 @@ local function any_quota(from, to)
 end
 ` + takeBody
 
-const takeBody = `
+const takeBody = holdLua + `
 local t = redis.call('TIME')
 local sec = tonumber(t[1])
 local usec = tonumber(t[2])
 local now_us = sec * 1000000 + usec
 local gnow = (sec - jan_1_2017) + (usec / 1000000)
 local n = #ARGV
+local hid = ''
+if n > 0 and string.sub(ARGV[n], 1, 1) == '@' then
+  hid = string.sub(ARGV[n], 2)
+  n = n - 1
+end
 local quotas = #KEYS > n and any_quota(n + 1, #KEYS)
 local qk = n -- the last quota key read
 local st = {}
@@ -181,6 +188,20 @@ for i = 1, n do
     h.ws, h.we, h.cnt, h.same = ws, we, cnt, same
     h.reset = we * 1000000 - now_us
     h.allowed = cnt < h.limit
+    if algo == 't' then
+      h.reserve, h.ttl = hold_terms(ARGV[i])
+      if h.reserve > 0 then
+        local sum, _, hst = holds(KEYS[i], now_us)
+        h.held, h.hst = sum, hst
+        h.allowed = h.limit - cnt - sum >= h.reserve
+      end
+    end
+  elseif algo == 'c' then
+    -- Streams: the live slots are the count.
+    h.reserve, h.ttl = hold_terms(ARGV[i])
+    local _, live, hst = holds(KEYS[i], now_us)
+    h.cnt, h.hst = live, hst
+    h.allowed = live < h.limit
   else
     -- A bucket of base 0 admits nothing; its emission interval is only reported.
     local em = period_of(win) / math.max(base, 1)
@@ -200,10 +221,31 @@ for i = 1, n do
   if h.allowed then a = 1 end
   local charge = ok == 1 and h.allowed
   if h.algo == 't' then
-    -- A tokens limit is only checked here; Debit counts the answer's tokens later.
+    -- A tokens limit is only checked here; Debit counts the answer's tokens later. With a
+    -- reserve, it holds the reserve until Settle.
     ws, reset = h.ws, h.reset
+    rem = math.max(h.limit - h.cnt - (h.held or 0), 0)
+    if charge and h.reserve > 0 and hid ~= '' then
+      if not h.same then redis.call('HSET', KEYS[i], 's', h.ws, 'n', 0) end
+      hold(KEYS[i], hid, h.reserve, h.ttl, now_us, h.hst, h.we * 1000)
+      rem = math.max(rem - h.reserve, 0)
+    elseif h.hst and h.hst.dead then
+      store(KEYS[i], h.hst) -- drop the expired holds read
+    end
+    if not h.allowed then
+      retry = reset
+      -- Denied for the holds of answers in flight, which come back as they end.
+      if h.reserve > 0 and h.cnt + h.reserve <= h.limit then retry = 1000000 end
+    end
+  elseif h.algo == 'c' then
     rem = math.max(h.limit - h.cnt, 0)
-    if not h.allowed then retry = reset end
+    if charge and hid ~= '' then
+      hold(KEYS[i], hid, 1, h.ttl, now_us, h.hst, 0)
+      rem = math.max(rem - 1, 0)
+    elseif h.hst.dead then
+      store(KEYS[i], h.hst) -- drop the expired holds read
+    end
+    if not h.allowed then retry = 1000000 end
   elseif h.algo == 'f' then
     ws, reset = h.ws, h.reset
     if charge then
@@ -254,8 +296,9 @@ return table.concat(out, ' ')
 // when another slot group denied). ARGV[2i-1] is the spec, ARGV[2i] the window
 // start the unit was counted in: if that window is over there is nothing to
 // give back.
-const giveBackLua = windowLua + `
+const giveBackLua = windowLua + holdLua + `
 local t = redis.call('TIME')
+local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local gnow = (tonumber(t[1]) - jan_1_2017) + (tonumber(t[2]) / 1000000)
 for i = 1, #KEYS do
   local algo, limit, win = parse(ARGV[2 * i - 1])
@@ -264,6 +307,9 @@ for i = 1, #KEYS do
     if tonumber(v[1]) == tonumber(ARGV[2 * i]) and (tonumber(v[2]) or 0) > 0 then
       redis.call('HINCRBY', KEYS[i], 'n', -1)
     end
+  elseif (algo == 't' or algo == 'c') and string.sub(ARGV[2 * i], 1, 1) == '@' then
+    -- A hold or slot of the decision (see hold.go).
+    unhold(KEYS[i], 'h:' .. string.sub(ARGV[2 * i], 2), now_us)
   elseif algo == 'g' then
     local tat = tonumber(redis.call('GET', KEYS[i]))
     if tat then
@@ -282,12 +328,15 @@ return 1
 // quotaStateLua is a tenant's standing on one limit: state(ckey, qkey, algo, limit, win, sec,
 // usec) returns its allowance, use and grants (the use as usage read-back shows it), its
 // base, the override's end (µs, 0: none) and when the counter resets (µs).
-const quotaStateLua = `
+const quotaStateLua = holdLua + `
 local function state(ckey, qkey, algo, limit, win, sec, usec)
   local base, g, ends = quota(qkey, limit, win, sec, sec * 1000000 + usec)
   local allow = allowance(base, g)
   local used, reset
-  if algo == 'f' or algo == 't' then
+  if algo == 'c' then -- streams: the slots in use (see hold.go)
+    local _, live = holds(ckey, sec * 1000000 + usec)
+    used, reset = live, sec * 1000000 + usec
+  elseif algo == 'f' or algo == 't' then
     local ws, we = bounds(win, sec)
     used = count(ckey, ws)
     reset = we * 1000000
@@ -309,12 +358,17 @@ end
 
 // usageLua reads the counter KEYS[1] with spec ARGV[1], and the tenant's quota KEYS[2],
 // without writing. Reply: "<used> <remaining> <reset unix µs> <allowance> <granted>
-// <override end µs, 0: none> <base>".
+// <override end µs, 0: none> <base> <reserved>", remaining net of the live holds.
 const usageLua = windowLua + quotaLua + quotaStateLua + `
 local t = redis.call('TIME')
 local algo, limit, win = parse(ARGV[1])
+local reserve = hold_terms(ARGV[1])
 local allow, used, g, base, ends, reset = state(KEYS[1], KEYS[2], algo, limit, win, tonumber(t[1]), tonumber(t[2]))
-return string.format('%d %d %d %d %d %d %d', used, math.max(allow - used, 0), reset, allow, g, ends, base)
+local reserved = 0
+if algo == 't' and reserve > 0 then
+  reserved = holds(KEYS[1], tonumber(t[1]) * 1000000 + tonumber(t[2]))
+end
+return string.format('%d %d %d %d %d %d %d %d', used, math.max(allow - used - reserved, 0), reset, allow, g, ends, base, reserved)
 `
 
 // debitLua adds tokens to tokens limits ('t' specs) in their current windows. ARGV[2i-1] is

@@ -12,7 +12,7 @@ var ErrUnknownLimit = errors.New("limits: unknown limit")
 type TopList struct {
 	Limit   string // the limit's name, e.g. "assistant_per_org"
 	Window  string // "hour", "day", "month" or a duration
-	Unit    string // "requests" or "tokens"
+	Unit    string // "requests", "tokens" or "streams"
 	By      string // what it counts by: "project", "key", "org" or "ip"
 	Tenants []TopTenant
 }
@@ -32,4 +32,9 @@ type TopTenant struct {
 	Reset      time.Time      // end of the window (fixed) / full replenishment (gcra)
 	Granted    int64          // grants of the current window
 	Override   *OverrideTerms // the override in force; nil without one
+
+	// Reserved is what the answers in flight hold of a tokens limit with a reserve (see
+	// hold.go); Remaining is net of it. Reserves says the limit has a reserve.
+	Reserved int64
+	Reserves bool
 }

@@ -74,3 +74,41 @@ func TestWaitReplicasCluster(t *testing.T) {
 		t.Fatalf("single slot: %v %+v", err, d)
 	}
 }
+
+// With WithWaitReplicas a settle is replicated before it returns, like the take: a failover
+// cannot bring back a hold that was ended (it would deny until reserve_ttl).
+func TestWaitReplicasSettle(t *testing.T) {
+	master := redistest.Start(t)
+	replica := redistest.StartReplica(t, master)
+	ctx := context.Background()
+	s := newRedisT(t, master.Client(t), uniquePrefix(), WithWaitReplicas(1, 500*time.Millisecond))
+	tok := reserveRule(t, "tok", 1000, 100, 0)
+	hits := []Hit{{Rule: tok, ID: "a"}}
+	var d Decision
+	if err := s.Take(ctx, hits, &d); err != nil || !d.Allowed {
+		t.Fatalf("take: %v %+v", err, d)
+	}
+	if _, err := s.Settle(ctx, d.Hold, hits, 40); err != nil {
+		t.Fatal(err)
+	}
+	key, _ := s.Key(tok, "a")
+	if v, err := replica.Client(t).HMGet(ctx, key, "n", "h:"+d.Hold, "hc").Result(); err != nil || v[0] != "40" || v[1] != nil || v[2] != nil {
+		t.Fatalf("replica after the settle: %v %v, want n 40 and no hold", v, err)
+	}
+	// Asking for more replicas than exist: the settle ran, and says it was not replicated.
+	s2 := newRedisT(t, master.Client(t), uniquePrefix(), WithWaitReplicas(2, 50*time.Millisecond))
+	if err := s2.Take(ctx, hits, &d); !errors.Is(err, ErrNotReplicated) {
+		t.Fatalf("take: %v", err)
+	}
+	s1 := newRedisT(t, master.Client(t), uniquePrefix())
+	if err := s1.Take(ctx, hits, &d); err != nil || !d.Allowed {
+		t.Fatal(err, d)
+	}
+	s3 := newRedisT(t, master.Client(t), s1.rules.prefix[:len(s1.rules.prefix)-1], WithWaitReplicas(2, 50*time.Millisecond))
+	if _, err := s3.Settle(ctx, d.Hold, hits, 10); !errors.Is(err, ErrNotReplicated) {
+		t.Fatalf("settle with two replicas asked, one present: %v", err)
+	}
+	if u, _ := s1.Usage(ctx, tok, "a"); u.Used != 10 || u.Reserved != 0 {
+		t.Fatalf("the master must have settled all the same: %+v", u)
+	}
+}

@@ -35,6 +35,7 @@ type Metrics struct {
 	tokenLimitNear       *prometheus.CounterVec
 	spansDropped         prometheus.Counter
 	refunds              *prometheus.CounterVec // refunds.go
+	holdsExpired         *prometheus.CounterVec // holds.go
 }
 
 // Latency buckets from 1 ms to 30 s: gateway overhead sits at the low end, streamed answers at
@@ -135,8 +136,9 @@ func New(reg prometheus.Registerer) *Metrics {
 		Help: "Trace spans not exported: the export queue was full (the collector is down or slow) or the export failed.",
 	})
 	m.refunds = newRefunds()
+	m.holdsExpired = newHoldsExpired()
 	reg.MustRegister(
-		m.refunds,
+		m.refunds, m.holdsExpired,
 		m.orgRequests, m.deprecated, m.streamTokens, m.streamTokensEstim, m.tokenLimitNear, m.spansDropped,
 		m.decisions, m.nearLimit, m.limiterDuration, m.limiterErrors, m.breakerOpen,
 		m.requests, m.requestDuration, m.inflight, m.authRejections, m.validationRejections,

@@ -35,6 +35,7 @@ func (g *Gateway) finish(s *scope, r *http.Request) {
 		m.StreamDuration.Observe(elapsed.Seconds())
 		g.countTokens(s, out)
 	}
+	g.settleHolds(s, out)
 	if s.span != nil {
 		g.endSpan(s, status, out)
 	}

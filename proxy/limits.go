@@ -30,6 +30,7 @@ type Limiter interface {
 	Debit(ctx context.Context, hits []limits.Hit, n int64) error
 	Refund(ctx context.Context, taken []limits.Taken) error
 	Scan(ctx context.Context, r *limits.Rule, resolve func(id string) *limits.Rule, visit func(id string, u limits.Usage)) error
+	Settle(ctx context.Context, hold string, hits []limits.Hit, n int64) ([]string, error)
 }
 
 // by says what a limit counts.
@@ -108,9 +109,12 @@ func compileLimits(cfg *config.Config, routes []*route) (map[string][]routeLimit
 	for _, plan := range plans {
 		set := map[string]compiledLimit{}
 		for _, s := range cfg.PlanLimits(plan) {
-			w, err := limits.ParseWindow(s.Window)
-			if err != nil {
-				return nil, fmt.Errorf("limits.%s.window: %w", s.Name, err)
+			var w limits.Window
+			if s.Unit != "streams" { // a streams limit has no window
+				var err error
+				if w, err = limits.ParseWindow(s.Window); err != nil {
+					return nil, fmt.Errorf("limits.%s.window: %w", s.Name, err)
+				}
 			}
 			a, err := limits.ParseAlgorithm(s.Algorithm)
 			if err != nil {
@@ -126,6 +130,7 @@ func compileLimits(cfg *config.Config, routes []*route) (map[string][]routeLimit
 			}
 			c := compiledLimit{rule: &limits.Rule{Name: s.Name, Limit: s.Limit, Window: w, Algorithm: a, Unit: u, Shadow: s.Shadow}, by: b, shadow: s.Shadow}
 			set[s.Name] = c
+			c.rule.Reserve, c.rule.ReserveTTL = s.Reserve, s.ReserveTTL // holds (tokens with a reserve, streams)
 			if s.Limit > 0 {
 				all[plan] = append(all[plan], routeLimit{rule: c.rule, by: b, shadow: c.shadow})
 			}
@@ -203,6 +208,9 @@ func policyHeader(ls []routeLimit) string {
 }
 
 func policyItem(r *limits.Rule, quota int64) string {
+	if r.Unit == limits.Streams { // answers in flight, in no window
+		return fmt.Sprintf("%q;q=%d", r.Name, quota)
+	}
 	return fmt.Sprintf("%q;q=%d;w=%d", r.Name, quota, int64(r.Window.Nominal()/time.Second))
 }
 
@@ -306,6 +314,7 @@ func (s *scope) account(set *limitSet, hits []limits.Hit, dec *limits.Decision, 
 	}
 	if dec.Allowed {
 		s.keepTaken(hits, dec) // every enforced limit, and the shadow limits that had room
+		s.keepHeld(hits, dec)
 		s.countOrg(orgAllowed)
 		return
 	}

@@ -62,7 +62,12 @@ type scope struct {
 	taken    []limits.Taken
 	takenBuf [4]limits.Taken
 	refund   string
-	span     trace.Span // the server span; nil when tracing is off
+	// held are the limits whose token holds or stream slots the admitting decision took
+	// (backed by heldBuf), under the decision's hold name: settled when the request ends.
+	held    []limits.Hit
+	heldBuf [2]limits.Hit
+	hold    string
+	span    trace.Span // the server span; nil when tracing is off
 
 	// Storage that lives as long as the request, so the hot path allocates less: the
 	// response writer wrapper, the header values, the replayed body and the log fields.

@@ -102,6 +102,9 @@ func (g *Gateway) top(ctx context.Context, sn *snapshot, name string, n int) (li
 		break
 	}
 	list := limits.TopList{Limit: name, Window: variants[0].Window.String(), Unit: variants[0].Unit.String(), By: b.String()}
+	if variants[0].Unit == limits.Streams {
+		list.Window = "" // answers in flight, in no window
+	}
 	// A plan without this limit enabled (or unknown to the config by now) means the defaults.
 	ruleFor := func(t tenant) *limits.Rule {
 		if l, ok := byPlan[t.plan]; ok {
@@ -139,7 +142,7 @@ func (g *Gateway) top(ctx context.Context, sn *snapshot, name string, n int) (li
 		list.Tenants[i] = limits.TopTenant{
 			ID: e.id, Label: t.label, Org: t.org, Plan: t.plan,
 			Used: e.u.Used, Limit: e.u.Limit, Remaining: e.u.Remaining, Fraction: e.fraction, Reset: e.u.Reset,
-			Granted: e.u.Granted, Override: e.u.Override,
+			Granted: e.u.Granted, Override: e.u.Override, Reserved: e.u.Reserved, Reserves: e.u.Reserves,
 		}
 	}
 	return list, nil

@@ -21,6 +21,7 @@ targets=(
   "./proxy FuzzUIStreamTap"
   "./proxy FuzzDataStreamTap"
   "./h1 FuzzPoolAnswer"
+  "./limits FuzzHoldsInvariant"
 )
 for t in "${targets[@]}"; do
   read -r pkg name <<<"$t"

@@ -1,0 +1,392 @@
+package limits
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Holds make token budgets exact under concurrency, and count answers in flight.
+//
+// A tokens limit with a Reserve of N takes N tokens at admission, in the decision's own
+// script call and all-or-nothing with its other limits: the request is admitted only while
+// at least N tokens remain net of the tokens used and the holds of the answers in flight.
+// When the answer ends, Settle replaces the hold by the answer's tokens (a refund when it
+// cost less, a charge when more) or releases it (the upstream failed or refused). So at
+// every instant used + live holds ≤ limit, across replicas: for example, a limit of 1,000
+// with a reserve of 100 admits 10 concurrent answers and denies the 11th; when one of them
+// ends having cost 50, used is 50, 900 are held, and one more is admitted.
+//
+// A Streams limit counts answers in flight: a slot is taken at admission and given back by
+// Settle when the answer ends.
+//
+// Holds and slots are crash-safe: each expires ReserveTTL after it was taken, so those of a
+// gateway that died come back by themselves. A hold settled after it expired is charged the
+// answer's tokens all the same (never lost; possibly past the limit), and Settle names its
+// limit so that it can be counted.
+//
+// In Redis a hold is a field "h:<hold>" = "<amount> <expiry, Unix µs>" of the limit's
+// counter hash (a tokens limit: beside its window's s and n) or of the limit's own hash
+// "<prefix>:<name>:streams:{<id>}" (a streams limit), which lives as long as its last hold
+// and its window. The hash also keeps the sum, number and earliest expiry of its holds, so a
+// decision reads three fields; the first decision after a hold expired reads the holds whole
+// and drops the expired ones (holdLua).
+
+// DefaultReserveTTL is how long a hold or a slot lives when its rule sets no ReserveTTL. It
+// must be longer than the longest answer: a hold that expires under a live answer no longer
+// keeps its tokens from others.
+const DefaultReserveTTL = 10 * time.Minute
+
+// holdSpec is what the spec of a rule with holds adds: " <reserve> <ttl ms>" ("" without).
+func holdSpec(r *Rule) string {
+	if r.Unit != Streams && (r.Unit != Tokens || r.Reserve <= 0) {
+		return ""
+	}
+	return " " + strconv.FormatInt(r.Reserve, 10) + " " + strconv.FormatInt(reserveTTL(r).Milliseconds(), 10)
+}
+
+func reserveTTL(r *Rule) time.Duration {
+	if r.ReserveTTL > 0 {
+		return r.ReserveTTL
+	}
+	return DefaultReserveTTL
+}
+
+// holds says whether a Take charged to r holds something that Settle must end.
+func holds(r *Rule) bool {
+	return r != nil && r.Limit > 0 && (r.Unit == Streams || r.Unit == Tokens && r.Reserve > 0)
+}
+
+// compileStreams compiles a Streams rule: no window, one hash of slots per id.
+func (c *ruleCache) compileStreams(cr *compiled) (*compiled, error) {
+	r := &cr.snap
+	switch {
+	case !r.Window.IsZero():
+		return nil, fmt.Errorf("%w: rule %q: a streams limit has no window", ErrInvalidRule, r.Name)
+	case r.Algorithm != Fixed || r.Reserve != 0 || r.ReserveTTL < 0:
+		return nil, fmt.Errorf("%w: rule %q: a streams limit has no algorithm and no reserve", ErrInvalidRule, r.Name)
+	case r.Limit > MaxLimit:
+		return nil, fmt.Errorf("%w: rule %q: limit %d is above %d", ErrInvalidRule, r.Name, r.Limit, int64(MaxLimit))
+	}
+	cr.keyPre = c.prefix + r.Name + ":streams:{"
+	cr.plainPre = !strings.ContainsAny(cr.keyPre[:len(cr.keyPre)-1], "{}")
+	cr.quotaPre = c.prefix + r.Name + ":quota:{"
+	cr.algo = "c"
+	if r.Shadow {
+		cr.algo += "s"
+	}
+	// The window "1" is never used for counting; it keeps a run-time quota's grants readable.
+	lim := strconv.FormatInt(r.Limit, 10)
+	cr.spec = cr.algo + " " + lim + " 1" + holdSpec(r)
+	cr.specQ = cr.algo + "q " + lim + " 1" + holdSpec(r)
+	cr.period = 1
+	return cr, nil
+}
+
+// newHold names the holds of one decision: 96 random bits.
+func newHold() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on Go >= 1.24
+	return hex.EncodeToString(b[:])
+}
+
+// needsHold says whether a decision over hits may take holds.
+func needsHold(hits []Hit) bool {
+	for i := range hits {
+		if holds(hits[i].Rule) {
+			return true
+		}
+	}
+	return false
+}
+
+// Held appends to dst the hits whose holds or slots d took (d's results in the same order):
+// none when d did not admit; else every tokens limit with a reserve and every streams limit
+// whose result admitted. Settle ends them.
+func (d *Decision) Held(hits []Hit, dst []Hit) []Hit {
+	if !d.Allowed || d.Hold == "" {
+		return dst
+	}
+	for i := range hits {
+		if i < len(d.Results) && d.Results[i].Allowed && holds(hits[i].Rule) {
+			dst = append(dst, hits[i])
+		}
+	}
+	return dst
+}
+
+// holdLua reads and writes holds (see hold.go). Beside the fields "h:<hold>", a hash keeps
+// hs (the sum of their amounts), hc (their number) and hx (the earliest expiry, µs, possibly
+// of a hold settled since): a decision reads those three, and reads the holds whole only once
+// one may have expired, to drop the expired ones. holds(key, now_us) returns the live sum and
+// number and the state st that store(key, st) writes back (the expired holds dropped) and
+// hold(key, hid, amount, ttl, now_us, st, keep_ms) adds a hold to, keeping the hash until its
+// last hold and at least until keep_ms (its window's end). Numbers past 10^14 (µs) are
+// formatted: Lua would write them in exponent notation.
+const holdLua = `
+-- hold_terms reads a hold's words of a spec, after the window: reserve and ttl (ms); 0, 0
+-- for a spec without.
+local function hold_terms(spec)
+  local reserve, ttl = string.match(spec, '^%a+ %d+ %w+ (%d+) (%d+)')
+  return tonumber(reserve) or 0, tonumber(ttl) or 0
+end
+
+local function holds(key, now_us)
+  local v = read('HMGET', key, 'hs', 'hc', 'hx')
+  local st = {sum = tonumber(v[1]) or 0, cnt = tonumber(v[2]) or 0, x = tonumber(v[3])}
+  if st.cnt > 0 and st.x and st.x <= now_us then
+    local all = read('HGETALL', key)
+    st = {sum = 0, cnt = 0, dead = {}}
+    for j = 1, #all, 2 do
+      local f = all[j]
+      if string.sub(f, 1, 2) == 'h:' then
+        local amt, exp = string.match(all[j + 1], '^(%d+) (%d+)$')
+        amt, exp = tonumber(amt), tonumber(exp)
+        if amt and exp > now_us then
+          st.sum, st.cnt = st.sum + amt, st.cnt + 1
+          if not st.x or exp < st.x then st.x = exp end
+        else
+          st.dead[#st.dead + 1] = f
+        end
+      end
+    end
+  end
+  return st.sum, st.cnt, st
+end
+
+local function store(key, st)
+  if st.dead and #st.dead > 0 then redis.call('HDEL', key, unpack(st.dead)) end
+  if st.cnt > 0 then
+    redis.call('HSET', key, 'hs', string.format('%d', st.sum), 'hc', st.cnt, 'hx', string.format('%d', st.x))
+  else
+    redis.call('HDEL', key, 'hs', 'hc', 'hx')
+  end
+end
+
+-- keep_until makes key live at least until keep_ms (PTTL rather than Redis 7's PEXPIRETIME).
+local function keep_until(key, keep_ms, now_us)
+  local pttl = redis.call('PTTL', key)
+  if pttl < 0 or math.floor(now_us / 1000) + pttl < keep_ms then
+    redis.call('PEXPIREAT', key, keep_ms)
+  end
+end
+
+local function hold(key, hid, amount, ttl, now_us, st, keep_ms)
+  local exp = now_us + ttl * 1000
+  redis.call('HSET', key, 'h:' .. hid, string.format('%d %d', amount, exp))
+  st.sum, st.cnt = st.sum + amount, st.cnt + 1
+  if not st.x or exp < st.x then st.x = exp end
+  store(key, st)
+  keep_until(key, math.max(math.ceil(exp / 1000), keep_ms), now_us)
+end
+
+-- unhold removes the hold field; it returns whether it was there and still live.
+local function unhold(key, field, now_us)
+  local v = read('HGET', key, field)
+  if not v then return false end
+  local amt, exp = string.match(v, '^(%d+) (%d+)$')
+  redis.call('HDEL', key, field)
+  if redis.call('HINCRBY', key, 'hc', -1) <= 0 then
+    redis.call('HDEL', key, 'hs', 'hc', 'hx')
+  else
+    redis.call('HINCRBY', key, 'hs', -(tonumber(amt) or 0))
+  end
+  return tonumber(exp) ~= nil and tonumber(exp) > now_us
+end
+`
+
+// settleLua ends the holds of decision ARGV[1] on KEYS: a tokens limit ('t') is charged
+// ARGV[2] tokens in its current window (-1: released, nothing charged), a streams slot ('c')
+// is given back. ARGV[2+i] is the spec of KEYS[i]. Reply: per key, 1 when a tokens hold
+// that is charged had expired (or was gone), else 0.
+const settleLua = windowLua + holdLua + `
+local t = redis.call('TIME')
+local sec = tonumber(t[1])
+local now_us = sec * 1000000 + tonumber(t[2])
+local field = 'h:' .. ARGV[1]
+local n = tonumber(ARGV[2])
+local out = {}
+for i = 1, #KEYS do
+  local algo, limit, win = parse(ARGV[i + 2])
+  local live = unhold(KEYS[i], field, now_us)
+  local expired = 0
+  if algo == 't' and n >= 0 then
+    if not live then expired = 1 end
+    if n > 0 then
+      local ws, we = bounds(win, sec)
+      local _, same = count(KEYS[i], ws)
+      if same then
+        redis.call('HINCRBY', KEYS[i], 'n', n)
+      else
+        redis.call('HSET', KEYS[i], 's', ws, 'n', n)
+        keep_until(KEYS[i], we * 1000, now_us)
+      end
+    end
+  end
+  out[i] = tostring(expired)
+end
+return table.concat(out, ' ')
+`
+
+// settleScript is immutable after construction, so sharing it is not mutable package state.
+var settleScript = redis.NewScript(settleLua)
+
+// Settle implements Store: one script call; on a Cluster, one per key whose slot differs
+// from the first key's (a request's limits by one tenant share a slot).
+func (r *Redis) Settle(ctx context.Context, hold string, hits []Hit, n int64) ([]string, error) {
+	if hold == "" {
+		return nil, nil
+	}
+	var keys, names []string
+	var specs []any
+	for i := range hits {
+		cr, err := r.rules.get(hits[i].Rule)
+		if err != nil {
+			return nil, fmt.Errorf("limits: settle: %w", err)
+		}
+		if !holds(hits[i].Rule) {
+			continue
+		}
+		keys = append(keys, cr.keyPre+hits[i].ID+"}")
+		names = append(names, hits[i].Rule.Name)
+		specs = append(specs, cr.spec)
+	}
+	if len(keys) == 0 {
+		return nil, nil
+	}
+	amount := strconv.FormatInt(max(n, -1), 10)
+	var expired []string
+	run := func(keys, names []string, specs []any) error {
+		args := append([]any{hold, amount}, specs...)
+		cmd, err := r.runSettle(ctx, keys, args)
+		if err != nil {
+			return withKey(fmt.Errorf("limits: settle: %w", err), keys)
+		}
+		// Not replicated in time (WithWaitReplicas): the master settled all the same.
+		replErr := cmd.Err()
+		if replErr != nil && !errors.Is(replErr, ErrNotReplicated) {
+			return withKey(fmt.Errorf("limits: settle: %w", replErr), keys)
+		}
+		reply, _ := cmd.Val().(string)
+		flags := make([]int64, len(keys))
+		if err := scanInts(reply, flags); err != nil {
+			return withKey(fmt.Errorf("limits: settle: %w", err), keys)
+		}
+		for i, f := range flags {
+			if f == 1 {
+				expired = append(expired, names[i])
+			}
+		}
+		if replErr != nil {
+			return withKey(fmt.Errorf("limits: settle: %w", replErr), keys)
+		}
+		return nil
+	}
+	if r.cluster == nil {
+		return expired, r.followTopology(ctx, run(keys, names, specs))
+	}
+	// Cluster: one call per slot (rarely more than one).
+	for len(keys) > 0 {
+		slot := keySlot(keys[0])
+		var k1, n1, k2, n2 []string
+		var s1, s2 []any
+		for i, k := range keys {
+			if keySlot(k) == slot {
+				k1, n1, s1 = append(k1, k), append(n1, names[i]), append(s1, specs[i])
+			} else {
+				k2, n2, s2 = append(k2, k), append(n2, names[i]), append(s2, specs[i])
+			}
+		}
+		if err := run(k1, n1, s1); err != nil {
+			return expired, r.followTopology(ctx, &NodeError{Node: r.nodeOf(ctx, k1[0]), Err: err})
+		}
+		keys, names, specs = k2, n2, s2
+	}
+	return expired, nil
+}
+
+// runSettle runs settleScript on keys (one slot), followed by WAIT when WithWaitReplicas asks
+// for it: a hold ended on a master that a failover loses would otherwise stay held until
+// reserve_ttl on its promoted replica.
+func (r *Redis) runSettle(ctx context.Context, keys []string, args []any) (*redis.Cmd, error) {
+	switch {
+	case r.waitReplicas == 0:
+		return settleScript.Run(ctx, r.client, keys, args...), nil
+	case r.cluster != nil: // WAIT must reach the node that ran the script
+		node, err := r.cluster.MasterForKey(ctx, keys[0])
+		if err != nil {
+			return nil, err
+		}
+		return r.runWaited(ctx, node, settleScript, settleLua, keys, args...), nil
+	}
+	return r.runWaited(ctx, r.client, settleScript, settleLua, keys, args...), nil
+}
+
+// Settle implements Store. Like Debit, it goes through the breakers of the nodes it writes
+// to, bounded by the caller's deadline (offPath): a settle against an open breaker is
+// dropped (the caller logs it) and its holds come back when they expire.
+func (g *Guard) Settle(ctx context.Context, hold string, hits []Hit, n int64) ([]string, error) {
+	cctx, cancel := g.offPath(ctx)
+	defer cancel()
+	var held []Hit
+	for _, h := range hits {
+		if holds(h.Rule) {
+			held = append(held, h)
+		}
+	}
+	if hold == "" || len(held) == 0 {
+		return nil, nil
+	}
+	nodes := g.nodesOf(cctx, held, nil)
+	if err := g.admit(nodes); err != nil {
+		return nil, err
+	}
+	expired, err := g.s.Settle(cctx, hold, held, n)
+	return expired, g.record(ctx, nodes, err)
+}
+
+// releaseLost releases, in the background, the holds of a decision whose reply was lost (a
+// timeout, a broken connection, a node that failed): the script may have run and taken them
+// although the caller was told the limiter failed, and nobody would settle them before
+// reserve_ttl, keeping a tenant who spent nothing out (the failure holds are known for). A
+// release of a hold that was never taken changes nothing, so it is sent at once and twice more:
+// a script still queued behind a busy Redis when the first release ran is caught by a later
+// one (one still queued after that is left to reserve_ttl).
+func (r *Redis) releaseLost(hold string, hits []Hit) {
+	if hold == "" {
+		return
+	}
+	var held []Hit
+	for _, h := range hits {
+		if holds(h.Rule) {
+			held = append(held, h)
+		}
+	}
+	go func() {
+		for _, wait := range [...]time.Duration{0, time.Second, 3 * time.Second} {
+			time.Sleep(wait)
+			ctx, cancel := context.WithTimeout(context.Background(), giveBackBound)
+			_, _ = r.Settle(ctx, hold, held, -1) // a failure here is what reserve_ttl is for
+			cancel()
+		}
+	}()
+}
+
+// releaseAbandoned waits for a decision the Guard stopped waiting for and releases the holds
+// it took: its caller was told the limiter failed, so nobody settles them.
+func (g *Guard) releaseAbandoned(c *guardCall) {
+	<-c.done
+	if c.err != nil || !c.d.Allowed || c.d.Hold == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), giveBackBound)
+	defer cancel()
+	_, _ = g.s.Settle(ctx, c.d.Hold, c.hits, -1)
+}

@@ -1,0 +1,140 @@
+package limits
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// memHold is one hold or slot of the in-process store (see hold.go).
+type memHold struct {
+	amount  int64
+	expires int64 // Unix µs
+}
+
+// liveHolds sums the holds of e live at nowUS and drops the expired ones (the caller holds
+// the shard lock; e may be nil).
+func (e *memEntry) liveHolds(nowUS int64) (sum, n int64) {
+	if e == nil {
+		return 0, 0
+	}
+	for id, h := range e.holds {
+		if h.expires <= nowUS {
+			delete(e.holds, id)
+			continue
+		}
+		sum += h.amount
+		n++
+	}
+	return sum, n
+}
+
+// addHold records hold hid of amount for h, until its rule's ReserveTTL from now; a tokens
+// limit's counter moves to the current window first (the caller holds the shard lock).
+func (m *Memory) addHold(h *memHit, hid string, amount int64, now memTime) {
+	e := m.entry(h)
+	if h.cr.snap.Unit == Tokens && e.ws != h.ws {
+		e.ws, e.n = h.ws, 0
+		e.expires = max(e.expires, h.we*1e6)
+	}
+	if e.holds == nil {
+		e.holds = map[string]memHold{}
+	}
+	exp := now.us + reserveTTL(&h.cr.snap).Microseconds()
+	e.holds[hid] = memHold{amount: amount, expires: exp}
+	e.expires = max(e.expires, exp)
+}
+
+// checkHolds is check for the limits with holds: a streams limit has room while fewer slots
+// than its allowance are taken; a tokens limit with a reserve while at least the reserve
+// remains net of the live holds (h.cnt is already its window's count).
+func (m *Memory) checkHolds(h *memHit, now memTime) bool {
+	sum, n := h.e.liveHolds(now.us)
+	if h.cr.snap.Unit == Streams {
+		h.terms(h.cr.snap.Limit, now)
+		h.cnt = n
+		h.ok = n < h.allow
+		return h.ok
+	}
+	h.held = sum
+	h.ok = h.allow-h.cnt-sum >= h.cr.snap.Reserve
+	return h.ok
+}
+
+// settleHolds fills the result of a limit with holds and takes the hold when the decision
+// admitted and the limit had room (the caller holds the lock).
+func (m *Memory) settleHolds(h *memHit, r *Result, charge bool, hid string, now memTime) {
+	if h.cr.snap.Unit == Streams {
+		r.Remaining = max(h.allow-h.cnt, 0)
+		if charge {
+			m.addHold(h, hid, 1, now)
+			r.Remaining = max(r.Remaining-1, 0)
+		}
+		if !h.ok {
+			r.RetryAfter = time.Second // slots come back as answers end
+		}
+		return
+	}
+	r.Reset = time.Duration(h.we*1e6-now.us) * time.Microsecond
+	r.WindowStart = h.ws
+	r.Remaining = max(h.allow-h.cnt-h.held, 0)
+	if charge {
+		m.addHold(h, hid, h.cr.snap.Reserve, now)
+		r.Remaining = max(r.Remaining-h.cr.snap.Reserve, 0)
+	}
+	if !h.ok {
+		r.RetryAfter = r.Reset
+		if h.cnt+h.cr.snap.Reserve <= h.allow {
+			r.RetryAfter = time.Second // held tokens come back as answers end
+		}
+	}
+}
+
+// Settle implements Store.
+func (m *Memory) Settle(ctx context.Context, hold string, hits []Hit, n int64) ([]string, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("limits: settle: %w", err)
+	}
+	if hold == "" {
+		return nil, nil
+	}
+	now := m.clock()
+	var expired []string
+	for i := range hits {
+		cr, err := m.rules.get(hits[i].Rule)
+		if err != nil {
+			return expired, fmt.Errorf("limits: settle: %w", err)
+		}
+		if !holds(hits[i].Rule) {
+			continue
+		}
+		h := memHit{cr: cr, key: memKey{cr.keyPre, hits[i].ID}}
+		h.shard = m.shardOf(h.key)
+		sh := &m.shards[h.shard]
+		sh.mu.Lock()
+		h.e = sh.m[h.key]
+		live := false
+		if h.e != nil {
+			if hd, ok := h.e.holds[hold]; ok {
+				live = hd.expires > now.us
+				delete(h.e.holds, hold)
+			}
+		}
+		if cr.snap.Unit == Tokens && n >= 0 {
+			if !live {
+				expired = append(expired, cr.snap.Name)
+			}
+			if n > 0 {
+				ws, we := cr.snap.Window.boundsUnix(now.sec)
+				e := m.entry(&h)
+				if e.ws != ws {
+					e.ws, e.n = ws, 0
+				}
+				e.n += n
+				e.expires = max(e.expires, we*1e6)
+			}
+		}
+		sh.mu.Unlock()
+	}
+	return expired, nil
+}

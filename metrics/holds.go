@@ -1,0 +1,15 @@
+package metrics
+
+import "github.com/prometheus/client_golang/prometheus"
+
+func newHoldsExpired() *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "gateway_token_holds_expired_total",
+		Help: "Token holds settled after their reserve_ttl had run out (their answer's tokens are charged all the same, possibly past the limit), by limit: answers longer than reserve_ttl, or a Redis that lost the hold.",
+	}, []string{"limit"})
+}
+
+// HoldExpired counts one hold of limit (a configured limit's name) settled after it expired.
+func (m *Metrics) HoldExpired(limit string) {
+	m.holdsExpired.WithLabelValues(limit).Inc()
+}
