@@ -66,6 +66,10 @@ type Limit struct {
 	// Unit is requests (default: one per admitted request) or tokens (the prompt and
 	// completion tokens of streamed answers, debited once an answer's usage is known).
 	Unit string `yaml:"unit"`
+	// History is how many ended windows the limit keeps for /usage/history and /usage/export
+	// (fixed windows; a GCRA limit keeps none); absent: 48 for hour, 35 for day, 13 for month,
+	// 10 for a duration; 0 keeps none.
+	History *int `yaml:"history"`
 }
 
 // LimitSpec is a limit with every field resolved.
@@ -77,6 +81,15 @@ type LimitSpec struct {
 	Algorithm string
 	Shadow    bool
 	Unit      string // "requests" or "tokens"
+	History   *int   // nil: limits.DefaultHistory of the window
+}
+
+// HistoryOf is the number of ended windows s keeps: History, else the default of window w.
+func (s *LimitSpec) HistoryOf(w limits.Window) int {
+	if s.History != nil {
+		return *s.History
+	}
+	return limits.DefaultHistory(w)
 }
 
 // BuiltinLimits are the platform's documented limits.
@@ -136,6 +149,9 @@ func (s *LimitSpec) override(l Limit) {
 	}
 	if l.Unit != "" {
 		s.Unit = l.Unit
+	}
+	if l.History != nil {
+		s.History = l.History
 	}
 }
 
@@ -228,7 +244,7 @@ func (v *validator) limits(c *Config) {
 			if l.Unit != "" && l.Unit != b.Unit {
 				v.fail(key+".unit", "a plan cannot change what %s counts (%s)", name, b.Unit)
 			}
-			v.limit(key, name, Limit{Limit: l.Limit, Window: l.Window, By: b.By, Algorithm: l.Algorithm, Mode: l.Mode}, true)
+			v.limit(key, name, Limit{Limit: l.Limit, Window: l.Window, By: b.By, Algorithm: l.Algorithm, Mode: l.Mode, History: l.History}, true)
 		}
 	}
 	v.tokensLimits(c)
@@ -285,6 +301,9 @@ func (v *validator) limit(key, name string, l Limit, partial bool) {
 	}
 	if _, err := limits.ParseAlgorithm(l.Algorithm); err != nil {
 		v.fail(key+".algorithm", "%q is not fixed or gcra", l.Algorithm)
+	}
+	if l.History != nil && (*l.History < 0 || *l.History > limits.MaxHistory) {
+		v.fail(key+".history", "%d is not a number of windows from 0 to %d", *l.History, limits.MaxHistory)
 	}
 	switch l.Mode {
 	case "", "enforce", "shadow":

@@ -199,7 +199,11 @@ func (m *Memory) Reset(ctx context.Context, r *Rule, id string, who Who) (AuditE
 		key := memKey{cr.keyPre, id}
 		sh := &m.shards[m.shardOf(key)]
 		sh.mu.Lock()
-		delete(sh.m, key)
+		if e := sh.m[key]; e != nil && len(e.past) > 0 {
+			e.n = 0 // the windows kept for history stay (history.go)
+		} else {
+			delete(sh.m, key)
+		}
 		sh.mu.Unlock()
 		return nil
 	})
