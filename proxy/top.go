@@ -102,6 +102,9 @@ func (g *Gateway) top(ctx context.Context, sn *snapshot, name string, n int) (li
 		break
 	}
 	list := limits.TopList{Limit: name, Window: variants[0].Window.String(), Unit: variants[0].Unit.String(), By: b.String()}
+	if variants[0].Algorithm == limits.Fixed {
+		list.History = variants[0].History
+	}
 	// A plan without this limit enabled (or unknown to the config by now) means the defaults.
 	ruleFor := func(t tenant) *limits.Rule {
 		if l, ok := byPlan[t.plan]; ok {
