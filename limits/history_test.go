@@ -43,7 +43,11 @@ func TestHistoryMemoryMonths(t *testing.T) {
 	now := time.Date(2024, 1, 20, 10, 0, 0, 0, time.UTC)
 	var mu sync.Mutex
 	m := NewMemory(WithClock(func() time.Time { mu.Lock(); defer mu.Unlock(); return now }))
-	at := func(y int, mo time.Month, d int) { mu.Lock(); now = time.Date(y, mo, d, 12, 0, 0, 0, time.UTC); mu.Unlock() }
+	at := func(y int, mo time.Month, d int) {
+		mu.Lock()
+		now = time.Date(y, mo, d, 12, 0, 0, 0, time.UTC)
+		mu.Unlock()
+	}
 	r := rule(t, "per_org", 100, "month", Fixed)
 	r.History = 2
 	tok := &Rule{Name: "tokens_per_org", Limit: 1000, Window: r.Window, Unit: Tokens, History: 2}
