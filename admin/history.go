@@ -103,7 +103,8 @@ func (h *handler) export(w http.ResponseWriter, r *http.Request) {
 		hd.Set("Content-Type", "application/json; charset=utf-8")
 		err = writeExportJSON(w, ex)
 	} else {
-		hd.Set("Content-Type", "text/csv; charset=utf-8")
+		// As the issue names it; the text is UTF-8 (RFC 7111 makes charset optional).
+		hd.Set("Content-Type", "text/csv")
 		err = writeExportCSV(w, ex)
 	}
 	if err != nil {

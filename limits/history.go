@@ -97,12 +97,13 @@ var (
 	_ HistoryStore = (*Redis)(nil)
 )
 
-// keepSpec is what a rule adds to its script spec: the number of ended windows kept.
+// keepSpec is what a rule adds to its script spec: " k<n>", the number of ended windows kept
+// (a word of its own, last, so other optional words may come before it).
 func keepSpec(r *Rule) string {
 	if r.Algorithm != Fixed || r.History <= 0 {
 		return ""
 	}
-	return " " + strconv.Itoa(r.History)
+	return " k" + strconv.Itoa(r.History)
 }
 
 // Shift returns the start of the window k windows after the one starting at ws (before, for

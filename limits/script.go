@@ -47,11 +47,13 @@ end
 -- numbers keep sub-microsecond precision in a double.
 local jan_1_2017 = 1483228800
 
--- A spec is "<algo>[s][q] <limit> <window>[ <keep>]"; the s marks a shadow limit, the q a
+-- A spec is "<algo>[s][q] <limit> <window>[ k<keep>]"; the s marks a shadow limit, the q a
 -- limit whose tenants' run-time quotas are to be read (see takeLua), keep the number of
--- ended windows a fixed window keeps (history.go; absent: none).
+-- ended windows a fixed window keeps (history.go; absent: none). The k word comes last.
 local function parse(spec)
-  local algo, shadow, q, limit, win, keep = string.match(spec, '^(%a)(s?)(q?) (%d+) (%w+) ?(%d*)$')
+  local keep = string.match(spec, ' k(%d+)$')
+  if keep then spec = string.sub(spec, 1, -#keep - 3) end
+  local algo, shadow, q, limit, win = string.match(spec, '^(%a)(s?)(q?) (%d+) (%w+)$')
   if not algo then error('limits: bad rule spec ' .. tostring(spec)) end
   return algo, tonumber(limit), win, shadow == 's', q == 'q', tonumber(keep) or 0
 end

@@ -105,6 +105,8 @@ us, cmd = max(((e[2], e[3][0].decode()) for e in entries), default=(0, "-"))
 print(us, "µs (" + cmd + ")")
 EOF
 )
+  rc config set slowlog-log-slower-than 10000 >/dev/null # the default again: the log holds memory
+  rc slowlog reset >/dev/null
   printf '%s s (runs: %s), longest Redis command %s' "$(printf '%s\n' "${ts[@]}" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')" "${ts[*]}" "$worst"
 }
 

@@ -196,7 +196,7 @@ func TestUsageHistoryAndExport(t *testing.T) {
 			if code != 200 || body != want {
 				t.Fatalf("export %s: %d %q, want %q", q, code, body, want)
 			}
-			if ct := hd.Get("Content-Type"); !strings.HasPrefix(ct, "text/csv") {
+			if ct := hd.Get("Content-Type"); ct != "text/csv" {
 				t.Errorf("Content-Type %q", ct)
 			}
 			wantCD := fmt.Sprintf(`attachment; filename="usage-agent_job_per_project-%s.csv"`, w1.Format("20060102T150405Z"))
