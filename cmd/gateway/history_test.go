@@ -21,7 +21,7 @@ import (
 const historyWindow = 3 * time.Second
 
 // historyConfig keeps 2 ended windows of a requests limit by project, a requests limit by
-// org (acme on plan gold) and a tokens limit by org.
+// org (acme on plan gold, which keeps 1) and a tokens limit by org.
 var historyConfig = fmt.Sprintf(`
 admin_token: %q
 orgs:
@@ -29,7 +29,7 @@ orgs:
   globex: [globex-docs]
 plans:
   gold:
-    assistant_per_org: {limit: 40}
+    assistant_per_org: {limit: 40, history: 1}
 limits:
   agent_job_per_project: {limit: 100, window: 3s, history: 2}
   assistant_per_org: {limit: 10, window: 3s, history: 2}
@@ -186,7 +186,9 @@ func TestUsageHistoryAndExport(t *testing.T) {
 			checkHistory(t, historyOf(t, p, "agent_job_per_project", "p1"), "requests", 100, w3, 0, 1, 2)
 			checkHistory(t, historyOf(t, p, "agent_job_per_project", "p2"), "requests", 100, w3, 5, 0, 0)
 			checkHistory(t, historyOf(t, p, "agent_job_per_project", "never"), "requests", 100, w3, 0, 0, 0)
-			checkHistory(t, historyOf(t, p, "assistant_per_org", "acme"), "requests", 40, w3, 0, 0, 1)
+			// acme's plan keeps one ended window: w1 is past it.
+			checkHistory(t, historyOf(t, p, "assistant_per_org", "acme"), "requests", 40, w3, 0, 0)
+			checkHistory(t, historyOf(t, p, "assistant_per_org", "globex"), "requests", 10, w3, 0, 0, 3)
 			checkHistory(t, historyOf(t, p, "assistant_tokens_per_org", "globex"), "tokens", 100000, w3, 0, 0, 90)
 
 			// An export of a past window, byte for byte, by its start and as "previous".
@@ -213,7 +215,8 @@ func TestUsageHistoryAndExport(t *testing.T) {
 			q = "limit=assistant_per_org&window=" + url.QueryEscape(w1.Format(time.RFC3339))
 			code, _, body = exportOf(t, p, q)
 			recs, err := csv.NewReader(strings.NewReader(body)).ReadAll()
-			wantRecs := [][]string{{"id", "used", "limit", "plan", "label", "org"}, {"acme", "1", "40", "gold", "", ""}, {"globex", "3", "10", "", "", ""}}
+			// acme (gold keeps one ended window) is not listed for w1.
+			wantRecs := [][]string{{"id", "used", "limit", "plan", "label", "org"}, {"globex", "3", "10", "", "", ""}}
 			if code != 200 || err != nil || fmt.Sprint(recs) != fmt.Sprint(wantRecs) {
 				t.Errorf("export %s: %d %v %q", q, code, err, body)
 			}
