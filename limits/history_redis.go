@@ -13,7 +13,7 @@ import (
 
 // historyLua is what the take and debit scripts run when a tenant's counter enters a new
 // window (see history.go): keep_past(key, ws, win, keep) moves the ended window's count into
-// the field named by its start and drops the fields older than the kept range; kept_until(we,
+// the field named by its start and drops the window that left the kept range; kept_until(we,
 // win, keep) is when the hash may go: once its newest window has left the range. reset_counter
 // forgets the current window's count but not the kept ones (a quota reset).
 const historyLua = `
@@ -32,7 +32,13 @@ local function keep_past(key, ws, win, keep)
   local s, n = tonumber(v[1]), tonumber(v[2])
   if not s then return end -- a new tenant: nothing to keep or drop
   if n and n > 0 and s < ws then redis.call('HSET', key, v[1], v[2]) end
+  -- The window that just left the range goes. Only when more fields remain than the range
+  -- holds (the history was shortened by a reload) are they all looked at: fields older than
+  -- the range left by windows without use stay, bounded by that count, and no read asks for
+  -- them.
   local cut = shift(win, ws, -keep)
+  redis.call('HDEL', key, tostring(shift(win, cut, -1)))
+  if redis.call('HLEN', key) <= keep + 2 then return end
   local f = redis.call('HKEYS', key)
   for i = 1, #f do
     local w = tonumber(f[i])

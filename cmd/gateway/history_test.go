@@ -318,7 +318,7 @@ func TestUsageHistoryCostsNothingOnRequestPath(t *testing.T) {
 	for l := range lines {
 		switch {
 		case strings.Contains(l, "[0 lua]"): // what the script itself runs
-			if strings.Contains(strings.ToLower(l), `"hkeys"`) {
+			if strings.Contains(strings.ToLower(l), `"hdel"`) {
 				kept++ // a window ended: its count was moved aside
 			}
 		case strings.Contains(strings.ToLower(l), `"evalsha"`):
