@@ -339,3 +339,60 @@ func TestUsageHistoryCostsNothingOnRequestPath(t *testing.T) {
 	h := historyOf(t, p, "agent_job_per_project", "p0")
 	checkHistory(t, h, "requests", 100, ws, 1, 1, 1)
 }
+
+// Limits by key in registry mode: the export names each key by its digest with its plan,
+// label and org (a label with a comma and quotes quoted as CSV does), and a monthly limit keeps
+// 13 ended months by default.
+func TestUsageExportOfRegisteredKeys(t *testing.T) {
+	srv := redistest.Start(t)
+	up := tokenUpstream(t)
+	cfg := fmt.Sprintf(`admin_token: %q
+redis: {addrs: [%q]}
+auth: {mode: registry}
+orgs:
+  acme: {domains: [acme-docs], plan: gold}
+  globex: [globex-docs]
+plans:
+  gold:
+    assistant_per_key: {limit: 500}
+`, adminToken, srv.Addr)
+	p := startGateway(t, up, cfg)
+	cfgFile := writeConfig(t, fmt.Sprintf("upstream: {url: %q}\n%s", up, cfg))
+	const keyA, keyB = "svc_dsc_historyacme0123456789abcdef", "svc_dsc_historyglobex0123456789abcd"
+	digestA := keysCLI(t, keyA+"\n", "add", "-config", cfgFile, "--kind", "assistant", "--org", "acme", "--domain", "acme-docs", "--label", `billing, "bot"`)
+	digestB := keysCLI(t, keyB+"\n", "add", "-config", cfgFile, "--kind", "assistant", "--org", "globex", "--domain", "globex-docs")
+	ask := func(org, key string, n int) {
+		for range n {
+			if res := send(t, p, "POST", "/discovery/v1/assistant/"+org+"-docs/message", key, `{"fp":"plain","messages":[]}`); res.StatusCode != 200 {
+				t.Fatalf("ask %s: %d", org, res.StatusCode)
+			}
+		}
+	}
+	ask("acme", keyA, 3)
+	ask("globex", keyB, 2)
+
+	code, _, body := exportOf(t, p, "limit=assistant_per_key&window=current")
+	rows := map[string][]string{
+		digestA: {digestA, "3", "500", "gold", `billing, "bot"`, "acme"},
+		digestB: {digestB, "2", "10000", "", "", "globex"},
+	}
+	want := [][]string{{"id", "used", "limit", "plan", "label", "org"}}
+	for _, d := range []string{min(digestA, digestB), max(digestA, digestB)} {
+		want = append(want, rows[d])
+	}
+	recs, err := csv.NewReader(strings.NewReader(body)).ReadAll()
+	if code != 200 || err != nil || fmt.Sprint(recs) != fmt.Sprint(want) {
+		t.Fatalf("export: %d %v\n%s\nwant %q", code, err, body, want)
+	}
+	if !strings.Contains(body, `,"billing, ""bot""",acme`) {
+		t.Errorf("the label is not quoted as CSV: %s", body)
+	}
+	h := historyOf(t, p, "assistant_per_key", digestA)
+	if len(h.Windows) != 14 || h.Windows[0].Used != 3 || h.Windows[0].Limit != 500 || h.Windows[1].Start.AddDate(0, 1, 0) != h.Windows[0].Start ||
+		h.Windows[0].Start.Day() != 1 || h.Windows[13].Start.AddDate(0, 13, 0) != h.Windows[0].Start {
+		t.Errorf("history of a key's monthly limit: %+v", h)
+	}
+	if code, body := adminGet(t, p, "/usage/history?limit=assistant_per_key&id=not-a-digest", adminToken); code != 400 || !strings.Contains(body, `"invalid_request"`) {
+		t.Errorf("history of a bad digest: %d %s", code, body)
+	}
+}
