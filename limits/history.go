@@ -30,6 +30,9 @@ const MaxHistory = 1000
 // DefaultHistory is the number of ended windows a limit keeps unless configured: 48 hours,
 // 35 days, 13 months, 10 windows of a duration.
 func DefaultHistory(w Window) int {
+	if w.IsZero() { // no window (a limit that counts something else): nothing to keep
+		return 0
+	}
 	switch w.kind {
 	case kindHour:
 		return 48
@@ -100,7 +103,7 @@ var (
 // keepSpec is what a rule adds to its script spec: " k<n>", the number of ended windows kept
 // (a word of its own, last, so other optional words may come before it).
 func keepSpec(r *Rule) string {
-	if r.Algorithm != Fixed || r.History <= 0 {
+	if r.Algorithm != Fixed || r.History <= 0 || r.Window.IsZero() {
 		return ""
 	}
 	return " k" + strconv.Itoa(r.History)

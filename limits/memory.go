@@ -42,10 +42,12 @@ type memKey struct {
 }
 
 type memEntry struct {
-	ws, n   int64     // fixed: window start (Unix s) and count
-	tat     float64   // gcra: theoretical arrival time, seconds since 2017 (as redis_rate)
-	expires int64     // Unix µs after which the entry is garbage
-	past    []pastUse // fixed: the ended windows kept for history, newest first (history.go)
+	// past are the ended windows kept for history, newest first (fixed windows; history.go).
+	past []pastUse
+
+	ws, n   int64   // fixed: window start (Unix s) and count
+	tat     float64 // gcra: theoretical arrival time, seconds since 2017 (as redis_rate)
+	expires int64   // Unix µs after which the entry is garbage
 }
 
 // MemoryOption configures NewMemory.

@@ -10,14 +10,15 @@ var ErrUnknownLimit = errors.New("limits: unknown limit")
 
 // TopList is the busiest tenants of one limit in its current window, highest fraction first.
 type TopList struct {
-	Limit  string // the limit's name, e.g. "assistant_per_org"
-	Window string // "hour", "day", "month" or a duration
-	Unit   string // "requests" or "tokens"
-	By     string // what it counts by: "project", "key", "org" or "ip"
+	Limit   string // the limit's name, e.g. "assistant_per_org"
+	Window  string // "hour", "day", "month" or a duration
+	Unit    string // "requests" or "tokens"
+	By      string // what it counts by: "project", "key", "org" or "ip"
+	Tenants []TopTenant
+
 	// History is how many ended windows the limit keeps (as its default limits count it; 0
 	// for a GCRA limit).
 	History int
-	Tenants []TopTenant
 }
 
 // TopTenant is one tenant's use of a limit in its current window.

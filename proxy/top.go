@@ -102,9 +102,6 @@ func (g *Gateway) top(ctx context.Context, sn *snapshot, name string, n int) (li
 		break
 	}
 	list := limits.TopList{Limit: name, Window: variants[0].Window.String(), Unit: variants[0].Unit.String(), By: b.String()}
-	if variants[0].Algorithm == limits.Fixed {
-		list.History = variants[0].History
-	}
 	// A plan without this limit enabled (or unknown to the config by now) means the defaults.
 	ruleFor := func(t tenant) *limits.Rule {
 		if l, ok := byPlan[t.plan]; ok {
@@ -144,6 +141,9 @@ func (g *Gateway) top(ctx context.Context, sn *snapshot, name string, n int) (li
 			Used: e.u.Used, Limit: e.u.Limit, Remaining: e.u.Remaining, Fraction: e.fraction, Reset: e.u.Reset,
 			Granted: e.u.Granted, Override: e.u.Override,
 		}
+	}
+	if variants[0].Algorithm == limits.Fixed {
+		list.History = variants[0].History
 	}
 	return list, nil
 }

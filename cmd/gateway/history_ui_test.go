@@ -84,7 +84,7 @@ limits:
 
 	// The link to the previous window's export, followed with the page's credentials.
 	var href string
-	page.Eval(t, `document.querySelector('section.limit[data-limit="agent_job_per_project"] a.export').getAttribute("href")`, &href)
+	page.Eval(t, `document.querySelector('section.limit[data-limit="agent_job_per_project"] p.export a').getAttribute("href")`, &href)
 	if href != "/usage/export?limit=agent_job_per_project&window=previous" {
 		t.Fatalf("export link %q", href)
 	}
@@ -93,7 +93,7 @@ limits:
 		Type   string `json:"type"`
 		Body   string `json:"body"`
 	}
-	page.Run(t, chromedp.Evaluate(`fetch(document.querySelector('a.export').href, {credentials: "same-origin"}).then(async r => ({status: r.status, type: r.headers.get("content-type"), body: await r.text()}))`, &got,
+	page.Run(t, chromedp.Evaluate(`fetch(document.querySelector('p.export a').href, {credentials: "same-origin"}).then(async r => ({status: r.status, type: r.headers.get("content-type"), body: await r.text()}))`, &got,
 		func(p *runtime.EvaluateParams) *runtime.EvaluateParams { return p.WithAwaitPromise(true) }))
 	if got.Status != 200 || !strings.HasPrefix(got.Type, "text/csv") || got.Body != "id,used,limit,plan,label,org\np1,6,10,,,\np2,2,10,,,\n" {
 		t.Errorf("the export link answered %+v", got)
