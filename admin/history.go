@@ -94,6 +94,11 @@ func (h *handler) export(w http.ResponseWriter, r *http.Request) {
 		h.historyFail(w, err, p["limit"])
 		return
 	}
+	defer func() {
+		if err := ex.Close(); err != nil {
+			h.o.Logger.Warn("usage export: freeing the sorted listing failed (it expires by itself)", zap.Error(err))
+		}
+	}()
 	name := "usage-" + ex.Limit + "-" + ex.Start.UTC().Format("20060102T150405Z") + "." + format
 	hd := w.Header()
 	hd.Set("Content-Disposition", `attachment; filename="`+name+`"`)
@@ -108,8 +113,10 @@ func (h *handler) export(w http.ResponseWriter, r *http.Request) {
 		err = writeExportCSV(w, ex)
 	}
 	if err != nil {
-		// The status is sent: the client sees a cut answer (no final newline or "]}").
-		h.o.Logger.Info("usage export cut short", zap.String("limit", ex.Limit), zap.Error(err))
+		// The status is sent: breaking the connection (no final chunk) is how the client
+		// learns the file is incomplete, rather than taking a cut CSV for a whole one.
+		h.o.Logger.Warn("usage export cut short", zap.String("limit", ex.Limit), zap.Error(err))
+		panic(http.ErrAbortHandler)
 	}
 }
 
@@ -119,7 +126,10 @@ func writeExportCSV(w http.ResponseWriter, ex limits.Export) error {
 		return err
 	}
 	rec := make([]string, len(exportHeader))
-	for row := range ex.Rows {
+	for row, err := range ex.Rows {
+		if err != nil {
+			return err
+		}
 		rec[0], rec[1], rec[2] = row.ID, strconv.FormatInt(row.Used, 10), strconv.FormatInt(row.Limit, 10)
 		rec[3], rec[4], rec[5] = row.Plan, row.Label, row.Org
 		if err := cw.Write(rec); err != nil {
@@ -142,7 +152,10 @@ func writeExportJSON(w http.ResponseWriter, ex limits.Export) error {
 		return err
 	}
 	sep := []byte{}
-	for row := range ex.Rows {
+	for row, err := range ex.Rows {
+		if err != nil {
+			return err
+		}
 		b, _ := json.Marshal(exportRowJSON(row))
 		if _, err := w.Write(append(sep, b...)); err != nil {
 			return err

@@ -74,12 +74,14 @@ type ExportRow struct {
 }
 
 // Export is every tenant with use of one limit in one window, sorted by id. Rows yields them
-// one at a time, so a writer can stream them.
+// one at a time, so a writer can stream them, and ends with an error if the store fails
+// meanwhile; Close frees what the listing holds (call it once done).
 type Export struct {
 	Limit, Unit string
 	Start, End  time.Time
 	Tenants     int
-	Rows        iter.Seq[ExportRow]
+	Rows        iter.Seq2[ExportRow, error]
+	Close       func() error
 }
 
 // HistoryStore reads the windows kept for history.
@@ -91,6 +93,9 @@ type HistoryStore interface {
 	// (Unix seconds), in no particular order and never concurrently. It reads in bounded
 	// batches like Scan, every master of a Cluster.
 	Export(ctx context.Context, r *Rule, start int64, visit func(id string, used int64)) error
+	// ExportSorted is Export sorted by id, of the tenants keep says yes to, read one at a
+	// time without the caller holding them all (see export.go).
+	ExportSorted(ctx context.Context, r *Rule, start int64, keep func(id string) bool) (Tenants, error)
 	// Clock is the store's time, which decides the current window.
 	Clock(ctx context.Context) (time.Time, error)
 }

@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"slices"
@@ -43,8 +42,8 @@ func (g *Gateway) History(ctx context.Context, name, id string) (limits.TenantHi
 // field "window", one that is not kept (or not begun) wraps limits.ErrUnknownWindow.
 //
 // The store is read whole before Export returns (so a failing store is an error, not a cut
-// answer); what it keeps of each tenant is its id and count, packed, for the sort by id.
-// Plans, labels and orgs are looked up as the rows are yielded.
+// answer) and sorts the tenants by id where it keeps them (limits.Tenants); plans, labels and
+// orgs are looked up as the rows are yielded.
 func (g *Gateway) Export(ctx context.Context, name, window string) (limits.Export, error) {
 	sn := g.snap.Load()
 	if g.history == nil || !slices.Contains(sn.enabledLimits(), name) {
@@ -71,29 +70,33 @@ func (g *Gateway) Export(ctx context.Context, name, window string) (limits.Expor
 	if !slices.ContainsFunc(pl.rules(), kept) {
 		return limits.Export{}, fmt.Errorf("proxy: export %s: %w: %s", name, limits.ErrUnknownWindow, window)
 	}
-	var found packedIDs
-	err = g.history.Export(ctx, ref, start, func(id string, used int64) {
-		if kept(pl.ruleFor(g.tenantOf(ctx, sn, pl.by, id))) {
-			found.add(id, used)
-		}
+	ts, err := g.history.ExportSorted(ctx, ref, start, func(id string) bool {
+		return kept(pl.ruleFor(g.tenantOf(ctx, sn, pl.by, id)))
 	})
 	if err != nil {
 		return limits.Export{}, fmt.Errorf("proxy: export %s: %w", name, err)
 	}
-	found.sort()
 	out := limits.Export{
-		Limit: name, Unit: ref.Unit.String(), Tenants: found.len(),
+		Limit: name, Unit: ref.Unit.String(), Tenants: ts.Len(),
 		Start: time.Unix(start, 0).UTC(), End: time.Unix(ref.Window.Shift(start, 1), 0).UTC(),
+		Close: func() error { return ts.Close(context.WithoutCancel(ctx)) },
 	}
-	out.Rows = func(yield func(limits.ExportRow) bool) {
-		for i := range found.len() {
-			id, used := found.at(i)
+	out.Rows = func(yield func(limits.ExportRow, error) bool) {
+		for {
+			id, used, ok, err := ts.Next(ctx)
+			if err != nil {
+				yield(limits.ExportRow{}, fmt.Errorf("proxy: export %s: %w", name, err))
+				return
+			}
+			if !ok {
+				return
+			}
 			t := g.tenantOf(ctx, sn, pl.by, id)
 			row := limits.ExportRow{ID: id, Used: used, Plan: t.plan, Label: t.label, Org: t.org}
 			if r := pl.ruleFor(t); r != nil {
 				row.Limit = r.Limit
 			}
-			if !yield(row) {
+			if !yield(row, nil) {
 				return
 			}
 		}
@@ -177,43 +180,4 @@ func (pl planLimits) ruleFor(t tenant) *limits.Rule {
 		return l.rule
 	}
 	return nil
-}
-
-// packedIDs holds ids and counts in three flat slices (no string header or allocation per
-// tenant), sorted by id for the export.
-type packedIDs struct {
-	bytes []byte
-	ends  []int32 // end of id i in bytes
-	used  []int64
-	order []int32
-}
-
-func (p *packedIDs) add(id string, used int64) {
-	p.bytes = append(p.bytes, id...)
-	p.ends = append(p.ends, int32(len(p.bytes)))
-	p.used = append(p.used, used)
-}
-
-func (p *packedIDs) len() int { return len(p.ends) }
-
-func (p *packedIDs) id(i int32) []byte {
-	start := int32(0)
-	if i > 0 {
-		start = p.ends[i-1]
-	}
-	return p.bytes[start:p.ends[i]]
-}
-
-func (p *packedIDs) sort() {
-	p.order = make([]int32, len(p.ends))
-	for i := range p.order {
-		p.order[i] = int32(i)
-	}
-	slices.SortFunc(p.order, func(a, b int32) int { return bytes.Compare(p.id(a), p.id(b)) })
-}
-
-// at is the i-th id and count in id order.
-func (p *packedIDs) at(i int) (string, int64) {
-	k := p.order[i]
-	return string(p.id(k)), p.used[k]
 }
