@@ -16,11 +16,12 @@ import (
 // two redis-servers holding the same tenants of four limits (400,000 keys): one without
 // history, one with every tenant holding its limit's default history (the limit read keeps 48
 // hours, the three others 13 months, 35 days, 48 hours). Each op runs, one after the other, a
-// Scan of the limit (what /usage/top runs) on both servers and an Export of an ended window,
-// so a loaded machine slows both sides alike: ms-top-none/op, ms-top-history/op and
-// ms-export/op are their times, max-µs/command the longest Redis command of the history
-// server meanwhile (SLOWLOG). It also logs the Redis memory per tenant and kept window (INFO
-// used_memory of the two servers).
+// Scan of the limit (what /usage/top runs) on both servers and an export of an ended window
+// (ExportSorted, read to the end), so a loaded machine slows both sides alike:
+// ms-top-none/op, ms-top-history/op and ms-export/op are their times, max-µs/command the
+// longest Redis command of the history server meanwhile (SLOWLOG). It also logs the Redis
+// memory per tenant and kept window (INFO used_memory of the two servers) and the size of an
+// export's sorted set.
 //
 //	go test -run '^$' -bench BenchmarkHistoryReads -benchtime 5x ./limits/
 func BenchmarkHistoryReads(b *testing.B) {
@@ -75,7 +76,21 @@ func BenchmarkHistoryReads(b *testing.B) {
 		}
 		t0 := time.Now()
 		n := 0
-		if err := stores[1].Export(ctx, r, past, func(string, int64) { n++ }); err != nil {
+		ts, err := stores[1].ExportSorted(ctx, r, past, func(string) bool { return true })
+		if err != nil {
+			b.Fatal(err)
+		}
+		for {
+			_, _, ok, err := ts.Next(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if !ok {
+				break
+			}
+			n++
+		}
+		if err := ts.Close(ctx); err != nil {
 			b.Fatal(err)
 		}
 		took[2] += time.Since(t0)
@@ -100,6 +115,20 @@ func BenchmarkHistoryReads(b *testing.B) {
 	}
 	b.ReportMetric(float64(worst.Microseconds()), "max-µs/command")
 	b.Logf("longest command: %s", cmd)
+	// Then (its MEMORY USAGE not among the commands above) the sorted set an export of the
+	// window holds while it is read (export.go).
+	ts, err := stores[1].ExportSorted(ctx, r, past, func(string) bool { return true })
+	if err != nil {
+		b.Fatal(err)
+	}
+	size, err := c.MemoryUsage(ctx, ts.(*redisTenants).key, 0).Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Logf("an export's sorted set of %d tenants: %d bytes (%.0f per tenant)", ts.Len(), size, float64(size)/float64(ts.Len()))
+	if err := ts.Close(ctx); err != nil {
+		b.Fatal(err)
+	}
 }
 
 // fillHistory writes n counters of r in the current window, each with keep ended windows kept
