@@ -54,14 +54,17 @@ func (g *Gateway) Export(ctx context.Context, name, window string) (limits.Expor
 	if ref.Algorithm != limits.Fixed {
 		return limits.Export{}, fmt.Errorf("proxy: export %s: %w", name, limits.ErrNoHistory)
 	}
+	start, back, err := exportStart(ref.Window, window)
+	if err != nil { // before the store is asked: a bad window is refused even with it down
+		return limits.Export{}, err
+	}
 	now, err := g.history.Clock(ctx)
 	if err != nil {
 		return limits.Export{}, fmt.Errorf("proxy: export: %w", err)
 	}
 	cur, _ := ref.Window.Bounds(now)
-	start, err := exportStart(ref.Window, cur.Unix(), window)
-	if err != nil {
-		return limits.Export{}, err
+	if back >= 0 {
+		start = ref.Window.Shift(cur.Unix(), -back)
 	}
 	kept := func(r *limits.Rule) bool {
 		return r != nil && r.Window == ref.Window && r.Algorithm == limits.Fixed &&
@@ -104,24 +107,25 @@ func (g *Gateway) Export(ctx context.Context, name, window string) (limits.Expor
 	return out, nil
 }
 
-// exportStart reads an export's window: "current", "previous" or a window start in RFC 3339.
-func exportStart(w limits.Window, cur int64, window string) (int64, error) {
+// exportStart reads an export's window: a window start in RFC 3339 (back -1), or "current"
+// (back 0) and "previous" (back 1), windows counted back from the current one.
+func exportStart(w limits.Window, window string) (start int64, back int, err error) {
 	switch window {
 	case "current":
-		return cur, nil
+		return 0, 0, nil
 	case "previous":
-		return w.Shift(cur, -1), nil
+		return 0, 1, nil
 	case "":
-		return 0, &limits.InvalidError{Field: "window", Reason: "is required: current, previous or a window's start in RFC 3339 (e.g. 2026-11-01T00:00:00Z)"}
+		return 0, 0, &limits.InvalidError{Field: "window", Reason: "is required: current, previous or a window's start in RFC 3339 (e.g. 2026-11-01T00:00:00Z)"}
 	}
 	t, err := time.Parse(time.RFC3339, window)
 	if err != nil {
-		return 0, &limits.InvalidError{Field: "window", Reason: "not current, previous or a time in RFC 3339 (e.g. 2026-11-01T00:00:00Z)"}
+		return 0, 0, &limits.InvalidError{Field: "window", Reason: "not current, previous or a time in RFC 3339 (e.g. 2026-11-01T00:00:00Z)"}
 	}
 	if t.Nanosecond() != 0 || !w.IsStart(t.Unix()) {
-		return 0, &limits.InvalidError{Field: "window", Reason: "not the start of a window of this limit (" + w.String() + ", in UTC)"}
+		return 0, 0, &limits.InvalidError{Field: "window", Reason: "not the start of a window of this limit (" + w.String() + ", in UTC)"}
 	}
-	return t.Unix(), nil
+	return t.Unix(), -1, nil
 }
 
 // planLimits is one limit as each plan applies it ("" for the defaults).

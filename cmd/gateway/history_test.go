@@ -396,3 +396,31 @@ plans:
 		t.Errorf("history of a bad digest: %d %s", code, body)
 	}
 }
+
+// With Redis down, history and exports answer 503 limiter_unavailable with Retry-After, like
+// every admin read; the refusals that need no store still come first.
+func TestUsageHistoryRedisDown(t *testing.T) {
+	srv := redistest.Start(t)
+	p := startGateway(t, tokenUpstream(t), fmt.Sprintf("redis: {addrs: [%q]}\n%s", srv.Addr, historyConfig))
+	srv.Stop(t)
+	for _, path := range []string{
+		"/usage/history?limit=agent_job_per_project&id=p1",
+		"/usage/export?limit=agent_job_per_project&window=previous",
+		"/usage/export?limit=agent_job_per_project&window=current&format=json",
+	} {
+		req, _ := http.NewRequest("GET", "http://"+p.admin+path, nil)
+		req.Header.Set("Authorization", "Bearer "+adminToken)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if res.StatusCode != 503 || res.Header.Get("Retry-After") != "1" || !strings.Contains(string(body), `"code":"limiter_unavailable"`) {
+			t.Errorf("%s with Redis down: %d %v %s", path, res.StatusCode, res.Header, body)
+		}
+	}
+	if code, body := adminGet(t, p, "/usage/export?limit=agent_job_per_project&window=sometime", adminToken); code != 400 || !strings.Contains(body, `"invalid_request"`) {
+		t.Errorf("a bad window with Redis down: %d %s", code, body)
+	}
+}
