@@ -12,10 +12,11 @@ import (
 )
 
 // historyLua is what the take and debit scripts run when a tenant's counter enters a new
-// window (see history.go): keep_past(key, ws, win, keep) moves the ended window's count into
-// the field named by its start and drops the window that left the kept range; kept_until(we,
-// win, keep) is when the hash may go: once its newest window has left the range. reset_counter
-// forgets the current window's count but not the kept ones (a quota reset).
+// window (see history.go): keep_past(key, spec, ws) moves the ended window's count into the
+// field named by its start and drops the window that left the kept range (the spec's " k<n>"
+// word, keep_of, says how many are kept), and returns the spec's window and keep;
+// kept_until(we, win, keep) is when the hash may go: once its newest window has left the
+// range.
 const historyLua = `
 local function shift(win, ws, k)
   if win ~= 'm' then return ws + k * period_of(win) end
@@ -26,11 +27,19 @@ local function shift(win, ws, k)
   return s
 end
 
-local function keep_past(key, ws, win, keep)
-  if keep == 0 then return end
+-- keep_of reads the last word of a spec, " k<n>": the number of ended windows kept (0
+-- without it).
+local function keep_of(spec)
+  return tonumber(string.match(spec, ' k(%d+)$')) or 0
+end
+
+local function keep_past(key, spec, ws)
+  local _, _, win = parse(spec)
+  local keep = keep_of(spec)
+  if keep == 0 then return win, 0 end
   local v = redis.call('HMGET', key, 's', 'n')
   local s, n = tonumber(v[1]), tonumber(v[2])
-  if not s then return end -- a new tenant: nothing to keep or drop
+  if not s then return win, keep end -- a new tenant: nothing to keep or drop
   if n and n > 0 and s < ws then redis.call('HSET', key, v[1], v[2]) end
   -- The window that just left the range goes. Only when more fields remain than the range
   -- holds (the history was shortened by a reload) are they all looked at: fields older than
@@ -38,22 +47,18 @@ local function keep_past(key, ws, win, keep)
   -- them.
   local cut = shift(win, ws, -keep)
   redis.call('HDEL', key, tostring(shift(win, cut, -1)))
-  if redis.call('HLEN', key) <= keep + 2 then return end
+  if redis.call('HLEN', key) <= keep + 2 then return win, keep end
   local f = redis.call('HKEYS', key)
   for i = 1, #f do
     local w = tonumber(f[i])
     if w and w < cut then redis.call('HDEL', key, f[i]) end
   end
+  return win, keep
 end
 
 local function kept_until(we, win, keep)
   if keep == 0 then return we end
   return shift(win, we, keep)
-end
-
-local function reset_counter(key, algo)
-  if algo == 'g' or redis.call('HLEN', key) <= 2 then redis.call('DEL', key)
-  else redis.call('HDEL', key, 's', 'n') end
 end
 `
 

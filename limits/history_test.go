@@ -136,7 +136,7 @@ func TestHistoryLua(t *testing.T) {
 		}
 	}
 
-	keep := redis.NewScript(windowLua + historyLua + `keep_past(KEYS[1], tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])) return redis.call('HGETALL', KEYS[1])`)
+	keep := redis.NewScript(windowLua + historyLua + `keep_past(KEYS[1], ARGV[2], tonumber(ARGV[1])) return redis.call('HGETALL', KEYS[1])`)
 	w := mustWindow(t, "hour")
 	ws := int64(1_700_002_800) // an hour's start
 	prev := w.Shift(ws, -1)
@@ -146,7 +146,7 @@ func TestHistoryLua(t *testing.T) {
 		args = append(args, strconv.FormatInt(w.Shift(prev, -k), 10), k)
 	}
 	c.HSet(ctx, key, args...)
-	got, err := keep.Run(ctx, c, []string{key}, ws, "h", 3).StringSlice()
+	got, err := keep.Run(ctx, c, []string{key}, ws, "f 100 h k3").StringSlice()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -401,7 +401,7 @@ func (r *Redis) Audit(ctx context.Context, n int) ([]AuditEntry, error) {
 // "too_much_amount" or "too_much_limit" (past 2^53 - 1), else "<now µs> <window end s>",
 // the tenant's allowance, use and grants before and after, and the base and override end
 // (µs, 0: none) before.
-const quotaOpLua = windowLua + quotaLua + quotaStateLua + historyLua + `
+const quotaOpLua = windowLua + quotaLua + quotaStateLua + `
 local t = redis.call('TIME')
 local sec, usec = tonumber(t[1]), tonumber(t[2])
 local now_us = sec * 1000000 + usec
@@ -423,7 +423,8 @@ elseif action == 'override_end' then
   if ends == 0 then return 'none' end
   redis.call('HDEL', qkey, 'ov', 'ox', 'or', 'oa', 'oc')
 elseif action == 'reset' then
-  reset_counter(ckey, algo)
+  -- A fixed window's kept windows (history.go) stay: only the current count goes.
+  if algo == 'g' or redis.call('HLEN', ckey) <= 2 then redis.call('DEL', ckey) else redis.call('HDEL', ckey, 's', 'n') end
 else
   return redis.error_reply('ERR limits: unknown quota action ' .. tostring(action))
 end

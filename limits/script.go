@@ -47,15 +47,12 @@ end
 -- numbers keep sub-microsecond precision in a double.
 local jan_1_2017 = 1483228800
 
--- A spec is "<algo>[s][q] <limit> <window>[ k<keep>]"; the s marks a shadow limit, the q a
--- limit whose tenants' run-time quotas are to be read (see takeLua), keep the number of
--- ended windows a fixed window keeps (history.go; absent: none). The k word comes last.
+-- A spec is "<algo>[s][q] <limit> <window>"; the s marks a shadow limit, the q a limit whose
+-- tenants' run-time quotas are to be read (see takeLua). More words may follow (keep_of).
 local function parse(spec)
-  local keep = string.match(spec, ' k(%d+)$')
-  if keep then spec = string.sub(spec, 1, -#keep - 3) end
-  local algo, shadow, q, limit, win = string.match(spec, '^(%a)(s?)(q?) (%d+) (%w+)$')
+  local algo, shadow, q, limit, win = string.match(spec, '^(%a)(s?)(q?) (%d+) (%w+)')
   if not algo then error('limits: bad rule spec ' .. tostring(spec)) end
-  return algo, tonumber(limit), win, shadow == 's', q == 'q', tonumber(keep) or 0
+  return algo, tonumber(limit), win, shadow == 's', q == 'q'
 end
 
 -- GCRA in units of the emission interval em: a bucket whose TAT is t holds (t - gnow) / em
@@ -139,7 +136,7 @@ end
 // Reply: "<ok> then per key: <allowed> <remaining> <reset µs> <retry µs> <window start>",
 // followed for a q limit by "<allowance> <base>". One string (instead of an array of
 // integers) keeps the client's reply parsing to a single allocation.
-const takeLua = windowLua + quotaLua + historyLua + `
+const takeLua = windowLua + quotaLua + `
 -- Run-time quotas are rare: one EXISTS over the decision's quota keys says whether any is
 -- to be read.
 local function any_quota(from, to)
@@ -150,7 +147,7 @@ end
 // nodeTakeLua is takeLua for a Cluster node (see nodePrelude). Its keys may lie in several
 // slots of the node, and a command of several keys must keep to one slot even in a script
 // allowed to cross them: the quota keys are checked one EXISTS each.
-const nodeTakeLua = nodePrelude + windowLua + quotaLua + historyLua + `
+const nodeTakeLua = nodePrelude + windowLua + quotaLua + `
 local function any_quota(from, to)
   for i = from, to do
     if redis.call('EXISTS', KEYS[i]) == 1 then return true end
@@ -159,7 +156,8 @@ local function any_quota(from, to)
 end
 ` + takeBody
 
-const takeBody = `
+// takeBody begins with historyLua: the kept windows a new window moves aside (history.go).
+const takeBody = historyLua + `
 local t = redis.call('TIME')
 local sec = tonumber(t[1])
 local usec = tonumber(t[2])
@@ -171,14 +169,13 @@ local qk = n -- the last quota key read
 local st = {}
 local ok = 1
 for i = 1, n do
-  local algo, limit, win, shadow, q, keep = parse(ARGV[i])
+  local algo, limit, win, shadow, q = parse(ARGV[i])
   local base, g, ends = limit, 0, 0
   if q then
     qk = qk + 1
     if quotas then base, g, ends = quota(KEYS[qk], limit, win, sec, now_us) end
   end
   local h = {algo = algo, limit = allowance(base, g), base = base, ends = ends, q = q}
-  h.win, h.keep = win, keep
   if algo == 'f' or algo == 't' then
     local ws, we = bounds(win, sec)
     local cnt, same = count(KEYS[i], ws)
@@ -214,9 +211,9 @@ for i = 1, n do
       if h.same then
         redis.call('HINCRBY', KEYS[i], 'n', 1)
       else
-        keep_past(KEYS[i], h.ws, h.win, h.keep)
+        local win, keep = keep_past(KEYS[i], ARGV[i], h.ws)
         redis.call('HSET', KEYS[i], 's', h.ws, 'n', 1)
-        redis.call('PEXPIREAT', KEYS[i], kept_until(h.we, h.win, h.keep) * 1000)
+        redis.call('PEXPIREAT', KEYS[i], kept_until(h.we, win, keep) * 1000)
       end
       rem = h.limit - h.cnt - 1
     else
@@ -327,7 +324,7 @@ return string.format('%d %d %d %d %d %d %d', used, math.max(allow - used, 0), re
 const debitLua = windowLua + historyLua + `
 local sec = tonumber(redis.call('TIME')[1])
 for i = 1, #KEYS do
-  local algo, limit, win, _, _, keep = parse(ARGV[2 * i - 1])
+  local algo, limit, win = parse(ARGV[2 * i - 1])
   local n = tonumber(ARGV[2 * i])
   if algo == 't' and n and n > 0 then
     local ws, we = bounds(win, sec)
@@ -335,7 +332,7 @@ for i = 1, #KEYS do
     if same then
       redis.call('HINCRBY', KEYS[i], 'n', n)
     else
-      keep_past(KEYS[i], ws, win, keep)
+      local _, keep = keep_past(KEYS[i], ARGV[2 * i - 1], ws)
       redis.call('HSET', KEYS[i], 's', ws, 'n', n)
       redis.call('PEXPIREAT', KEYS[i], kept_until(we, win, keep) * 1000)
     end
