@@ -11,8 +11,8 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// historyLua is what the take and debit scripts run when a tenant's counter enters a new
-// window (see history.go): keep_past(key, spec, ws) moves the ended window's count into the
+// historyLua (which ends windowLua, so every script has it) is what the take and debit
+// scripts run when a tenant's counter enters a new window (see history.go): keep_past(key, spec, ws) moves the ended window's count into the
 // field named by its start and drops the window that left the kept range (the spec's " k<n>"
 // word, keep_of, says how many are kept), and returns the spec's window and keep;
 // kept_until(we, win, keep) is when the hash may go: once its newest window has left the

@@ -119,7 +119,7 @@ func TestHistoryLua(t *testing.T) {
 	srv := redistest.Start(t)
 	c := srv.Client(t)
 	ctx := context.Background()
-	shift := redis.NewScript(windowLua + historyLua + `return shift(ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]))`)
+	shift := redis.NewScript(windowLua + `return shift(ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]))`)
 	for _, win := range []string{"month", "hour", "day", "7s"} {
 		w := mustWindow(t, win)
 		for _, day := range []time.Time{
@@ -136,7 +136,7 @@ func TestHistoryLua(t *testing.T) {
 		}
 	}
 
-	keep := redis.NewScript(windowLua + historyLua + `keep_past(KEYS[1], ARGV[2], tonumber(ARGV[1])) return redis.call('HGETALL', KEYS[1])`)
+	keep := redis.NewScript(windowLua + `keep_past(KEYS[1], ARGV[2], tonumber(ARGV[1])) return redis.call('HGETALL', KEYS[1])`)
 	w := mustWindow(t, "hour")
 	ws := int64(1_700_002_800) // an hour's start
 	prev := w.Shift(ws, -1)

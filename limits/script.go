@@ -48,7 +48,7 @@ end
 local jan_1_2017 = 1483228800
 
 -- A spec is "<algo>[s][q] <limit> <window>"; the s marks a shadow limit, the q a limit whose
--- tenants' run-time quotas are to be read (see takeLua). More words may follow (keep_of).
+-- tenants' run-time quotas are to be read (see takeLua).
 local function parse(spec)
   local algo, shadow, q, limit, win = string.match(spec, '^(%a)(s?)(q?) (%d+) (%w+)')
   if not algo then error('limits: bad rule spec ' .. tostring(spec)) end
@@ -92,7 +92,7 @@ local function period_of(win)
   elseif win == 'm' then return 2592000 end
   return tonumber(win)
 end
-`
+` + historyLua // the kept windows a window's end moves aside (history_redis.go)
 
 // quotaLua reads a tenant's run-time quota of one limit (see quota.go): a hash that almost
 // no tenant has, so its read costs one lookup of a missing key. It returns the base (the
@@ -156,8 +156,7 @@ local function any_quota(from, to)
 end
 ` + takeBody
 
-// takeBody begins with historyLua: the kept windows a new window moves aside (history.go).
-const takeBody = historyLua + `
+const takeBody = `
 local t = redis.call('TIME')
 local sec = tonumber(t[1])
 local usec = tonumber(t[2])
@@ -321,7 +320,7 @@ return string.format('%d %d %d %d %d %d %d', used, math.max(allow - used, 0), re
 
 // debitLua adds tokens to tokens limits ('t' specs) in their current windows. ARGV[2i-1] is
 // the spec of KEYS[i], ARGV[2i] the amount. Other specs are ignored.
-const debitLua = windowLua + historyLua + `
+const debitLua = windowLua + `
 local sec = tonumber(redis.call('TIME')[1])
 for i = 1, #KEYS do
   local algo, limit, win = parse(ARGV[2 * i - 1])
