@@ -41,8 +41,8 @@ func exportLink(limit string) string {
 	return "/usage/export?" + url.Values{"limit": {limit}, "window": {"previous"}}.Encode()
 }
 
-// charts reads the history of each tenant listed under v and draws its chart. A limit that
-// keeps no windows (GCRA) has none; a failed read leaves the tenant without one.
+// charts reads the history of each tenant listed under v and draws its chart. A tenant whose
+// limit keeps no windows (GCRA) has none; a failed read leaves the tenant without one.
 func (u *ui) charts(ctx context.Context, v *limitView, kept int) {
 	if kept > 0 {
 		v.Export = exportLink(v.Name)
@@ -51,8 +51,8 @@ func (u *ui) charts(ctx context.Context, v *limitView, kept int) {
 		t := &v.Tenants[i]
 		h, err := u.o.History.History(ctx, v.Name, t.ID)
 		switch {
-		case errors.Is(err, limits.ErrNoHistory):
-			return
+		case errors.Is(err, limits.ErrNoHistory): // this tenant's plan counts it with gcra
+			continue
 		case err != nil:
 			u.o.Logger.Warn("usage page: reading a tenant's history failed", zap.String("limit", v.Name), zap.Error(err))
 			continue
