@@ -105,6 +105,8 @@ func TestErrorsNameTheKey(t *testing.T) {
 			"limits.agent_job_per_project.history: -1 is not a number of windows from 0 to 1000"},
 		{"upstream: {url: 'http://a'}\nplans: {gold: {assistant_per_key: {history: 1001}}}\n",
 			"plans.gold.assistant_per_key.history: 1001 is not a number of windows from 0 to 1000"},
+		{"upstream: {url: 'http://a'}\nlimits: {x: {limit: 5, window: hour, by: ip, algorithm: gcra, history: 3}}\n",
+			"limits.x.history: a gcra limit has no windows to keep"},
 		{"upstream: {url: 'http://a'}\nlimits: {agent_job_per_project: {history: many}}\n",
 			"limits.agent_job_per_project.history: cannot use \"many\" here: want a whole number"},
 	}

@@ -304,6 +304,8 @@ func (v *validator) limit(key, name string, l Limit, partial bool) {
 	}
 	if l.History != nil && (*l.History < 0 || *l.History > limits.MaxHistory) {
 		v.fail(key+".history", "%d is not a number of windows from 0 to %d", *l.History, limits.MaxHistory)
+	} else if l.History != nil && *l.History > 0 && l.Algorithm == "gcra" {
+		v.fail(key+".history", "a gcra limit has no windows to keep (history counts fixed windows)")
 	}
 	switch l.Mode {
 	case "", "enforce", "shadow":
