@@ -44,6 +44,9 @@ type Options struct {
 	// Quotas backs the /quota endpoints (grants, overrides, resets, the audit trail) and the
 	// page's lists of overrides and audit entries; nil disables them.
 	Quotas QuotaManager
+	// History backs GET /usage/history and GET /usage/export and the page's charts; nil
+	// disables them. Reads take TopTimeout (an export scans every counter of a limit).
+	History HistoryReader
 	// Token, when set, is required on every endpoint but /healthz and /readyz, as
 	// "Authorization: Bearer <token>" or as the password of HTTP Basic auth (any user name),
 	// so that a browser can open the usage page. Empty: write endpoints answer 403
@@ -92,6 +95,10 @@ func Handler(o Options) http.Handler {
 	mux.Handle("POST /usage/key", guard(jsonOnly(http.HandlerFunc(h.usageKey), true)))
 	if o.Top != nil {
 		mux.Handle("GET /usage/top", guard(http.HandlerFunc(h.top)))
+	}
+	if o.History != nil {
+		mux.Handle("GET /usage/history", guard(http.HandlerFunc(h.history)))
+		mux.Handle("GET /usage/export", guard(http.HandlerFunc(h.export)))
 	}
 	if o.Keys != nil {
 		k := keys{km: o.Keys, knownPlan: o.KnownPlan}

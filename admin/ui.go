@@ -61,14 +61,16 @@ func newUI(o Options) *ui {
 
 type tenantView struct {
 	limits.TopTenant
-	Percent     float64 // for the bar, capped at 100
-	PercentText string  // "91.2%"
-	Mark        string  // "", "near" (80% or more) or "over" (100% or more)
+	Percent     float64    // for the bar, capped at 100
+	PercentText string     // "91.2%"
+	Mark        string     // "", "near" (80% or more) or "over" (100% or more)
+	Chart       *chartView // its kept windows; nil without history
 }
 
 type limitView struct {
 	Name, Window, Unit, By string
 	Tenants                []tenantView
+	Export                 string // the previous window's export; "" for a limit without history
 }
 
 type pageData struct {
@@ -109,6 +111,12 @@ func (u *ui) data(ctx context.Context) pageData {
 		d.Error = "The limit store could not be read just now; the page tries again at its next refresh."
 		return d
 	}
+	var hctx context.Context
+	if u.o.History != nil {
+		var hcancel context.CancelFunc
+		hctx, hcancel = u.historyContext(ctx)
+		defer hcancel()
+	}
 	for _, l := range lists {
 		v := limitView{Name: l.Limit, Window: l.Window, Unit: l.Unit, By: l.By}
 		for _, t := range l.Tenants {
@@ -121,6 +129,9 @@ func (u *ui) data(ctx context.Context) pageData {
 				tv.Mark = "near"
 			}
 			v.Tenants = append(v.Tenants, tv)
+		}
+		if hctx != nil {
+			u.charts(hctx, &v, l.History)
 		}
 		d.Limits = append(d.Limits, v)
 		if l.Unit == "tokens" && l.By == "org" {

@@ -2,12 +2,15 @@ package config
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/docsgate/gateway/limits"
 )
 
 func parse(t *testing.T, yaml string, env map[string]string) (*Config, error) {
@@ -97,6 +100,15 @@ func TestErrorsNameTheKey(t *testing.T) {
 			"plans.gold.assistant_per_key.limit: 9007199254740992 is above"},
 		{"upstream: {url: 'http://a'}\nlimits: {assistant_per_org: {limit: 5000000}}\nplans: {gold: {assistant_per_org: {algorithm: gcra, window: 1s}}}\n",
 			"plans.gold.assistant_per_org: 5000000 is above 1000000, the largest GCRA limit for window 1s"},
+		// History, per limit and per plan.
+		{"upstream: {url: 'http://a'}\nlimits: {agent_job_per_project: {history: -1}}\n",
+			"limits.agent_job_per_project.history: -1 is not a number of windows from 0 to 1000"},
+		{"upstream: {url: 'http://a'}\nplans: {gold: {assistant_per_key: {history: 1001}}}\n",
+			"plans.gold.assistant_per_key.history: 1001 is not a number of windows from 0 to 1000"},
+		{"upstream: {url: 'http://a'}\nlimits: {x: {limit: 5, window: hour, by: ip, algorithm: gcra, history: 3}}\n",
+			"limits.x.history: a gcra limit has no windows to keep"},
+		{"upstream: {url: 'http://a'}\nlimits: {agent_job_per_project: {history: many}}\n",
+			"limits.agent_job_per_project.history: cannot use \"many\" here: want a whole number"},
 	}
 	for _, c := range cases {
 		_, err := parse(t, c.yaml, nil)
@@ -152,4 +164,31 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("multi-line error for %q: %q", s, err)
 		}
 	})
+}
+
+// A limit's history: the window's default, else its own, and a plan's over both (a plan that
+// changes the window without setting history takes the new window's default).
+func TestHistoryResolved(t *testing.T) {
+	c, err := parse(t, "upstream: {url: 'http://a'}\nlimits: {assistant_per_org: {history: 5}, x: {limit: 1, window: 10s, by: ip}}\n"+
+		"plans: {gold: {assistant_per_org: {history: 2}, assistant_per_key: {window: day}, x: {history: 0}}}\n", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int{}
+	for _, plan := range []string{"", "gold"} {
+		for _, s := range c.PlanLimits(plan) {
+			w, err := limits.ParseWindow(s.Window)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got[plan+"/"+s.Name] = s.HistoryOf(w)
+		}
+	}
+	want := map[string]int{
+		"/agent_job_per_project": 48, "/assistant_per_ip": 35, "/assistant_per_key": 13, "/assistant_per_org": 5, "/x": 10,
+		"gold/agent_job_per_project": 48, "gold/assistant_per_ip": 35, "gold/assistant_per_key": 35, "gold/assistant_per_org": 2, "gold/x": 0,
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("history\n got %v\nwant %v", got, want)
+	}
 }

@@ -75,6 +75,10 @@ type Limit struct {
 	// lives unsettled, so those of a gateway that died come back; longer than the longest
 	// answer. 0: 10m.
 	ReserveTTL time.Duration `yaml:"reserve_ttl"`
+	// History is how many ended windows the limit keeps for /usage/history and /usage/export
+	// (fixed windows; a GCRA limit keeps none); absent: 48 for hour, 35 for day, 13 for month,
+	// 10 for a duration; 0 keeps none.
+	History *int `yaml:"history"`
 }
 
 // LimitSpec is a limit with every field resolved.
@@ -89,6 +93,15 @@ type LimitSpec struct {
 	// Reserve and ReserveTTL: see Limit.
 	Reserve    int64
 	ReserveTTL time.Duration
+	History    *int // nil: limits.DefaultHistory of the window
+}
+
+// HistoryOf is the number of ended windows s keeps: History, else the default of window w.
+func (s *LimitSpec) HistoryOf(w limits.Window) int {
+	if s.History != nil {
+		return *s.History
+	}
+	return limits.DefaultHistory(w)
 }
 
 // BuiltinLimits are the platform's documented limits.
@@ -154,6 +167,9 @@ func (s *LimitSpec) override(l Limit) {
 	}
 	if l.ReserveTTL != 0 {
 		s.ReserveTTL = l.ReserveTTL
+	}
+	if l.History != nil {
+		s.History = l.History
 	}
 }
 
@@ -246,7 +262,7 @@ func (v *validator) limits(c *Config) {
 			if l.Unit != "" && l.Unit != b.Unit {
 				v.fail(key+".unit", "a plan cannot change what %s counts (%s)", name, b.Unit)
 			}
-			v.limit(key, name, Limit{Limit: l.Limit, Window: l.Window, By: b.By, Algorithm: l.Algorithm, Mode: l.Mode, Reserve: l.Reserve, ReserveTTL: l.ReserveTTL}, true)
+			v.limit(key, name, Limit{Limit: l.Limit, Window: l.Window, By: b.By, Algorithm: l.Algorithm, Mode: l.Mode, Reserve: l.Reserve, ReserveTTL: l.ReserveTTL, History: l.History}, true)
 		}
 	}
 	v.tokensLimits(c)
@@ -304,6 +320,11 @@ func (v *validator) limit(key, name string, l Limit, partial bool) {
 	}
 	if _, err := limits.ParseAlgorithm(l.Algorithm); err != nil {
 		v.fail(key+".algorithm", "%q is not fixed or gcra", l.Algorithm)
+	}
+	if l.History != nil && (*l.History < 0 || *l.History > limits.MaxHistory) {
+		v.fail(key+".history", "%d is not a number of windows from 0 to %d", *l.History, limits.MaxHistory)
+	} else if l.History != nil && *l.History > 0 && l.Algorithm == "gcra" {
+		v.fail(key+".history", "a gcra limit has no windows to keep (history counts fixed windows)")
 	}
 	switch l.Mode {
 	case "", "enforce", "shadow":

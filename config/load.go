@@ -262,6 +262,9 @@ func describe(n *yaml.Node) string {
 }
 
 func want(t reflect.Type) string {
+	for t.Kind() == reflect.Pointer { // an optional value (limit, history) wants what it points to
+		t = t.Elem()
+	}
 	switch {
 	case t == durationType:
 		return "a duration such as 30s or 100ms"

@@ -86,11 +86,8 @@ func (m *Memory) Debit(ctx context.Context, hits []Hit, n int64) error {
 		sh.mu.Lock()
 		h.e = sh.m[h.key]
 		e := m.entry(&h)
-		if e.ws != ws {
-			e.ws, e.n = ws, 0
-		}
+		e.roll(&cr.snap, ws, we)
 		e.n += n
-		e.expires = we * 1e6
 		sh.mu.Unlock()
 	}
 	return nil

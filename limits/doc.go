@@ -18,7 +18,9 @@
 //     tenants' calls.
 //
 // Keys are "<prefix>:<rule name>:<window>:{<id>}" for fixed windows, hashes
-// {s: window start, n: count} expiring at the window end, and
+// {s: window start, n: count} expiring at the window end (with Rule.History,
+// also the counts of the last ended windows, by start, expiring when the newest
+// leaves the kept range: history.go), and
 // "<prefix>:<rule name>:<window>:gcra:{<id>}" for GCRA, strings holding the TAT
 // exactly like redis_rate/v10 and expiring when fully replenished. The two
 // algorithms never share a key, so a limit can change its algorithm (a reload,

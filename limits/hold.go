@@ -225,8 +225,10 @@ for i = 1, #KEYS do
       if same then
         redis.call('HINCRBY', KEYS[i], 'n', n)
       else
+        -- A new window: the ended one's count is kept first (history_redis.go).
+        local _, keep = keep_past(KEYS[i], ARGV[i + 2], ws)
         redis.call('HSET', KEYS[i], 's', ws, 'n', n)
-        keep_until(KEYS[i], we * 1000, now_us)
+        keep_until(KEYS[i], kept_until(we, win, keep) * 1000, now_us)
       end
     end
   end

@@ -34,8 +34,7 @@ func (e *memEntry) liveHolds(nowUS int64) (sum, n int64) {
 func (m *Memory) addHold(h *memHit, hid string, amount int64, now memTime) {
 	e := m.entry(h)
 	if h.cr.snap.Unit == Tokens && e.ws != h.ws {
-		e.ws, e.n = h.ws, 0
-		e.expires = max(e.expires, h.we*1e6)
+		e.roll(&h.cr.snap, h.ws, h.we) // the ended window is kept for history first
 	}
 	if e.holds == nil {
 		e.holds = map[string]memHold{}
@@ -127,11 +126,8 @@ func (m *Memory) Settle(ctx context.Context, hold string, hits []Hit, n int64) (
 			if n > 0 {
 				ws, we := cr.snap.Window.boundsUnix(now.sec)
 				e := m.entry(&h)
-				if e.ws != ws {
-					e.ws, e.n = ws, 0
-				}
+				e.roll(&cr.snap, ws, we) // a new window keeps the ended one for history first
 				e.n += n
-				e.expires = max(e.expires, we*1e6)
 			}
 		}
 		sh.mu.Unlock()

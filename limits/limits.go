@@ -34,6 +34,9 @@ type Rule struct {
 	// It does not change the limit's counters: a shadow and an enforced Rule of one name,
 	// window and algorithm count the same keys.
 	Shadow bool
+	// History is how many windows a fixed-window limit keeps after they end, for usage history
+	// and billing exports (see history.go); 0 keeps none. GCRA limits have no windows to keep.
+	History int
 }
 
 // Unit is what a limit counts.
@@ -283,6 +286,9 @@ func (c *ruleCache) compile(r *Rule) (*compiled, error) {
 	if err := CheckLimit(r.Limit, r.Window, r.Algorithm); err != nil {
 		return nil, fmt.Errorf("%w: rule %q: limit %w", ErrInvalidRule, r.Name, err)
 	}
+	if r.History < 0 || r.History > MaxHistory {
+		return nil, fmt.Errorf("%w: rule %q: history %d is not 0 to %d", ErrInvalidRule, r.Name, r.History, MaxHistory)
+	}
 	cr.keyPre = c.prefix + r.Name + ":" + r.Window.String() + ":" + algoKeyPart(r.Algorithm) + "{"
 	cr.plainPre = !strings.ContainsAny(cr.keyPre[:len(cr.keyPre)-1], "{}")
 	cr.quotaPre = c.prefix + r.Name + ":quota:{"
@@ -297,8 +303,9 @@ func (c *ruleCache) compile(r *Rule) (*compiled, error) {
 		algo += "s"
 	}
 	cr.algo = algo
-	cr.spec = algo + " " + strconv.FormatInt(r.Limit, 10) + " " + r.Window.luaSpec() + holdSpec(r)
-	cr.specQ = algo + "q " + strconv.FormatInt(r.Limit, 10) + " " + r.Window.luaSpec() + holdSpec(r)
+	keep := keepSpec(r)
+	cr.spec = algo + " " + strconv.FormatInt(r.Limit, 10) + " " + r.Window.luaSpec() + holdSpec(r) + keep
+	cr.specQ = algo + "q " + strconv.FormatInt(r.Limit, 10) + " " + r.Window.luaSpec() + holdSpec(r) + keep
 	cr.period = r.Window.Nominal().Seconds()
 	return cr, nil
 }

@@ -43,6 +43,9 @@ type memKey struct {
 }
 
 type memEntry struct {
+	// past are the ended windows kept for history, newest first (fixed windows; history.go).
+	past []pastUse
+
 	ws, n   int64   // fixed: window start (Unix s) and count
 	tat     float64 // gcra: theoretical arrival time, seconds since 2017 (as redis_rate)
 	expires int64   // Unix µs after which the entry is garbage
@@ -254,11 +257,8 @@ func (m *Memory) settleFixed(h *memHit, r *Result, charge bool, now memTime) {
 		return
 	}
 	e := m.entry(h)
-	if e.ws != h.ws {
-		e.ws, e.n = h.ws, 0
-	}
+	e.roll(&h.cr.snap, h.ws, h.we)
 	e.n++
-	e.expires = h.we * 1e6
 	r.Remaining = h.allow - e.n
 }
 

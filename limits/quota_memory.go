@@ -199,8 +199,10 @@ func (m *Memory) Reset(ctx context.Context, r *Rule, id string, who Who) (AuditE
 		key := memKey{cr.keyPre, id}
 		sh := &m.shards[m.shardOf(key)]
 		sh.mu.Lock()
-		if e := sh.m[key]; e != nil && cr.snap.Unit == Tokens && len(e.holds) > 0 {
-			e.ws, e.n = 0, 0 // the holds belong to the answers in flight, not to the use
+		if e := sh.m[key]; e != nil && (len(e.past) > 0 || cr.snap.Unit == Tokens && len(e.holds) > 0) {
+			// The windows kept for history stay (history.go), and a tokens limit's holds
+			// belong to the answers in flight, not to the use.
+			e.n = 0
 		} else {
 			delete(sh.m, key)
 		}

@@ -423,9 +423,10 @@ elseif action == 'override_end' then
   if ends == 0 then return 'none' end
   redis.call('HDEL', qkey, 'ov', 'ox', 'or', 'oa', 'oc')
 elseif action == 'reset' then
-  -- A tokens limit's holds belong to the answers in flight, not to the window's use; a
-  -- streams limit's slots do go (an operator's way out before reserve_ttl).
-  if algo == 't' then redis.call('HDEL', ckey, 's', 'n') else redis.call('DEL', ckey) end
+  -- A fixed window's kept windows (history.go) stay, and a tokens limit's holds belong to the
+  -- answers in flight, not to the window's use: only the current count goes. A streams
+  -- limit's slots do go (an operator's way out before reserve_ttl).
+  if algo == 'g' or algo == 'c' or redis.call('HLEN', ckey) <= 2 then redis.call('DEL', ckey) else redis.call('HDEL', ckey, 's', 'n') end
 else
   return redis.error_reply('ERR limits: unknown quota action ' .. tostring(action))
 end

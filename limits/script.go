@@ -92,7 +92,7 @@ local function period_of(win)
   elseif win == 'm' then return 2592000 end
   return tonumber(win)
 end
-`
+` + historyLua // the kept windows a window's end moves aside (history_redis.go)
 
 // quotaLua reads a tenant's run-time quota of one limit (see quota.go): a hash that almost
 // no tenant has, so its read costs one lookup of a missing key. It returns the base (the
@@ -226,8 +226,14 @@ for i = 1, n do
     ws, reset = h.ws, h.reset
     rem = math.max(h.limit - h.cnt - (h.held or 0), 0)
     if charge and h.reserve > 0 and hid ~= '' then
-      if not h.same then redis.call('HSET', KEYS[i], 's', h.ws, 'n', 0) end
-      hold(KEYS[i], hid, h.reserve, h.ttl, now_us, h.hst, h.we * 1000)
+      local keep_ms = h.we * 1000
+      if not h.same then
+        -- A new window: the ended one's count is kept first (history_redis.go).
+        local win, keep = keep_past(KEYS[i], ARGV[i], h.ws)
+        redis.call('HSET', KEYS[i], 's', h.ws, 'n', 0)
+        keep_ms = kept_until(h.we, win, keep) * 1000
+      end
+      hold(KEYS[i], hid, h.reserve, h.ttl, now_us, h.hst, keep_ms)
       rem = math.max(rem - h.reserve, 0)
     elseif h.hst and h.hst.dead then
       store(KEYS[i], h.hst) -- drop the expired holds read
@@ -252,8 +258,9 @@ for i = 1, n do
       if h.same then
         redis.call('HINCRBY', KEYS[i], 'n', 1)
       else
+        local win, keep = keep_past(KEYS[i], ARGV[i], h.ws)
         redis.call('HSET', KEYS[i], 's', h.ws, 'n', 1)
-        redis.call('PEXPIREAT', KEYS[i], h.we * 1000)
+        redis.call('PEXPIREAT', KEYS[i], kept_until(h.we, win, keep) * 1000)
       end
       rem = h.limit - h.cnt - 1
     else
@@ -384,8 +391,9 @@ for i = 1, #KEYS do
     if same then
       redis.call('HINCRBY', KEYS[i], 'n', n)
     else
+      local _, keep = keep_past(KEYS[i], ARGV[2 * i - 1], ws)
       redis.call('HSET', KEYS[i], 's', ws, 'n', n)
-      redis.call('PEXPIREAT', KEYS[i], we * 1000)
+      redis.call('PEXPIREAT', KEYS[i], kept_until(we, win, keep) * 1000)
     end
   end
 end

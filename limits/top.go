@@ -15,6 +15,10 @@ type TopList struct {
 	Unit    string // "requests", "tokens" or "streams"
 	By      string // what it counts by: "project", "key", "org" or "ip"
 	Tenants []TopTenant
+
+	// History is how many ended windows the limit keeps (as its default limits count it; 0
+	// for a GCRA limit).
+	History int
 }
 
 // TopTenant is one tenant's use of a limit in its current window.

@@ -34,6 +34,9 @@ type Options struct {
 	// audit trail: the store behind Limiter, unguarded (operators' calls are bounded by
 	// their own deadlines). nil: the quota actions fail.
 	Quotas limits.QuotaStore
+	// History reads the windows kept for usage history and exports: the store behind Limiter,
+	// unguarded like Quotas. nil: /usage/history and /usage/export know no limit.
+	History limits.HistoryStore
 	// Registry, when set, is the key registry every key must be found in (auth.mode:
 	// registry); nil checks keys by prefix alone.
 	Registry KeyLookup
@@ -61,6 +64,7 @@ type Gateway struct {
 	readTimeout         time.Duration
 	limiter             Limiter
 	quotas              limits.QuotaStore
+	history             limits.HistoryStore
 	registry            KeyLookup
 	allowOnLimiterError bool
 	limitStates         sync.Pool           // *limitState
@@ -89,6 +93,7 @@ func New(o Options) (*Gateway, error) {
 		readTimeout:         cfg.Server.ReadBodyTimeout,
 		limiter:             o.Limiter,
 		quotas:              o.Quotas,
+		history:             o.History,
 		registry:            o.Registry,
 		allowOnLimiterError: cfg.Redis.OnError == "allow",
 		limitStates:         sync.Pool{New: func() any { return new(limitState) }},

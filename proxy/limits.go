@@ -128,7 +128,7 @@ func compileLimits(cfg *config.Config, routes []*route) (map[string][]routeLimit
 			if err != nil {
 				return nil, fmt.Errorf("limits.%s.unit: %w", s.Name, err)
 			}
-			c := compiledLimit{rule: &limits.Rule{Name: s.Name, Limit: s.Limit, Window: w, Algorithm: a, Unit: u, Shadow: s.Shadow}, by: b, shadow: s.Shadow}
+			c := compiledLimit{rule: &limits.Rule{Name: s.Name, Limit: s.Limit, Window: w, Algorithm: a, Unit: u, Shadow: s.Shadow, History: s.HistoryOf(w)}, by: b, shadow: s.Shadow}
 			set[s.Name] = c
 			c.rule.Reserve, c.rule.ReserveTTL = s.Reserve, s.ReserveTTL // holds (tokens with a reserve, streams)
 			if s.Limit > 0 {

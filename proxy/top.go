@@ -145,6 +145,9 @@ func (g *Gateway) top(ctx context.Context, sn *snapshot, name string, n int) (li
 			Granted: e.u.Granted, Override: e.u.Override, Reserved: e.u.Reserved, Reserves: e.u.Reserves,
 		}
 	}
+	if variants[0].Algorithm == limits.Fixed {
+		list.History = variants[0].History
+	}
 	return list, nil
 }
 

@@ -57,9 +57,11 @@ type limiter struct {
 	// quotas is the same store without the guard: operators' quota actions are bounded by
 	// their own deadlines and must not move the request path's breaker.
 	quotas limits.QuotaStore
-	client redis.UniversalClient // nil for the in-process store
-	guard  *limits.Guard         // nil for the in-process store
-	store  *limits.Redis
+	// history reads the kept windows (usage history, exports), unguarded like quotas.
+	history limits.HistoryStore
+	client  redis.UniversalClient // nil for the in-process store
+	guard   *limits.Guard         // nil for the in-process store
+	store   *limits.Redis
 
 	mu        sync.Mutex // guards the cached reachability probe
 	probedAt  time.Time
@@ -69,7 +71,7 @@ type limiter struct {
 func newLimiter(client redis.UniversalClient, c config.Redis, q config.Quota, m *metrics.Metrics, log *zap.Logger) *limiter {
 	if client == nil {
 		mem := limits.NewMemory(limits.WithAuditMax(q.AuditMax))
-		return &limiter{Limiter: mem, quotas: mem}
+		return &limiter{Limiter: mem, quotas: mem, history: mem}
 	}
 	opts := []limits.RedisOption{limits.WithRedisAuditMax(q.AuditMax)}
 	if c.WaitReplicas > 0 {
@@ -86,7 +88,7 @@ func newLimiter(client redis.UniversalClient, c config.Redis, q config.Quota, m 
 		log.Warn("redis.coalesce is off: the client cannot coalesce", zap.Error(err))
 		store, _ = limits.NewRedis(client, c.KeyPrefix, opts[:len(opts)-1]...)
 	}
-	l := &limiter{client: client, store: store, quotas: store}
+	l := &limiter{client: client, store: store, quotas: store, history: store}
 	l.guard = limits.NewGuard(l.store, limits.GuardOptions{
 		Timeout:          c.Timeout,
 		FailureThreshold: c.Breaker.Failures,

@@ -150,7 +150,7 @@ type process struct {
 // buildGateway builds the public handler on the limiter and the key registry (nil in prefix
 // mode), with tracing when configured; it returns the function that stops tracing (or nil).
 func (p *process) buildGateway(ctx context.Context, keys auth.Registry) (stopTracing func(context.Context) error, err error) {
-	opts := proxy.Options{Config: p.cfg, Logger: p.log, Metrics: p.m, Limiter: p.lim, Quotas: p.lim.quotas}
+	opts := proxy.Options{Config: p.cfg, Logger: p.log, Metrics: p.m, Limiter: p.lim, Quotas: p.lim.quotas, History: p.lim.history}
 	if keys != nil {
 		opts.Registry = keys
 	}
@@ -219,6 +219,7 @@ func (p *process) adminServer(keys admin.KeyManager, cert *tls.Certificate) *htt
 			Keys:         keys,
 			KnownPlan:    p.rl.knownPlan,
 			Quotas:       p.gw,
+			History:      p.gw,
 			Token:        cfg.AdminToken,
 			Hosts:        cfg.AdminHosts,
 			FailureLimit: cfg.Auth.FailureLimit,

@@ -1,0 +1,187 @@
+package proxy
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/docsgate/gateway/limits"
+)
+
+// The gateway's side of usage history (see limits/history.go): it knows the limits, their
+// plans and what each counts by, so it picks the rule that applies to a tenant and the window
+// an export asks for, and adds each tenant's plan, label and org. Its methods serve the admin
+// listener's /usage/history and /usage/export.
+
+// History answers a tenant's use of limit name in each kept window, newest first. An unknown
+// limit wraps limits.ErrUnknownLimit, a bad id is a *limits.InvalidError of field "id", a GCRA
+// limit wraps limits.ErrNoHistory.
+func (g *Gateway) History(ctx context.Context, name, id string) (limits.TenantHistory, error) {
+	if g.history == nil {
+		return limits.TenantHistory{}, fmt.Errorf("proxy: history: %w: %q", limits.ErrUnknownLimit, name)
+	}
+	rule, id, err := g.quotaRule(ctx, name, id)
+	if err != nil {
+		return limits.TenantHistory{}, err
+	}
+	ws, err := g.history.History(ctx, rule, id)
+	if err != nil {
+		return limits.TenantHistory{}, fmt.Errorf("proxy: history: %w", err)
+	}
+	for i := range ws {
+		ws[i].Limit = rule.Limit
+	}
+	return limits.TenantHistory{Limit: name, ID: id, Unit: rule.Unit.String(), Windows: ws}, nil
+}
+
+// Export answers every tenant with use of limit name in one window: window is "current",
+// "previous" or a window's start in RFC 3339. The window is the limit's as its default limits
+// count it (a plan that changes the window counts other windows; its tenants are not listed).
+// Besides History's errors: a window that is no window start is a *limits.InvalidError of
+// field "window", one that is not kept (or not begun) wraps limits.ErrUnknownWindow.
+//
+// The store is read whole before Export returns (so a failing store is an error, not a cut
+// answer) and sorts the tenants by id where it keeps them (limits.Tenants); plans, labels and
+// orgs are looked up as the rows are yielded.
+func (g *Gateway) Export(ctx context.Context, name, window string) (limits.Export, error) {
+	sn := g.snap.Load()
+	if g.history == nil || !slices.Contains(sn.enabledLimits(), name) {
+		return limits.Export{}, fmt.Errorf("proxy: export: %w: %q", limits.ErrUnknownLimit, name)
+	}
+	pl := sn.planLimits(name)
+	ref := pl.reference()
+	if ref.Algorithm != limits.Fixed {
+		return limits.Export{}, fmt.Errorf("proxy: export %s: %w", name, limits.ErrNoHistory)
+	}
+	start, back, err := exportStart(ref.Window, window)
+	if err != nil { // before the store is asked: a bad window is refused even with it down
+		return limits.Export{}, err
+	}
+	now, err := g.history.Clock(ctx)
+	if err != nil {
+		return limits.Export{}, fmt.Errorf("proxy: export: %w", err)
+	}
+	cur, _ := ref.Window.Bounds(now)
+	if back >= 0 {
+		start = ref.Window.Shift(cur.Unix(), -back)
+	}
+	kept := func(r *limits.Rule) bool {
+		return r != nil && r.Window == ref.Window && r.Algorithm == limits.Fixed &&
+			start <= cur.Unix() && start >= r.Window.Shift(cur.Unix(), -r.History)
+	}
+	if !slices.ContainsFunc(pl.rules(), kept) {
+		return limits.Export{}, fmt.Errorf("proxy: export %s: %w: %s", name, limits.ErrUnknownWindow, window)
+	}
+	ts, err := g.history.ExportSorted(ctx, ref, start, func(id string) bool {
+		return kept(pl.ruleFor(g.tenantOf(ctx, sn, pl.by, id)))
+	})
+	if err != nil {
+		return limits.Export{}, fmt.Errorf("proxy: export %s: %w", name, err)
+	}
+	out := limits.Export{
+		Limit: name, Unit: ref.Unit.String(), Tenants: ts.Len(),
+		Start: time.Unix(start, 0).UTC(), End: time.Unix(ref.Window.Shift(start, 1), 0).UTC(),
+		Close: func() error { return ts.Close(context.WithoutCancel(ctx)) },
+	}
+	out.Rows = func(yield func(limits.ExportRow, error) bool) {
+		for {
+			id, used, ok, err := ts.Next(ctx)
+			if err != nil {
+				yield(limits.ExportRow{}, fmt.Errorf("proxy: export %s: %w", name, err))
+				return
+			}
+			if !ok {
+				return
+			}
+			t := g.tenantOf(ctx, sn, pl.by, id)
+			row := limits.ExportRow{ID: id, Used: used, Plan: t.plan, Label: t.label, Org: t.org}
+			if r := pl.ruleFor(t); r != nil {
+				row.Limit = r.Limit
+			}
+			if !yield(row, nil) {
+				return
+			}
+		}
+	}
+	return out, nil
+}
+
+// exportStart reads an export's window: a window start in RFC 3339 (back -1), or "current"
+// (back 0) and "previous" (back 1), windows counted back from the current one.
+func exportStart(w limits.Window, window string) (start int64, back int, err error) {
+	switch window {
+	case "current":
+		return 0, 0, nil
+	case "previous":
+		return 0, 1, nil
+	case "":
+		return 0, 0, &limits.InvalidError{Field: "window", Reason: "is required: current, previous or a window's start in RFC 3339 (e.g. 2026-11-01T00:00:00Z)"}
+	}
+	t, err := time.Parse(time.RFC3339, window)
+	if err != nil {
+		return 0, 0, &limits.InvalidError{Field: "window", Reason: "not current, previous or a time in RFC 3339 (e.g. 2026-11-01T00:00:00Z)"}
+	}
+	if t.Nanosecond() != 0 || !w.IsStart(t.Unix()) {
+		return 0, 0, &limits.InvalidError{Field: "window", Reason: "not the start of a window of this limit (" + w.String() + ", in UTC)"}
+	}
+	return t.Unix(), -1, nil
+}
+
+// planLimits is one limit as each plan applies it ("" for the defaults).
+type planLimits struct {
+	name   string
+	by     by
+	byPlan map[string]routeLimit
+	plans  map[string]bool // every plan of the config, with or without the limit
+}
+
+func (sn *snapshot) planLimits(name string) planLimits {
+	pl := planLimits{name: name, by: sn.limitBy(name), byPlan: map[string]routeLimit{}, plans: map[string]bool{}}
+	for p, ls := range sn.limits {
+		pl.plans[p] = true
+		for _, l := range ls {
+			if l.rule.Name == name {
+				pl.byPlan[p] = l
+			}
+		}
+	}
+	return pl
+}
+
+// reference is the rule whose window an export names: the defaults', else the first plan's.
+func (pl planLimits) reference() *limits.Rule {
+	if l, ok := pl.byPlan[""]; ok {
+		return l.rule
+	}
+	return pl.rules()[0]
+}
+
+// rules lists the rule of every plan that enables the limit, sorted by plan.
+func (pl planLimits) rules() []*limits.Rule {
+	plans := make([]string, 0, len(pl.byPlan))
+	for p := range pl.byPlan {
+		plans = append(plans, p)
+	}
+	slices.Sort(plans)
+	out := make([]*limits.Rule, len(plans))
+	for i, p := range plans {
+		out[i] = pl.byPlan[p].rule
+	}
+	return out
+}
+
+// ruleFor is the rule that applies to a tenant: its plan's, nil when its plan disables the
+// limit; a plan unknown to the config means the defaults (as in top).
+func (pl planLimits) ruleFor(t tenant) *limits.Rule {
+	if l, ok := pl.byPlan[t.plan]; ok {
+		return l.rule
+	}
+	if pl.plans[t.plan] {
+		return nil
+	}
+	if l, ok := pl.byPlan[""]; ok {
+		return l.rule
+	}
+	return nil
+}
