@@ -320,13 +320,16 @@ routes:
     path: /discovery/v2/assistant/{domain}/message
     key: assistant
     stream: true
-    limits: [assistant_per_key, assistant_per_org, assistant_per_ip, tokens_per_org]
+    limits: [assistant_per_key, assistant_per_org, assistant_per_ip, tokens_per_org, held_tokens_per_org]
   - name: assistant_message
-    limits: [assistant_per_key, assistant_per_org, assistant_per_ip, tokens_per_org]
+    limits: [assistant_per_key, assistant_per_org, assistant_per_ip, tokens_per_org, held_tokens_per_org]
 limits:
   agent_job_per_project: { limit: 1, window: hour, by: project }
   # One answer (3 tokens) spends it: the next acme request is near the limit (and shadow-denied).
   tokens_per_org: { limit: 3, window: month, by: org, unit: tokens, mode: shadow }
+  # Holds a reserve per answer (its gateway_token_holds_expired_total series exists from the
+  # start); far from spent.
+  held_tokens_per_org: { limit: 1000000, window: month, by: org, unit: tokens, reserve: 10 }
 `, s.public, s.admin, up.URL, srv.Addr)
 	path := filepath.Join(t.TempDir(), "gateway.yaml")
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {

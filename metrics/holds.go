@@ -13,3 +13,11 @@ func newHoldsExpired() *prometheus.CounterVec {
 func (m *Metrics) HoldExpired(limit string) {
 	m.holdsExpired.WithLabelValues(limit).Inc()
 }
+
+// HoldLimits makes the series of limits (those with holds) exist at 0, so that increase()
+// sees their first expired hold and dashboards and alerts find them before it happens.
+func (m *Metrics) HoldLimits(limits ...string) {
+	for _, l := range limits {
+		m.holdsExpired.WithLabelValues(l)
+	}
+}

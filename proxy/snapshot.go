@@ -2,7 +2,9 @@ package proxy
 
 import (
 	"fmt"
+	"maps"
 	"net/http"
+	"slices"
 
 	"github.com/docsgate/gateway/config"
 	"github.com/docsgate/gateway/metrics"
@@ -62,6 +64,13 @@ func (g *Gateway) compile(cfg *config.Config) (*snapshot, error) {
 	}
 	if sn.limits, err = compileLimits(cfg, routes); err != nil {
 		return nil, err
+	}
+	for _, plan := range append([]string{""}, slices.Collect(maps.Keys(cfg.Plans))...) {
+		for _, s := range cfg.PlanLimits(plan) {
+			if s.Unit == "tokens" && s.Reserve > 0 {
+				g.metrics.HoldLimits(s.Name)
+			}
+		}
 	}
 	for _, rt := range routes {
 		if len(rt.sets[""].limits) > 0 && g.limiter == nil {
