@@ -250,12 +250,14 @@ routes:
 
 			// A tokens limit denies once spent: two answers of 950 tokens run past 1000 (the
 			// second is admitted with 50 left, which counts as near the limit).
-			for range 2 {
+			// Each answer's tokens are debited just after it ends: the second request is sent
+			// once the first's are counted, so that it sees 50 left.
+			for i := range 2 {
 				if res := ask("umbrella", "umbrellakey", "u-150-800-1-full"); res.StatusCode != 200 {
 					t.Fatalf("umbrella: %d", res.StatusCode)
 				}
+				waitTokens("umbrella", int64(950*(i+1)))
 			}
-			waitTokens("umbrella", 1900)
 			res = ask("umbrella", "umbrellakey", "u-150-800-1-full")
 			if res.StatusCode != 429 {
 				t.Fatalf("spent tokens limit: %d", res.StatusCode)
