@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/csv"
 	"encoding/json"
 	"fmt"
@@ -9,7 +8,6 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -287,16 +285,7 @@ func TestUsageHistoryCostsNothingOnRequestPath(t *testing.T) {
 	p := startGateway(t, tokenUpstream(t), fmt.Sprintf("redis: {addrs: [%q]}\n%s", srv.Addr, historyConfig))
 	send(t, p, "POST", "/v2/agent/warm/job", "svc_a", `{"prompt":"x"}`) // preload, connections
 
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	lines := make(chan string, 10000)
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		monitorLines(ctx, t, srv.Addr, lines)
-	}()
-	time.Sleep(200 * time.Millisecond) // MONITOR is on
+	lines, stop := watchMonitor(t, srv.Addr)
 
 	var ws time.Time
 	const perWindow = 5
@@ -310,23 +299,18 @@ func TestUsageHistoryCostsNothingOnRequestPath(t *testing.T) {
 		inWindow(t, ws)
 	}
 	time.Sleep(300 * time.Millisecond)
-	cancel()
-	wg.Wait()
-	close(lines)
+	stop()
 	var scripts, other []string
 	var kept int
 	for l := range lines {
-		switch {
-		case strings.Contains(l, "[0 lua]"): // what the script itself runs
+		switch monitorKind(l) {
+		case monitorInner:
 			if strings.Contains(strings.ToLower(l), `"hdel"`) {
 				kept++ // a window ended: its count was moved aside
 			}
-		case strings.Contains(strings.ToLower(l), `"evalsha"`):
+		case monitorScript:
 			scripts = append(scripts, l)
-		case strings.Contains(l, `"zrangebyscore" "gw:{quota}:limits"`):
-			// The run-time quota flags' poll (limits/quota_redis.go): four a second
-			// whatever the traffic, on its own connection, not on the request path.
-		default:
+		case monitorOther:
 			other = append(other, l)
 		}
 	}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -433,16 +432,7 @@ routes:
   - name: assistant_message
     limits: [assistant_per_key, assistant_per_org, assistant_per_ip, assistant_tokens_per_org, assistant_streams_per_org]
 `)
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	lines := make(chan string, 10000)
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		monitorLines(ctx, t, srv.Addr, lines)
-	}()
-	time.Sleep(200 * time.Millisecond) // MONITOR is on
+	lines, stop := watchMonitor(t, srv.Addr)
 	// drain collects the commands until want script calls came (or 5 s passed), and 200 ms
 	// more to catch any extra.
 	drain := func(want int) (scripts, other []string) {
@@ -456,12 +446,10 @@ routes:
 			}
 			select {
 			case l := <-lines:
-				switch {
-				case strings.Contains(l, "[0 lua]"): // what the script itself runs
-				case strings.Contains(l, "{quota}:limits"): // the run-time quotas' poll, on its own clock
-				case strings.Contains(strings.ToLower(l), `"evalsha"`):
+				switch monitorKind(l) {
+				case monitorScript:
 					scripts = append(scripts, l)
-				default:
+				case monitorOther:
 					other = append(other, l)
 				}
 			case <-time.After(10 * time.Millisecond):
@@ -485,8 +473,7 @@ routes:
 			t.Fatalf("end of answer %d: script calls %v, other commands %v; want one (the settle)", i, scripts, other)
 		}
 	}
-	cancel()
-	wg.Wait()
+	stop()
 }
 
 // A hold is settled by how the answer ended: released when the upstream refused or failed

@@ -307,16 +307,7 @@ func TestUsageTopCostsNothingOnRequestPath(t *testing.T) {
 	// Warm up (script preload, connections) before watching.
 	send(t, p, "POST", "/v2/agent/warm/job", "svc_a", `{"prompt":"x"}`)
 
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	lines := make(chan string, 10000)
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		monitorLines(ctx, t, srv.Addr, lines)
-	}()
-	time.Sleep(200 * time.Millisecond) // MONITOR is on
+	lines, stop := watchMonitor(t, srv.Addr)
 
 	const n = 20
 	for i := range n {
@@ -324,28 +315,66 @@ func TestUsageTopCostsNothingOnRequestPath(t *testing.T) {
 		send(t, p, "POST", "/discovery/v1/assistant/acme-docs/message", "svc_dsc_k", `{"fp":"u-1-2-1-full","messages":[]}`)
 	}
 	time.Sleep(300 * time.Millisecond)
-	cancel()
-	wg.Wait()
-	close(lines)
+	stop()
 	var scripts, other []string
 	for l := range lines {
-		switch {
-		case strings.Contains(l, "[0 lua]"): // what the script itself runs
-		case strings.Contains(strings.ToLower(l), `"zrangebyscore" "gw:{quota}:limits"`):
-			// The store's read of which limits have run-time quotas: every 250 ms on a timer,
-			// whatever the traffic, never on a request's path.
-		case strings.Contains(strings.ToLower(l), `"evalsha"`):
+		switch monitorKind(l) {
+		case monitorScript:
 			scripts = append(scripts, l)
-		case strings.Contains(l, `"zrangebyscore" "gw:{quota}:limits"`):
-			// The run-time quota flags' poll (limits/quota_redis.go): four a second
-			// whatever the traffic, on its own connection, not on the request path.
-		default:
+		case monitorOther:
 			other = append(other, l)
 		}
 	}
 	if len(scripts) != 2*n || len(other) != 0 {
 		t.Fatalf("MONITOR saw %d script calls (want %d) and other commands: %v", len(scripts), 2*n, other)
 	}
+}
+
+// watchMonitor runs MONITOR on Redis at addr from now on: lines receives what Redis runs, and
+// stop ends the watch and closes lines.
+func watchMonitor(t *testing.T, addr string) (lines chan string, stop func()) {
+	ctx, cancel := context.WithCancel(t.Context())
+	lines = make(chan string, 10000)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		monitorLines(ctx, t, addr, lines)
+	}()
+	time.Sleep(200 * time.Millisecond) // MONITOR is on
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			wg.Wait()
+			close(lines)
+		})
+	}
+	t.Cleanup(stop)
+	return lines, stop
+}
+
+// What a MONITOR line is.
+const (
+	monitorScript = iota // a script call (EVALSHA) from a client
+	monitorInner         // what a script itself runs
+	monitorPoll          // the store's timed read of which limits have run-time quotas
+	monitorOther         // any other command
+)
+
+// monitorKind tells a MONITOR line's kind. The quota flags' read (limits/quota_redis.go) runs
+// every 250 ms on a timer, whatever the traffic, never on a request's path.
+func monitorKind(l string) int {
+	lower := strings.ToLower(l)
+	switch {
+	case strings.Contains(l, "[0 lua]"):
+		return monitorInner
+	case strings.Contains(lower, `"zrangebyscore" "gw:{quota}:limits"`):
+		return monitorPoll
+	case strings.Contains(lower, `"evalsha"`):
+		return monitorScript
+	}
+	return monitorOther
 }
 
 // monitorLines runs MONITOR on its own connection and sends each line until ctx ends.
