@@ -98,16 +98,7 @@ func (r *clusterResult) print() {
 	fmt.Printf("\n== Cluster phase (%v, 3 masters with a replica each, one gateway on the default redis settings, %d workers every %v; a master killed %d times, %d replicas promoted)\n",
 		r.duration.Round(time.Second), clusterWorkers, clusterPace, r.kills, r.promos)
 	fmt.Printf("requests sent:   %d\n", r.sent)
-	codes := make([]int, 0, len(r.codes))
-	for c := range r.codes {
-		codes = append(codes, c)
-	}
-	sort.Ints(codes)
-	var parts []string
-	for _, c := range codes {
-		parts = append(parts, fmt.Sprintf("%d: %d", c, r.codes[c]))
-	}
-	fmt.Printf("answered:        %s\n", strings.Join(parts, ", "))
+	fmt.Printf("answered:        %s\n", codeCounts(r.codes))
 	fmt.Printf("lost (no HTTP answer): %d\n", r.lost)
 	fmt.Printf("errors on the killed master's tenants while it failed over: %d (503 limiter_unavailable, expected)\n", r.victimErrs)
 	fmt.Printf("healthy-master errors: %d (tenants whose every limit lives on a master not failing then)\n", len(r.healthyErrs))

@@ -25,6 +25,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -32,6 +33,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -454,16 +456,7 @@ routes:
 		time.Since(began).Round(time.Second), workers, redisKills.Load(), failovers.Load(), upKills.Load())
 	fmt.Printf("requests sent:   %d\n", st.sent.Load())
 	st.mu.Lock()
-	codes := make([]int, 0, len(st.codes))
-	for c := range st.codes {
-		codes = append(codes, c)
-	}
-	sort.Ints(codes)
-	var parts []string
-	for _, c := range codes {
-		parts = append(parts, fmt.Sprintf("%d: %d", c, st.codes[c]))
-	}
-	fmt.Printf("answered:        %s\n", strings.Join(parts, ", "))
+	fmt.Printf("answered:        %s\n", codeCounts(st.codes))
 	fmt.Printf("lost (no HTTP answer): %d\n", st.lost)
 	for i, e := range st.lostErrs {
 		if i == 5 {
@@ -629,6 +622,15 @@ func one(client *http.Client, public string, rng *rand.Rand, st *stats, record b
 		}
 		st.admitted[fmt.Sprintf("%s/%s/%s", limit, id, ws.UTC().Format("15:04:05"))]++
 	}
+}
+
+// codeCounts lists the count of each status code, the codes in order: "200: 5, 429: 2".
+func codeCounts(counts map[int]int) string {
+	parts := make([]string, 0, len(counts))
+	for _, c := range slices.Sorted(maps.Keys(counts)) {
+		parts = append(parts, fmt.Sprintf("%d: %d", c, counts[c]))
+	}
+	return strings.Join(parts, ", ")
 }
 
 // hasFinish reports whether a streamed answer reached its finish part.
