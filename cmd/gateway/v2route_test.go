@@ -2,8 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"io"
-	"net/http"
 	"os/exec"
 	"strings"
 	"testing"
@@ -86,17 +84,9 @@ func TestV2BodyRules(t *testing.T) {
 // when it is no JSON object).
 func postJSON(t *testing.T, p *proc, path, key, body string) (int, map[string]any) {
 	t.Helper()
-	req, _ := http.NewRequest("POST", "http://"+p.public+path, strings.NewReader(body))
-	req.Header.Set("Authorization", "Bearer "+key)
-	req.Header.Set("Content-Type", "application/json")
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer res.Body.Close()
-	data, _ := io.ReadAll(res.Body)
+	res, data := sendBody(t, p, path, key, body)
 	var out map[string]any
-	_ = json.Unmarshal(data, &out)
+	_ = json.Unmarshal([]byte(data), &out)
 	return res.StatusCode, out
 }
 
