@@ -119,27 +119,9 @@ func exportOf(t *testing.T, p *proc, query string) (int, http.Header, string) {
 // /usage/export compared exactly; windows past history are gone; every refusal.
 func TestUsageHistoryAndExport(t *testing.T) {
 	up := tokenUpstream(t)
-	stores := []struct {
-		name  string
-		redis func(t *testing.T) string
-	}{
-		{"memory", func(*testing.T) string { return "" }},
-		{"redis", func(t *testing.T) string {
-			return fmt.Sprintf("redis: {addrs: [%q]}\n", redistest.Start(t).Addr)
-		}},
-		{"sentinel", func(t *testing.T) string {
-			master := redistest.Start(t)
-			s := redistest.StartSentinel(t, "gwmaster", master)
-			return fmt.Sprintf("redis: {addrs: [%q], master_name: gwmaster}\n", s.Addr)
-		}},
-		{"cluster", func(t *testing.T) string {
-			c := redistest.StartCluster(t, 3)
-			return fmt.Sprintf("redis: {addrs: [%s]}\n", quoteAll(c.Addrs))
-		}},
-	}
-	for _, st := range stores {
+	for _, st := range everyStore() {
 		t.Run(st.name, func(t *testing.T) {
-			p := startGateway(t, up, st.redis(t)+historyConfig)
+			p := startGateway(t, up, st.start(t)+historyConfig)
 			jobs := func(project string, n int) {
 				t.Helper()
 				for range n {

@@ -41,6 +41,17 @@ func quotaStores(memory, cluster bool) []quotaStore {
 	return out
 }
 
+// everyStore is every kind of limit store: in process, standalone Redis, Redis behind
+// Sentinel and a Redis Cluster.
+func everyStore() []quotaStore {
+	sentinel := quotaStore{"sentinel", func(t *testing.T) string {
+		s := redistest.StartSentinel(t, "gwmaster", redistest.Start(t))
+		return fmt.Sprintf("redis: {addrs: [%q], master_name: gwmaster}\n", s.Addr)
+	}}
+	s := quotaStores(true, true) // memory, redis, cluster
+	return []quotaStore{s[0], s[1], sentinel, s[2]}
+}
+
 // reloadMarker starts the part of a test's config file that reloadConfig replaces.
 const reloadMarker = "# reloaded below\n"
 

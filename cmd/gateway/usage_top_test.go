@@ -114,24 +114,6 @@ func checkTop(t *testing.T, got topJSON, name, window, unit string, want []wantT
 // the stream breaks off after some e: parts), and a tokens limit denies once spent.
 func TestUsageTopAndTokens(t *testing.T) {
 	up := tokenUpstream(t)
-	stores := []struct {
-		name  string
-		redis func(t *testing.T) string
-	}{
-		{"memory", func(*testing.T) string { return "" }},
-		{"redis", func(t *testing.T) string {
-			return fmt.Sprintf("redis: {addrs: [%q]}\n", redistest.Start(t).Addr)
-		}},
-		{"sentinel", func(t *testing.T) string {
-			master := redistest.Start(t)
-			s := redistest.StartSentinel(t, "gwmaster", master)
-			return fmt.Sprintf("redis: {addrs: [%q], master_name: gwmaster}\n", s.Addr)
-		}},
-		{"cluster", func(t *testing.T) string {
-			c := redistest.StartCluster(t, 3)
-			return fmt.Sprintf("redis: {addrs: [%s]}\n", quoteAll(c.Addrs))
-		}},
-	}
 	const cfg = `
 orgs:
   acme: {domains: [acme-docs], plan: gold}
@@ -149,9 +131,9 @@ routes:
   - name: assistant_message
     limits: [assistant_per_key, assistant_per_org, assistant_per_ip, assistant_tokens_per_org]
 `
-	for _, st := range stores {
+	for _, st := range everyStore() {
 		t.Run(st.name, func(t *testing.T) {
-			p := startGateway(t, up, st.redis(t)+cfg)
+			p := startGateway(t, up, st.start(t)+cfg)
 			ask := func(org, key, fp string) *http.Response {
 				return send(t, p, "POST", "/discovery/v1/assistant/"+org+"-docs/message", "svc_dsc_"+key, `{"fp":"`+fp+`","messages":[]}`)
 			}
