@@ -167,12 +167,8 @@ func writeExportJSON(w http.ResponseWriter, ex limits.Export) error {
 }
 
 func (h *handler) historyFail(w http.ResponseWriter, err error, limit string) {
-	var invalid *limits.InvalidError
 	switch {
-	case errors.Is(err, limits.ErrUnknownLimit):
-		writeError(w, http.StatusNotFound, "unknown_limit", "No enabled limit is named "+strconv.Quote(clip(sanitize(limit)))+" (for this tenant).")
-	case errors.As(err, &invalid):
-		writeFieldError(w, &fieldError{invalid.Field, invalid.Reason})
+	case writeLimitError(w, err, limit):
 	case errors.Is(err, limits.ErrNoHistory):
 		writeFieldError(w, &fieldError{"limit", "counts with gcra, which has no windows to keep (history counts fixed windows)"})
 	case errors.Is(err, limits.ErrUnknownWindow):

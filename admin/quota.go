@@ -155,6 +155,21 @@ func checkName(field string, s *string) *fieldError {
 	return nil
 }
 
+// writeLimitError answers the refusals every limit-naming endpoint shares (an unknown limit
+// 404 unknown_limit, a bad field 400 invalid_request) and reports whether err was one.
+func writeLimitError(w http.ResponseWriter, err error, limit string) bool {
+	var invalid *limits.InvalidError
+	switch {
+	case errors.Is(err, limits.ErrUnknownLimit):
+		writeError(w, http.StatusNotFound, "unknown_limit", "No enabled limit is named "+strconv.Quote(clip(sanitize(limit)))+" (for this tenant).")
+	case errors.As(err, &invalid):
+		writeFieldError(w, &fieldError{invalid.Field, invalid.Reason})
+	default:
+		return false
+	}
+	return true
+}
+
 // who is the request's actor (the Basic-auth user name, or token) and its reason.
 func who(r *http.Request, reason string) limits.Who {
 	return limits.Who{Actor: sanitize(actor(r)), Reason: reason}
@@ -162,12 +177,8 @@ func who(r *http.Request, reason string) limits.Who {
 
 // fail answers a manager's error: its status and code, or 503 when the store failed.
 func (q quotas) fail(w http.ResponseWriter, err error, limit string) {
-	var invalid *limits.InvalidError
 	switch {
-	case errors.Is(err, limits.ErrUnknownLimit):
-		writeError(w, http.StatusNotFound, "unknown_limit", "No enabled limit is named "+strconv.Quote(clip(sanitize(limit)))+" (for this tenant).")
-	case errors.As(err, &invalid):
-		writeFieldError(w, &fieldError{invalid.Field, invalid.Reason})
+	case writeLimitError(w, err, limit):
 	case errors.Is(err, limits.ErrNoOverride):
 		writeError(w, http.StatusNotFound, "unknown_override", "This tenant has no override in force on this limit.")
 	default:
