@@ -48,11 +48,7 @@ func (g *Gateway) upstreamRefusedKey(s *scope, status int) {
 		s.refund = refundUpstream403
 	}
 	taken, reason, route := s.taken, s.refund, s.route.name
-	g.debits.Add(1)
-	go func() {
-		defer g.debits.Done()
-		ctx, cancel := context.WithTimeout(context.Background(), debitTimeout)
-		defer cancel()
+	g.afterAnswer(func(ctx context.Context) {
 		if err := g.limiter.Refund(ctx, taken); err != nil {
 			// The units stay taken: the tenant is under-served until the window ends, never
 			// over it.
@@ -62,5 +58,5 @@ func (g *Gateway) upstreamRefusedKey(s *scope, status int) {
 		for i := range taken {
 			g.metrics.Refunded(taken[i].Rule.Name, reason)
 		}
-	}()
+	})
 }

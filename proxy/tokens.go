@@ -30,15 +30,23 @@ func (g *Gateway) countTokens(s *scope, out *streamOutcome) {
 		return
 	}
 	hits, route := s.tokenHits, s.route.name
+	g.afterAnswer(func(ctx context.Context) {
+		if err := g.limiter.Debit(ctx, hits, n); err != nil {
+			// The tokens are lost to the limit (never double-counted): say so, with numbers.
+			g.log.Warn("token debit failed", zap.String("route", route), zap.Int64("tokens", n), zap.Error(err))
+		}
+	})
+}
+
+// afterAnswer runs a store write that follows an answer (a token debit, a settle, a refund)
+// off the request path, bounded by debitTimeout; Close waits for those under way.
+func (g *Gateway) afterAnswer(write func(ctx context.Context)) {
 	g.debits.Add(1)
 	go func() {
 		defer g.debits.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), debitTimeout)
 		defer cancel()
-		if err := g.limiter.Debit(ctx, hits, n); err != nil {
-			// The tokens are lost to the limit (never double-counted): say so, with numbers.
-			g.log.Warn("token debit failed", zap.String("route", route), zap.Int64("tokens", n), zap.Error(err))
-		}
+		write(ctx)
 	}()
 }
 
@@ -83,11 +91,7 @@ func (g *Gateway) settleHolds(s *scope, out *streamOutcome) {
 		n = prompt + completion
 	}
 	held, hold, route := s.held, s.hold, s.route.name
-	g.debits.Add(1)
-	go func() {
-		defer g.debits.Done()
-		ctx, cancel := context.WithTimeout(context.Background(), debitTimeout)
-		defer cancel()
+	g.afterAnswer(func(ctx context.Context) {
 		expired, err := g.limiter.Settle(ctx, hold, held, n)
 		if err != nil {
 			// The holds and slots come back when their reserve_ttl ends; the tokens are lost.
@@ -96,7 +100,7 @@ func (g *Gateway) settleHolds(s *scope, out *streamOutcome) {
 		for _, name := range expired {
 			g.metrics.HoldExpired(name)
 		}
-	}()
+	})
 }
 
 // keepHeld records the token holds and stream slots an admitting decision took, to be
