@@ -98,7 +98,7 @@ func Handler(o Options) http.Handler {
 	}
 	if o.History != nil {
 		mux.Handle("GET /usage/history", guard(http.HandlerFunc(h.history)))
-		mux.Handle("GET /usage/export", guard(http.HandlerFunc(h.export)))
+		mux.Handle("GET /usage/export", guard(ownPagesOnly(http.HandlerFunc(h.export))))
 	}
 	if o.Keys != nil {
 		k := keys{km: o.Keys, knownPlan: o.KnownPlan}

@@ -64,6 +64,23 @@ func newAccess(o Options) *access {
 	return a
 }
 
+// ownPagesOnly refuses a read with a side cost when a browser makes it for a page of another
+// origin (an <img> or link on any site, sent with the operator's cached Basic credentials):
+// GET /usage/export builds a sorted set of every tenant in Redis per call. The usage page's
+// own link (same-origin), a typed address or bookmark (none) and clients that send no
+// Sec-Fetch-Site (the CLI, curl, scripts) pass.
+func ownPagesOnly(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.Header.Get("Sec-Fetch-Site") {
+		case "", "same-origin", "none":
+			next.ServeHTTP(w, r)
+		default:
+			writeError(w, http.StatusForbidden, "cross_origin_refused",
+				"Refused: an export requested by a page of another origin. Open it from the usage page, or use curl or the admin API directly.")
+		}
+	})
+}
+
 // protect wraps the whole admin mux: the Host check, cross-origin protection and the audit of
 // writes. writes maps the mux patterns of write endpoints to their audit action.
 func (a *access) protect(mux *http.ServeMux, writes map[string]string) http.Handler {

@@ -292,3 +292,26 @@ func TestAuditLines(t *testing.T) {
 		}
 	}
 }
+
+// An export asked for by a page of another origin (an <img> or link carrying the operator's
+// cached credentials) is refused before it costs the store anything; the usage page's own
+// link, a typed address and clients without browser headers pass.
+func TestExportOwnPagesOnly(t *testing.T) {
+	ran := 0
+	h := ownPagesOnly(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { ran++ }))
+	for site, want := range map[string]int{"": 200, "same-origin": 200, "none": 200, "same-site": 403, "cross-site": 403} {
+		before := ran
+		r := httptest.NewRequest("GET", "/usage/export?limit=x&window=current", nil)
+		if site != "" {
+			r.Header.Set("Sec-Fetch-Site", site)
+		}
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		if w.Code != want || (want == 403) != (ran == before) {
+			t.Errorf("Sec-Fetch-Site %q: %d (handler ran %t), want %d", site, w.Code, ran > before, want)
+		}
+		if want == 403 && !strings.Contains(w.Body.String(), `"code":"cross_origin_refused"`) {
+			t.Errorf("Sec-Fetch-Site %q: %s", site, w.Body.String())
+		}
+	}
+}
