@@ -75,6 +75,9 @@ type Limit struct {
 	// lives unsettled, so those of a gateway that died come back; longer than the longest
 	// answer. 0: 10m.
 	ReserveTTL time.Duration `yaml:"reserve_ttl"`
+	// EstimateMax (tokens limits) is the most an answer without a final usage report is
+	// charged for its prompt by estimate; absent: DefaultEstimateMax.
+	EstimateMax *int64 `yaml:"estimate_max"`
 	// History is how many ended windows the limit keeps for /usage/history and /usage/export
 	// (fixed windows; a GCRA limit keeps none); absent: 48 for hour, 35 for day, 13 for month,
 	// 10 for a duration; 0 keeps none.
@@ -93,8 +96,15 @@ type LimitSpec struct {
 	// Reserve and ReserveTTL: see Limit.
 	Reserve    int64
 	ReserveTTL time.Duration
-	History    *int // nil: limits.DefaultHistory of the window
+	// EstimateMax: see Limit; DefaultEstimateMax unless set.
+	EstimateMax int64
+	History     *int // nil: limits.DefaultHistory of the window
 }
+
+// DefaultEstimateMax is a tokens limit's estimate_max when it sets none: a long conversation's
+// prompt, while one request can never charge a tenant more by estimate than this plus the
+// answer text that actually passed.
+const DefaultEstimateMax = 4096
 
 // HistoryOf is the number of ended windows s keeps: History, else the default of window w.
 func (s *LimitSpec) HistoryOf(w limits.Window) int {
@@ -107,10 +117,10 @@ func (s *LimitSpec) HistoryOf(w limits.Window) int {
 // BuiltinLimits are the platform's documented limits.
 func BuiltinLimits() []LimitSpec {
 	return []LimitSpec{
-		{Name: "agent_job_per_project", Limit: 100, Window: "hour", By: "project", Algorithm: "fixed", Unit: "requests"},
-		{Name: "assistant_per_key", Limit: 10000, Window: "month", By: "key", Algorithm: "fixed", Unit: "requests"},
-		{Name: "assistant_per_org", Limit: 10000, Window: "hour", By: "org", Algorithm: "fixed", Unit: "requests"},
-		{Name: "assistant_per_ip", Limit: 10000, Window: "day", By: "ip", Algorithm: "fixed", Unit: "requests"},
+		{Name: "agent_job_per_project", Limit: 100, Window: "hour", By: "project", Algorithm: "fixed", Unit: "requests", EstimateMax: DefaultEstimateMax},
+		{Name: "assistant_per_key", Limit: 10000, Window: "month", By: "key", Algorithm: "fixed", Unit: "requests", EstimateMax: DefaultEstimateMax},
+		{Name: "assistant_per_org", Limit: 10000, Window: "hour", By: "org", Algorithm: "fixed", Unit: "requests", EstimateMax: DefaultEstimateMax},
+		{Name: "assistant_per_ip", Limit: 10000, Window: "day", By: "ip", Algorithm: "fixed", Unit: "requests", EstimateMax: DefaultEstimateMax},
 	}
 }
 
@@ -120,7 +130,7 @@ func (c *Config) ResolvedLimits() []LimitSpec {
 	for name, l := range c.Limits {
 		i := slices.IndexFunc(specs, func(s LimitSpec) bool { return s.Name == name })
 		if i < 0 {
-			specs = append(specs, LimitSpec{Name: name, Algorithm: "fixed", Unit: "requests"})
+			specs = append(specs, LimitSpec{Name: name, Algorithm: "fixed", Unit: "requests", EstimateMax: DefaultEstimateMax})
 			i = len(specs) - 1
 		}
 		specs[i].override(l)
@@ -167,6 +177,9 @@ func (s *LimitSpec) override(l Limit) {
 	}
 	if l.ReserveTTL != 0 {
 		s.ReserveTTL = l.ReserveTTL
+	}
+	if l.EstimateMax != nil {
+		s.EstimateMax = *l.EstimateMax
 	}
 	if l.History != nil {
 		s.History = l.History
@@ -262,7 +275,7 @@ func (v *validator) limits(c *Config) {
 			if l.Unit != "" && l.Unit != b.Unit {
 				v.fail(key+".unit", "a plan cannot change what %s counts (%s)", name, b.Unit)
 			}
-			v.limit(key, name, Limit{Limit: l.Limit, Window: l.Window, By: b.By, Algorithm: l.Algorithm, Mode: l.Mode, Reserve: l.Reserve, ReserveTTL: l.ReserveTTL, History: l.History}, true)
+			v.limit(key, name, Limit{Limit: l.Limit, Window: l.Window, By: b.By, Algorithm: l.Algorithm, Mode: l.Mode, Reserve: l.Reserve, ReserveTTL: l.ReserveTTL, EstimateMax: l.EstimateMax, History: l.History}, true)
 		}
 	}
 	v.tokensLimits(c)
@@ -340,6 +353,9 @@ func (v *validator) limit(key, name string, l Limit, partial bool) {
 	if l.Reserve != nil && *l.Reserve < 0 {
 		v.fail(key+".reserve", "must not be negative (0 holds nothing)")
 	}
+	if l.EstimateMax != nil && (*l.EstimateMax < 0 || *l.EstimateMax > limits.MaxLimit) {
+		v.fail(key+".estimate_max", "%d is not a number of tokens from 0 to %d", *l.EstimateMax, int64(limits.MaxLimit))
+	}
 	if l.ReserveTTL < 0 || l.ReserveTTL > 0 && l.ReserveTTL < time.Second {
 		v.fail(key+".reserve_ttl", "%s: must be at least 1s, and longer than the longest answer (0 is 10m)", l.ReserveTTL)
 	}
@@ -383,25 +399,29 @@ func (v *validator) exactLimits(c *Config) {
 }
 
 // tokensLimits checks tokens limits as resolved, defaults and every plan: they count in fixed
-// windows (a debit adds to the current window), and by org or key, the tenants whose answers
-// carry a token usage.
+// windows (a debit adds to the current window), and by org, key or ip, the tenants of the
+// assistant routes whose answers carry a token usage (a project is an agent job's, whose
+// answer carries none). Only they take estimate_max.
 func (v *validator) tokensLimits(c *Config) {
-	check := func(prefix string, specs []LimitSpec) {
+	check := func(prefix string, specs []LimitSpec, set func(name string) bool) {
 		for _, s := range specs {
 			if s.Unit != "tokens" {
+				if set(s.Name) {
+					v.fail(prefix+s.Name+".estimate_max", "only a tokens limit charges an estimate")
+				}
 				continue
 			}
 			if s.Algorithm != "" && s.Algorithm != "fixed" {
 				v.fail(prefix+s.Name+".algorithm", "a tokens limit counts in fixed windows (algorithm: fixed)")
 			}
-			if s.By != "org" && s.By != "key" {
-				v.fail(prefix+s.Name+".by", "a tokens limit counts by org or key, not %s", s.By)
+			if s.By != "org" && s.By != "key" && s.By != "ip" {
+				v.fail(prefix+s.Name+".by", "a tokens limit counts by org, key or ip, not %s", s.By)
 			}
 		}
 	}
-	check("limits.", c.ResolvedLimits())
+	check("limits.", c.ResolvedLimits(), func(name string) bool { return c.Limits[name].EstimateMax != nil })
 	for plan := range c.Plans {
-		check("plans."+plan+".", c.PlanLimits(plan))
+		check("plans."+plan+".", c.PlanLimits(plan), func(name string) bool { return c.Plans[plan][name].EstimateMax != nil })
 	}
 }
 

@@ -29,6 +29,9 @@ type Rule struct {
 	// ReserveTTL (Tokens limits with a Reserve, Streams limits) is how long a hold or a slot
 	// lives unsettled: one whose gateway died comes back then. 0 is DefaultReserveTTL.
 	ReserveTTL time.Duration
+	// EstimateMax (Tokens limits) bounds the prompt tokens charged by estimate to an answer
+	// that reported no final usage. The caller computes the charge; the stores never read it.
+	EstimateMax int64
 	// Shadow makes the limit count without ever denying: a decision admits when the other
 	// limits have room, and then charges this one too if it still has room (see Decision).
 	// It does not change the limit's counters: a shadow and an enforced Rule of one name,

@@ -33,8 +33,8 @@ func (g *Gateway) finish(s *scope, r *http.Request) {
 			m.FirstByte.Observe(s.w.firstByte.Sub(s.start).Seconds())
 		}
 		m.StreamDuration.Observe(elapsed.Seconds())
-		g.countTokens(s, out)
 	}
+	g.countTokens(s, out)
 	g.settleHolds(s, out)
 	if s.span != nil {
 		g.endSpan(s, status, out)

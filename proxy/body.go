@@ -45,11 +45,14 @@ func (g *Gateway) readBody(s *scope, r *http.Request) bool {
 	}
 	s.bodyUnread = false
 	s.bodyBytes = len(body)
+	s.promptBytes = len(body)
 	if rt.validate != nil {
-		if err := rt.validate(body); err != nil {
+		text, err := rt.validate(body)
+		if err != nil {
 			g.rejectBody(s, err)
 			return false
 		}
+		s.promptBytes = text
 	}
 	g.replaceBody(s, r, body)
 	return true

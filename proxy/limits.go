@@ -131,6 +131,7 @@ func compileLimits(cfg *config.Config, routes []*route) (map[string][]routeLimit
 			c := compiledLimit{rule: &limits.Rule{Name: s.Name, Limit: s.Limit, Window: w, Algorithm: a, Unit: u, Shadow: s.Shadow, History: s.HistoryOf(w)}, by: b, shadow: s.Shadow}
 			set[s.Name] = c
 			c.rule.Reserve, c.rule.ReserveTTL = s.Reserve, s.ReserveTTL // holds (tokens with a reserve, streams)
+			c.rule.EstimateMax = s.EstimateMax
 			if s.Limit > 0 {
 				all[plan] = append(all[plan], routeLimit{rule: c.rule, by: b, shadow: c.shadow})
 			}

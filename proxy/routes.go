@@ -14,13 +14,16 @@ import (
 
 // route is one compiled entry of the route table.
 type route struct {
-	name     string
-	method   string
-	path     string
-	key      auth.Kind
-	stream   bool
-	cors     bool               // assistant routes: keys are public, browsers call them
-	validate func([]byte) error // nil: the body is forwarded unchecked (size cap only)
+	name   string
+	method string
+	path   string
+	key    auth.Kind
+	stream bool
+	cors   bool // assistant routes: keys are public, browsers call them
+	// validate checks a body and returns the length of its conversation text, what a
+	// prompt's tokens are estimated from; nil: the body is forwarded unchecked (size cap
+	// only), and its whole length counts as text.
+	validate func([]byte) (text int, err error)
 	// bodyCode is the error code of a refused body: invalid_request on the routes that had
 	// it before invalid_body existed (agent_job, assistant_message: their clients rely on
 	// it; a case-folded field is invalid_body there too), invalid_body on the others.
@@ -44,13 +47,16 @@ type route struct {
 func builtin() []route {
 	return []route{
 		{name: "agent_job", method: http.MethodPost, path: "/v2/agent/{projectId}/job",
-			key: auth.Admin, validate: validate.AgentJob, bodyCode: codeInvalidRequest},
+			key: auth.Admin, validate: agentJob, bodyCode: codeInvalidRequest},
 		{name: "assistant_message", method: http.MethodPost, path: "/discovery/v1/assistant/{domain}/message",
-			key: auth.Assistant, stream: true, validate: validate.AssistantMessage, bodyCode: codeInvalidRequest},
+			key: auth.Assistant, stream: true, validate: validate.AssistantMessageText, bodyCode: codeInvalidRequest},
 		{name: "assistant_message_v2", method: http.MethodPost, path: "/discovery/v2/assistant/{domain}/message",
-			key: auth.Assistant, stream: true, validate: validate.AssistantMessageV2, bodyCode: codeInvalidBody},
+			key: auth.Assistant, stream: true, validate: validate.AssistantMessageV2Text, bodyCode: codeInvalidBody},
 	}
 }
+
+// agentJob validates an agent job; its answer is no stream, so no tokens are estimated.
+func agentJob(body []byte) (int, error) { return 0, validate.AgentJob(body) }
 
 // Pseudo-routes name requests that match no route, for logs and metrics.
 const (

@@ -48,6 +48,7 @@ type scope struct {
 	code           string // the gateway's own error code when it answered itself
 	field          string // invalid_request: the offending field
 	bodyBytes      int
+	promptBytes    int    // the body's conversation text, what a prompt's tokens are estimated from
 	deniedBy       string // the limit that denied the request
 	shadowDenied   string // a shadow limit that would have denied it
 	limited        bool   // the gateway decided limits and owns the rate-limit headers

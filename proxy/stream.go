@@ -49,15 +49,62 @@ func (o *streamOutcome) result() string {
 	return "incomplete"
 }
 
-// tokens is what a stream is charged: the usage it reported, or else an estimate, because
-// a client that closes early (before the usage, which comes last) must not be charged 0:
-// the prompt is a token per 4 bytes of the request body, the completion a token per 4
-// bytes of the answer text that passed, both rounded up.
-func (o *streamOutcome) tokens(bodyBytes int) (prompt, completion int64, estimated bool) {
-	if o.usage {
-		return o.prompt, o.completion, false
+// tokenCharge is what an answer costs, before each tokens limit's own caps (see of). A stream
+// whose finish passed with a usage report costs that usage. Any other answer (cut, closed by
+// its client, or never begun) costs an estimate, because the usage comes last and a client
+// that closes early must not be charged 0; and never less than what the stream reported
+// before it ended, so an early report cannot lower the charge. The estimate's prompt is a
+// token per 4 bytes of the request's conversation text (not of its body: a filter or any other
+// field a client fills at will is no prompt), its completion a token per 4 bytes of the answer
+// text that passed, both rounded up.
+type tokenCharge struct {
+	final bool // the finish passed with a usage report: reported is the charge
+	// reported is the usage reported so far, prompt and completion.
+	reportedPrompt, reportedCompletion int64
+	prompt, completion                 int64 // the estimate; prompt not yet capped
+	text                               bool  // answer text passed
+}
+
+// chargeOf reads what an answer costs: out is nil when no stream began (the client went
+// away before the upstream's headers, or the answer is no stream).
+func chargeOf(out *streamOutcome, promptBytes int) tokenCharge {
+	c := tokenCharge{prompt: ceilQuarter(int64(promptBytes))}
+	if out == nil {
+		return c
 	}
-	return ceilQuarter(int64(bodyBytes)), ceilQuarter(o.textBytes), true
+	c.completion, c.text = ceilQuarter(out.textBytes), out.textBytes > 0
+	if out.usage {
+		c.reportedPrompt, c.reportedCompletion = out.prompt, out.completion
+		c.final = out.reason != ""
+	}
+	return c
+}
+
+// of is what one tokens limit is charged: estimateMax caps the estimated prompt, and an
+// answer none of whose text passed costs at most that prompt, at most reserve when the limit
+// held one (0: it held none).
+func (c tokenCharge) of(estimateMax, reserve int64) int64 {
+	p, q, _ := c.split(estimateMax, reserve)
+	return p + q
+}
+
+// split is of as prompt and completion tokens, for the metrics, and whether they are the
+// estimate rather than what the stream reported.
+func (c tokenCharge) split(estimateMax, reserve int64) (prompt, completion int64, estimated bool) {
+	if c.final {
+		return c.reportedPrompt, c.reportedCompletion, false
+	}
+	p, q := min(c.prompt, max(estimateMax, 0)), c.completion
+	if !c.text {
+		if reserve > 0 {
+			p = min(p, reserve)
+		}
+		q = 0
+	}
+	if c.reportedPrompt+c.reportedCompletion >= p+q && (c.reportedPrompt > 0 || c.reportedCompletion > 0) {
+		return c.reportedPrompt, c.reportedCompletion, false
+	}
+	return p, q, true
 }
 
 func ceilQuarter(n int64) int64 { return (n + 3) / 4 }

@@ -193,18 +193,46 @@ func TestUIStreamTapLongEvent(t *testing.T) {
 }
 
 func TestStreamTokens(t *testing.T) {
-	reported := streamOutcome{usage: true, prompt: 0, completion: 0, textBytes: 400}
-	if p, c, est := reported.tokens(1000); p != 0 || c != 0 || est {
-		t.Fatalf("reported usage: %d %d %v", p, c, est)
+	// A stream whose finish passed with its usage costs that usage, whatever passed.
+	final := chargeOf(&streamOutcome{usage: true, reason: "stop", prompt: 3, completion: 0, textBytes: 400}, 1000)
+	if p, c, est := final.split(4096, 0); p != 3 || c != 0 || est {
+		t.Fatalf("final usage: %d %d %v", p, c, est)
 	}
-	// None reported: ⌈body/4⌉ and ⌈text/4⌉, never 0 for a body.
+	// None reported: ⌈text/4⌉ and ⌈answer/4⌉, the prompt capped by estimate_max.
 	for _, c := range []struct {
-		body       int
+		prompt     int
 		text, p, q int64
-	}{{1, 0, 1, 0}, {4, 1, 1, 1}, {5, 8, 2, 2}, {200_000, 9, 50_000, 3}, {200_001, 13, 50_001, 4}} {
-		o := streamOutcome{textBytes: c.text}
-		if p, q, est := o.tokens(c.body); p != c.p || q != c.q || !est {
-			t.Fatalf("body %d text %d: %d %d %v, want %d %d", c.body, c.text, p, q, est, c.p, c.q)
+		max        int64
+	}{{1, 1, 1, 1, 4096}, {4, 1, 1, 1, 4096}, {5, 8, 2, 2, 4096}, {200_000, 9, 4096, 3, 4096}, {200_001, 13, 50_001, 4, 100_000}, {400, 4, 0, 1, 0}} {
+		o := chargeOf(&streamOutcome{textBytes: c.text}, c.prompt)
+		if p, q, est := o.split(c.max, 0); p != c.p || q != c.q || !est {
+			t.Fatalf("prompt %d text %d: %d %d %v, want %d %d", c.prompt, c.text, p, q, est, c.p, c.q)
+		}
+	}
+	// An early report never lowers the charge; a larger one than the estimate stands.
+	early := chargeOf(&streamOutcome{usage: true, prompt: 1, textBytes: 120_000}, 40)
+	if n := early.of(4096, 0); n != 10+30_000 {
+		t.Fatalf("early report of 1: charged %d, want the estimate %d", n, 10+30_000)
+	}
+	big := chargeOf(&streamOutcome{usage: true, prompt: 900, completion: 100, textBytes: 40}, 40)
+	if p, q, est := big.split(4096, 0); p != 900 || q != 100 || est {
+		t.Fatalf("reported 1000 over an estimate of 20: %d %d %v", p, q, est)
+	}
+	// No answer text: the prompt alone, at most estimate_max, at most the reserve held.
+	for _, c := range []struct {
+		out          *streamOutcome
+		max, reserve int64
+		want         int64
+	}{
+		{nil, 4096, 0, 4096},                                       // gone before the headers
+		{&streamOutcome{}, 4096, 0, 4096},                          // headers, no text
+		{&streamOutcome{}, 4096, 100, 100},                         // the reserve bounds it
+		{&streamOutcome{}, 50, 100, 50},                            // and estimate_max
+		{&streamOutcome{usage: true, prompt: 7}, 4096, 100, 100},   // an early report below it
+		{&streamOutcome{usage: true, prompt: 700}, 4096, 100, 700}, // the upstream's word above it
+	} {
+		if got := chargeOf(c.out, 1_000_000).of(c.max, c.reserve); got != c.want {
+			t.Errorf("%+v max %d reserve %d: charged %d, want %d", c.out, c.max, c.reserve, got, c.want)
 		}
 	}
 }

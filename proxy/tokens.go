@@ -2,11 +2,13 @@ package proxy
 
 import (
 	"context"
+	"math"
 	"slices"
 	"time"
 
 	"go.uber.org/zap"
 
+	"github.com/docsgate/gateway/config"
 	"github.com/docsgate/gateway/limits"
 )
 
@@ -15,27 +17,104 @@ import (
 // Redis a write cut short would be lost.
 const debitTimeout = 5 * time.Second
 
-// countTokens records a streamed answer's tokens once it has ended, the usage it reported or
-// else the estimate (streamOutcome.tokens): the metrics, and one debit of the request's
-// tokens limits. The debit is one store write made off the request path, so it never
-// delays a byte of the stream or the end of the request.
+// countTokens records a streamed answer's tokens once it has ended (see tokenCharge): the
+// metrics, and one debit of the request's tokens limits that hold nothing (those with a
+// reserve are settled by settleHolds). The debit is one store write made off the request
+// path, so it never delays a byte of the stream or the end of the request. out is nil when no
+// stream began.
 func (g *Gateway) countTokens(s *scope, out *streamOutcome) {
-	prompt, completion, estimated := out.tokens(s.bodyBytes)
-	s.route.metrics.Tokens(s.snap.orgLabel(s.org), prompt, completion)
-	if estimated {
-		s.route.metrics.TokensEstimated(prompt, completion)
+	c := chargeOf(out, s.promptBytes)
+	if out != nil {
+		prompt, completion, estimated := c.split(s.metricsEstimateMax(), 0)
+		s.route.metrics.Tokens(s.snap.orgLabel(s.org), prompt, completion)
+		if estimated {
+			s.route.metrics.TokensEstimated(prompt, completion)
+		}
 	}
-	n := prompt + completion
-	if n <= 0 || len(s.tokenHits) == 0 || g.limiter == nil {
+	if len(s.tokenHits) == 0 || g.limiter == nil || s.released(out) || out == nil && s.upstreamKind != "canceled" {
 		return
 	}
-	hits, route := s.tokenHits, s.route.name
-	g.afterAnswer(func(ctx context.Context) {
-		if err := g.limiter.Debit(ctx, hits, n); err != nil {
-			// The tokens are lost to the limit (never double-counted): say so, with numbers.
-			g.log.Warn("token debit failed", zap.String("route", route), zap.Int64("tokens", n), zap.Error(err))
+	route := s.route.name
+	byAmount(s.tokenHits, func(h limits.Hit) int64 { return c.of(h.Rule.EstimateMax, 0) }, func(hits []limits.Hit, n int64) {
+		if n <= 0 {
+			return
 		}
+		g.afterAnswer(func(ctx context.Context) {
+			if err := g.limiter.Debit(ctx, hits, n); err != nil {
+				// The tokens are lost to the limit (never double-counted): say so, with numbers.
+				g.log.Warn("token debit failed", zap.String("route", route), zap.Int64("tokens", n), zap.Error(err))
+			}
+		})
 	})
+}
+
+// anyAmount is the amount of a hit that takes any (a stream slot is given back whatever a
+// settle charges).
+const anyAmount = math.MinInt64
+
+// byAmount calls each with the hits that share an amount, and that amount: one store write
+// per amount. A request's limits rarely differ in what they are charged, so the common case
+// is one call with hits itself. Hits whose amount is anyAmount go with the first group
+// (anyAmount itself when every hit's is).
+func byAmount(hits []limits.Hit, amount func(limits.Hit) int64, each func(hits []limits.Hit, n int64)) {
+	for len(hits) > 0 {
+		n, split := int64(anyAmount), false
+		for _, h := range hits {
+			switch a := amount(h); {
+			case a == anyAmount || a == n:
+			case n == anyAmount:
+				n = a
+			default:
+				split = true
+			}
+		}
+		if !split {
+			each(hits, n)
+			return
+		}
+		var same, rest []limits.Hit
+		for _, h := range hits {
+			if a := amount(h); a == anyAmount || a == n {
+				same = append(same, h)
+			} else {
+				rest = append(rest, h)
+			}
+		}
+		each(same, n)
+		hits = rest
+	}
+}
+
+// metricsEstimateMax is the estimate cap of the tokens metrics: the largest estimate_max of
+// the request's tokens limits, else the default.
+func (s *scope) metricsEstimateMax() int64 {
+	m := int64(-1)
+	for _, h := range s.tokenHits {
+		m = max(m, h.Rule.EstimateMax)
+	}
+	for _, h := range s.held {
+		if h.Rule.Unit == limits.Tokens {
+			m = max(m, h.Rule.EstimateMax)
+		}
+	}
+	if m < 0 {
+		return config.DefaultEstimateMax
+	}
+	return m
+}
+
+// released says whether the request's answer costs nothing and its holds are released: the
+// upstream refused it (a 4xx or 5xx answer), never answered (the client did not go away: the
+// upstream failed), or broke off before any answer text or usage. A client that went away
+// pays for what passed (tokenCharge), whenever it left.
+func (s *scope) released(out *streamOutcome) bool {
+	switch {
+	case s.upstreamKind == "canceled":
+		return false
+	case s.upstreamStatus >= 400 || s.upstreamStatus == 0:
+		return true
+	}
+	return s.upstreamKind != "" && out != nil && out.textBytes == 0 && !out.usage
 }
 
 // afterAnswer runs a store write that follows an answer (a token debit, a settle, a refund)
@@ -66,40 +145,40 @@ func (g *Gateway) Close(ctx context.Context) error {
 
 // settleHolds ends the request's token holds and stream slots when its answer has ended, for
 // whatever reason (finish, cut, upstream error, client gone): a slot is given back; a hold
-// becomes the answer's tokens (the usage the stream reported, or else the estimate, as
-// countTokens charges them, so a client that went away pays for what passed), or is released
-// when the upstream failed or refused (a 4xx or 5xx answer, an error before any answer text).
-// One store write off the request path; a hold whose write fails comes back after reserve_ttl.
+// becomes the answer's tokens as tokenCharge has them (capped by the hold when no text
+// passed), or is released when the answer costs nothing (released). One store write off the
+// request path (one per amount when the held limits' caps give different ones); a hold
+// whose write fails comes back after reserve_ttl.
 func (g *Gateway) settleHolds(s *scope, out *streamOutcome) {
 	if len(s.held) == 0 || g.limiter == nil {
 		return
 	}
-	n := int64(-1) // released
-	switch {
-	case s.upstreamKind == "canceled": // the client went away: charged like a stream without usage
-		n = ceilQuarter(int64(s.bodyBytes))
-		if out != nil {
-			prompt, completion, _ := out.tokens(s.bodyBytes)
-			n = prompt + completion
+	c := chargeOf(out, s.promptBytes)
+	released := s.released(out)
+	hold, route := s.hold, s.route.name
+	amount := func(h limits.Hit) int64 {
+		switch {
+		case released:
+			return -1
+		case h.Rule.Unit != limits.Tokens:
+			return anyAmount
+		case out == nil && s.upstreamKind != "canceled": // an answer that is no stream
+			return 0
 		}
-	case s.upstreamStatus >= 400 || s.upstreamStatus == 0: // refused, or no answer at all
-	case out == nil: // an answer that is no stream carries no usage
-		n = 0
-	case s.upstreamKind != "" && out.textBytes == 0 && !out.usage: // broke off before any text
-	default:
-		prompt, completion, _ := out.tokens(s.bodyBytes)
-		n = prompt + completion
+		return c.of(h.Rule.EstimateMax, h.Rule.Reserve)
 	}
-	held, hold, route := s.held, s.hold, s.route.name
-	g.afterAnswer(func(ctx context.Context) {
-		expired, err := g.limiter.Settle(ctx, hold, held, n)
-		if err != nil {
-			// The holds and slots come back when their reserve_ttl ends; the tokens are lost.
-			g.log.Warn("settling holds failed", zap.String("route", route), zap.Int64("tokens", n), zap.Error(err))
-		}
-		for _, name := range expired {
-			g.metrics.HoldExpired(name)
-		}
+	byAmount(s.held, amount, func(held []limits.Hit, n int64) {
+		n = max(n, -1) // slots alone: given back, nothing charged
+		g.afterAnswer(func(ctx context.Context) {
+			expired, err := g.limiter.Settle(ctx, hold, held, n)
+			if err != nil {
+				// The holds and slots come back when their reserve_ttl ends; the tokens are lost.
+				g.log.Warn("settling holds failed", zap.String("route", route), zap.Int64("tokens", n), zap.Error(err))
+			}
+			for _, name := range expired {
+				g.metrics.HoldExpired(name)
+			}
+		})
 	})
 }
 

@@ -25,11 +25,21 @@ const maxCurrentPath = 200
 // Other fields are allowed and forwarded. It returns a *Error for the first
 // problem found, or nil when the body is valid. The body is not modified.
 func AssistantMessage(body []byte) error {
+	_, err := AssistantMessageText(body)
+	return err
+}
+
+// AssistantMessageText is AssistantMessage that also returns the length of the
+// conversation's text: the bytes of the messages' content strings and of the
+// context values, as they stand in the body (escapes included). That is what a
+// prompt's tokens are estimated from, not the body's length: a filter or any
+// other field a client fills at will carries no prompt.
+func AssistantMessageText(body []byte) (int, error) {
 	s := scanner{data: body}
 	if err := s.assistantMessage(&schemaV1); err != nil {
-		return err
+		return 0, err
 	}
-	return nil // not a nil *Error: that would be a non-nil error interface
+	return s.text, nil // not a nil *Error: that would be a non-nil error interface
 }
 
 // AssistantMessageV2 validates the body of
@@ -46,11 +56,20 @@ func AssistantMessage(body []byte) error {
 // allowed and forwarded. It returns a *Error for the first problem found, or
 // nil when the body is valid. The body is not modified.
 func AssistantMessageV2(body []byte) error {
+	_, err := AssistantMessageV2Text(body)
+	return err
+}
+
+// AssistantMessageV2Text is AssistantMessageV2 that also returns the length of
+// the conversation's text: the bytes of the string "text" member of the
+// messages' parts (text and reasoning parts) and of the context values, as they
+// stand in the body (escapes included). See AssistantMessageText.
+func AssistantMessageV2Text(body []byte) (int, error) {
 	s := scanner{data: body}
 	if err := s.assistantMessage(&schemaV2); err != nil {
-		return err
+		return 0, err
 	}
-	return nil
+	return s.text, nil
 }
 
 // assistantSchema is what differs between the two versions of the assistant
@@ -321,8 +340,12 @@ func (s *scanner) message(sc *assistantSchema, i int) *Error {
 		if s.peek() != '"' {
 			return s.mismatch(elem("messages", i, name), reasonString, levelItem)
 		}
-		if _, _, err := s.str(); err != nil {
+		raw, _, err := s.str()
+		if err != nil {
 			return err
+		}
+		if bit == seenContent {
+			s.text += len(raw)
 		}
 	}
 	switch {
@@ -370,6 +393,14 @@ func (s *scanner) parts(i int) *Error {
 			if k := unescape(key, escaped, &buf); string(k) != "type" {
 				if known := foldedName(k, partNames[:]); known != "" {
 					return foldedError(elem(elem("messages", i, "parts"), j, known), k)
+				}
+				if string(k) == "text" && s.peek() == '"' { // a text or reasoning part's text
+					raw, _, err := s.str()
+					if err != nil {
+						return err
+					}
+					s.text += len(raw)
+					continue
 				}
 				if err := s.skipValue(levelPartObj); err != nil {
 					if isTooDeep(err) { // name the part only on failure: no allocation otherwise
@@ -446,9 +477,11 @@ func (s *scanner) contextItem(k int) *Error {
 			if s.peek() != '"' {
 				return s.mismatch(elem("context", k, "value"), reasonString, levelItem)
 			}
-			if _, _, err := s.str(); err != nil {
+			raw, _, err := s.str()
+			if err != nil {
 				return err
 			}
+			s.text += len(raw)
 		case "type":
 			if seenType {
 				return fieldError(elem("context", k, "type"), reasonDuplicated)

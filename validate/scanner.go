@@ -13,6 +13,7 @@ import (
 type scanner struct {
 	data []byte
 	pos  int
+	text int // the conversation text's bytes seen so far (assistant bodies)
 }
 
 // skipWS skips the four whitespace bytes JSON allows between tokens.
