@@ -332,7 +332,7 @@ func (s *scanner) message(sc *assistantSchema, i int) *Error {
 		}
 		seen |= bit
 		if bit == seenParts {
-			if err := s.parts(i); err != nil {
+			if err := s.parts(i, sc.partsRequired); err != nil {
 				return err
 			}
 			continue
@@ -362,8 +362,10 @@ func (s *scanner) message(sc *assistantSchema, i int) *Error {
 }
 
 // parts checks messages[i].parts: an array of objects, each with a string
-// "type"; other part fields are free.
-func (s *scanner) parts(i int) *Error {
+// "type"; other part fields are free. With countText (v2, where the parts are
+// the message), a part's string "text" counts as conversation text; a v1
+// message's parts repeat its content, which counts instead.
+func (s *scanner) parts(i int, countText bool) *Error {
 	if s.peek() != '[' {
 		return s.mismatch(elem("messages", i, "parts"), reasonArrayOfObjects, levelItem)
 	}
@@ -394,7 +396,7 @@ func (s *scanner) parts(i int) *Error {
 				if known := foldedName(k, partNames[:]); known != "" {
 					return foldedError(elem(elem("messages", i, "parts"), j, known), k)
 				}
-				if string(k) == "text" && s.peek() == '"' { // a text or reasoning part's text
+				if countText && string(k) == "text" && s.peek() == '"' { // a text or reasoning part's text
 					raw, _, err := s.str()
 					if err != nil {
 						return err

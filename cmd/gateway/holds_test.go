@@ -512,9 +512,9 @@ routes:
 		slotBack(fp)
 	}
 
-	// The client reads the first text and goes away: 30 bytes of body (8 tokens) and 2 of
-	// text (1 token) are charged, as for any stream without usage.
-	req, _ := http.NewRequest("POST", "http://"+p.public+"/discovery/v1/assistant/acme-docs/message", strings.NewReader(`{"fp":"t-40-60","messages":[]}`))
+	// The client reads the first text and goes away: 32 bytes of conversation text (8 tokens)
+	// and 2 of answer text (1 token) are charged, as for any stream without usage.
+	req, _ := http.NewRequest("POST", "http://"+p.public+"/discovery/v1/assistant/acme-docs/message", strings.NewReader(`{"fp":"t-40-60","messages":[{"id":"1","role":"user","content":"0123456789abcdefghijklmnopqrstuv"}]}`))
 	req.Header.Set("Authorization", "Bearer svc_dsc_gone")
 	req.Header.Set("Content-Type", "application/json")
 	res, err := http.DefaultClient.Do(req)

@@ -189,8 +189,13 @@ func readPart(br *bufio.Reader, v2 bool) (string, error) {
 
 // scenarioBody is the request body of a scenario, valid on both versions (content and
 // parts), padded so that its length is no multiple of 4 and the rounding up shows.
+// scenarioQuestion is the conversation's text of scenarioBody (v1's content, v2's text part):
+// an answer without usage is charged a token per 4 of its bytes for the prompt, whatever pads
+// the body.
+const scenarioQuestion = "How do I rotate a key?"
+
 func scenarioBody(fp string) string {
-	b := `{"fp":"` + fp + `","messages":[{"id":"u1","role":"user","content":"How do I rotate a key?","parts":[{"type":"text","text":"How do I rotate a key?"}]}],"pad":"`
+	b := `{"fp":"` + fp + `","messages":[{"id":"u1","role":"user","content":"` + scenarioQuestion + `","parts":[{"type":"text","text":"` + scenarioQuestion + `"}]}],"pad":"`
 	for len(b+`"}`)%4 != 3 {
 		b += "x"
 	}
@@ -299,16 +304,16 @@ func TestStreamScenariosV1AndV2(t *testing.T) {
 						}
 						time.Sleep(10 * time.Millisecond)
 					}
-					w = want{"incomplete", ceil4(len(body)), ceil4(len(scenarioTexts[0])), true}
+					w = want{"incomplete", ceil4(len(scenarioQuestion)), ceil4(len(scenarioTexts[0])), true}
 				default:
 					got, _ = io.ReadAll(br)
 					switch sc {
 					case "cut-after-usage":
 						w = want{"incomplete", scenarioPrompt, scenarioCompletion, false}
 					case "cut-before-usage":
-						w = want{"incomplete", ceil4(len(body)), ceil4(len(scenarioTexts[0]) + len(scenarioTexts[1])), true}
+						w = want{"incomplete", ceil4(len(scenarioQuestion)), ceil4(len(scenarioTexts[0]) + len(scenarioTexts[1])), true}
 					case "error":
-						w = want{"error", ceil4(len(body)), ceil4(len(scenarioTexts[0])), true}
+						w = want{"error", ceil4(len(scenarioQuestion)), ceil4(len(scenarioTexts[0])), true}
 					}
 				}
 				// Every byte the upstream wrote, as it wrote it.

@@ -135,7 +135,7 @@ routes:
 		t.Run(st.name, func(t *testing.T) {
 			p := startGateway(t, up, st.start(t)+cfg)
 			ask := func(org, key, fp string) *http.Response {
-				return send(t, p, "POST", "/discovery/v1/assistant/"+org+"-docs/message", "svc_dsc_"+key, `{"fp":"`+fp+`","messages":[]}`)
+				return send(t, p, "POST", "/discovery/v1/assistant/"+org+"-docs/message", "svc_dsc_"+key, `{"fp":"`+fp+`","messages":[{"id":"1","role":"user","content":"How do I rotate my API key?"}]}`)
 			}
 			for i := range 9 {
 				if res := ask("acme", "acmekey1", "u-10-20-2-full"); res.StatusCode != 200 {
@@ -182,7 +182,7 @@ routes:
 				{id: "initech", used: 10, lim: 10}, {id: "globex", used: 8, lim: 10},
 			})
 			// globex and initech got answers without usage: each is charged the estimate, 7
-			// tokens for its 28-byte body and 1 for its 2 bytes of text (issue 22).
+			// tokens for its 27 bytes of conversation text and 1 for its 2 bytes of answer.
 			waitTokens("initech", 80)
 			waitTokens("globex", 64)
 			checkTop(t, getTop(t, p, "?limit=assistant_tokens_per_org"), "assistant_tokens_per_org", "month", "tokens", []wantTenant{
