@@ -154,16 +154,18 @@ const burnConfig = `
 limits:
   burn_held: {limit: 10000000, window: month, by: org, unit: tokens, reserve: 100}
   burn_debited: {limit: 10000000, window: month, by: org, unit: tokens}
+  burn_small: {limit: 10000000, window: month, by: org, unit: tokens, estimate_max: 10}
 routes:
   - name: assistant_message
-    limits: [burn_held, burn_debited]
+    limits: [burn_held, burn_debited, burn_small]
   - name: assistant_message_v2
-    limits: [burn_held, burn_debited]
+    limits: [burn_held, burn_debited, burn_small]
 `
 
 // One request that ends before any answer text passed, gone before the upstream's headers or
 // after them, is charged at most its conversation's prompt: never for a filter it filled, at
-// most the reserve where the limit holds one, at most estimate_max (default 4,096) where not.
+// most the reserve where the limit holds one, at most estimate_max (default 4,096; 10 on a
+// third limit) where not.
 // An early usage report never lowers what a cut answer costs. Both protocols, both upstream
 // transports, the default estimate_max.
 func TestBurnOneRequest(t *testing.T) {
@@ -227,6 +229,9 @@ func TestBurnOneRequest(t *testing.T) {
 					if debited := settledUsage(t, p, org, "burn_debited"); debited != c.debited {
 						t.Errorf("%s: the limit without one was charged %d, want %d", org, debited, c.debited)
 					}
+					if small := settledUsage(t, p, org, "burn_small"); small != min(c.debited, 10) {
+						t.Errorf("%s: the limit with estimate_max 10 was charged %d, want %d", org, small, min(c.debited, 10))
+					}
 				}
 
 				// An early report of 1 token, then a long answer the client reads 120 KB of: the
@@ -248,7 +253,7 @@ func TestBurnOneRequest(t *testing.T) {
 						n, _ = io.CopyN(io.Discard, res.Body, 120_000)
 					}
 					res.Body.Close()
-					for _, name := range []string{"burn_held", "burn_debited"} {
+					for _, name := range []string{"burn_held", "burn_debited", "burn_small"} {
 						used := settledUsage(t, p, org, name)
 						switch {
 						case whole && used != 1+burnText/4:

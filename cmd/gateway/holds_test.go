@@ -583,6 +583,11 @@ func TestHoldConfigRefused(t *testing.T) {
 		{"t: {limit: 50, window: hour, by: org, unit: tokens, reserve: 5}\nplans: {gold: {t: {limit: 4}}}", "plans.gold.t.reserve: 5 is more than the limit (4)"},
 		{"t: {limit: 50, window: hour, by: org, unit: tokens}\nplans: {gold: {t: {reserve: 60}}}", "plans.gold.t.reserve: 60 is more than the limit (50)"},
 		{"s: {limit: 5, by: org, unit: streams}\nplans: {gold: {s: {window: hour}}}", "plans.gold.s.window: a streams limit counts answers in flight and has no window"},
+		{"r: {limit: 5, window: hour, by: org, estimate_max: 10}", "limits.r.estimate_max: only a tokens limit charges an estimate"},
+		{"t: {limit: 50, window: hour, by: org, unit: tokens, estimate_max: -1}", "limits.t.estimate_max: -1 is not a number of tokens from 0 to"},
+		{"t: {limit: 50, window: hour, by: org, unit: tokens}\nplans: {gold: {t: {estimate_max: -5}}}", "plans.gold.t.estimate_max: -5 is not a number of tokens"},
+		{"s: {limit: 5, by: org, unit: streams}\nplans: {gold: {s: {estimate_max: 9}}}", "plans.gold.s.estimate_max: only a tokens limit charges an estimate"},
+		{"t: {limit: 50, window: hour, by: project, unit: tokens}", "limits.t.by: a tokens limit counts by org, key or ip, not project"},
 	}
 	for _, c := range cases {
 		cfg := up + "limits:\n  " + c.limits + "\n"
@@ -595,9 +600,11 @@ func TestHoldConfigRefused(t *testing.T) {
 	ok := up + `limits:
   assistant_streams_per_org: {limit: 50, by: org, unit: streams, mode: shadow}
   assistant_tokens_per_org: {limit: 1000000, window: month, by: org, unit: tokens, reserve: 4000, reserve_ttl: 10m}
+  assistant_tokens_per_ip: {limit: 100000, window: day, by: ip, unit: tokens, reserve: 4000, estimate_max: 1000}
+plans: {gold: {assistant_tokens_per_org: {estimate_max: 8000}}}
 routes:
   - name: assistant_message
-    limits: [assistant_per_key, assistant_per_org, assistant_per_ip, assistant_tokens_per_org, assistant_streams_per_org]
+    limits: [assistant_per_key, assistant_per_org, assistant_per_ip, assistant_tokens_per_org, assistant_tokens_per_ip, assistant_streams_per_org]
 `
 	if out, err := exec.Command(gatewayBin, "-check-config", "-config", writeConfig(t, ok)).CombinedOutput(); err != nil {
 		t.Fatalf("the example is refused: %v %s", err, out)
