@@ -159,23 +159,7 @@ type orgUsage struct {
 // acmeUsage reads limit name of acme from the admin API of p.
 func acmeUsage(t *testing.T, p *proc, name string) orgUsage {
 	t.Helper()
-	code, body := adminGet(t, p, "/usage/orgs/acme", "")
-	if code != 200 {
-		t.Fatalf("/usage/orgs/acme: %d %s", code, body)
-	}
-	var out struct {
-		Limits []orgUsage `json:"limits"`
-	}
-	if err := json.Unmarshal([]byte(body), &out); err != nil {
-		t.Fatal(err)
-	}
-	for _, l := range out.Limits {
-		if l.Name == name {
-			return l
-		}
-	}
-	t.Fatalf("/usage/orgs/acme has no %s: %s", name, body)
-	return orgUsage{}
+	return orgLimitUsage(t, p, "acme", name)
 }
 
 // waitUsage polls until limit name of acme reads used and reserved (settling runs after the
