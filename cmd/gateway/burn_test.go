@@ -282,7 +282,8 @@ routes:
   - name: assistant_message
     limits: [tokens_per_ip]
 `
-	a, b := startGateway(t, up, cfg), startGateway(t, up, cfg)
+	// One replica on each upstream transport.
+	a, b := startGateway(t, up, "  transport: pool\n"+cfg), startGateway(t, up, "  transport: standard\n"+cfg)
 	ask := func(p *proc, ip string) int {
 		t.Helper()
 		req, _ := http.NewRequest("POST", "http://"+p.public+"/discovery/v1/assistant/acme-docs/message",
