@@ -86,14 +86,19 @@ func propertyRun(t *testing.T, srv *redistest.Server, seed uint64, steps int) {
 	pc := randomConfig(r)
 	prefix := fmt.Sprintf("prop%d", seed%1_000_000_007)
 	mem := newGateway(t, up, func(c *cfgT) { pc.apply(c) })
-	red := newGateway(t, up, func(c *cfgT) { pc.apply(c); c.Redis.Addrs = []string{srv.Addr}; c.Redis.KeyPrefix = prefix })
+	// This run proves the stores agree, not Redis' latency: a roomy redis.timeout keeps a slow
+	// call on a busy machine under -race from reading as a disagreement (503 against 429).
+	redisOf := func(c *cfgT) {
+		c.Redis.Addrs, c.Redis.KeyPrefix, c.Redis.Timeout = []string{srv.Addr}, prefix, 2*time.Second
+	}
+	red := newGateway(t, up, func(c *cfgT) { pc.apply(c); redisOf(c) })
 	reload := func() {
 		for _, g := range []*gateway{mem, red} {
 			cfg := config.Defaults()
 			cfg.Upstream.URL = up.URL
 			pc.apply(&cfg)
 			if g == red {
-				cfg.Redis.Addrs, cfg.Redis.KeyPrefix = []string{srv.Addr}, prefix
+				redisOf(&cfg)
 			}
 			if err := cfg.Validate(); err != nil {
 				t.Fatal(err)
