@@ -349,3 +349,64 @@ routes:
 		}
 	}
 }
+
+// A per-visitor cap on answers in flight: a streams limit by ip, across replicas, IPv6 clients
+// by their /64.
+func TestStreamsPerIPAcrossReplicas(t *testing.T) {
+	up := newGatedUpstream(t)
+	srv := redistest.Start(t)
+	cfg := fmt.Sprintf("redis: {addrs: [%q], timeout: 2s}\n", srv.Addr) + `client_ip: {trusted_proxies: ["127.0.0.1"]}
+limits:
+  streams_per_ip: {limit: 1, by: ip, unit: streams}
+routes:
+  - name: assistant_message
+    limits: [streams_per_ip]
+`
+	a, b := startGateway(t, up.url, "  transport: pool\n"+cfg), startGateway(t, up.url, "  transport: standard\n"+cfg)
+	var open sync.WaitGroup
+	ask := func(p *proc, ip string) int {
+		t.Helper()
+		req, _ := http.NewRequest("POST", "http://"+p.public+"/discovery/v1/assistant/acme-docs/message",
+			strings.NewReader(`{"fp":"t-1-1","messages":[{"id":"1","role":"user","content":"hi"}]}`))
+		req.Header.Set("Authorization", "Bearer svc_dsc_visitor")
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("X-Forwarded-For", ip)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		open.Add(1)
+		go func() { // an admitted answer runs until the gate opens
+			defer open.Done()
+			_, _ = io.Copy(io.Discard, res.Body)
+			res.Body.Close()
+		}()
+		return res.StatusCode
+	}
+	for _, c := range []struct{ first, second, other string }{
+		{"203.0.113.7", "203.0.113.7", "203.0.113.8"},
+		{"2001:db8:1:2::1", "2001:db8:1:2::ffff", "2001:db8:1:3::1"},
+	} {
+		if s := ask(a, c.first); s != 200 {
+			t.Fatalf("%s on a: %d", c.first, s)
+		}
+		if s := ask(b, c.second); s != 429 {
+			t.Fatalf("%s on b while %s streams on a: %d, want 429", c.second, c.first, s)
+		}
+		if s := ask(b, c.other); s != 200 {
+			t.Fatalf("%s, another visitor: %d", c.other, s)
+		}
+		up.open()
+		open.Wait()
+	}
+	// Every slot came back: the first visitor streams again.
+	deadline := time.Now().Add(5 * time.Second)
+	for ask(b, "203.0.113.7") != 200 {
+		if time.Now().After(deadline) {
+			t.Fatal("the slot never came back")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	up.open()
+	open.Wait()
+}
