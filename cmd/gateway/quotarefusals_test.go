@@ -230,3 +230,45 @@ func TestQuotaCLI(t *testing.T) {
 		t.Fatalf("audit after the CLI: %+v", e)
 	}
 }
+
+// A grant on a streams limit (answers in flight, no window) used to answer 201 with a
+// window_end a second ahead and vanish by then: it is refused naming the limit and pointing
+// to an override, through the API and the CLI, on Redis and in process; nothing is recorded,
+// and the override it points to is taken.
+func TestGrantOnStreamsLimitRefused(t *testing.T) {
+	up, _ := recordingUpstream(t)
+	cfg := `admin_token: ` + quotaToken + `
+orgs: {acme: [acme-docs]}
+limits:
+  assistant_streams_per_org: {limit: 5, by: org, unit: streams}
+routes:
+  - name: assistant_message
+    limits: [assistant_per_org, assistant_streams_per_org]
+`
+	for _, st := range quotaStores(true, false) {
+		t.Run(st.name, func(t *testing.T) {
+			p := startGateway(t, up, st.start(t)+cfg)
+			a := quotaAPI(t, p, "", "POST", "/quota/grants", `{"limit":"assistant_streams_per_org","id":"acme","amount":5,"reason":"launch"}`)
+			var body struct{ Error, Code, Field string }
+			if err := json.Unmarshal([]byte(a.body), &body); err != nil || a.status != 400 || body.Code != "invalid_request" || body.Field != "limit" ||
+				!strings.Contains(body.Error, "override") {
+				t.Fatalf("grant on a streams limit: %d %s, want 400 invalid_request naming limit and saying to use an override", a.status, a.body)
+			}
+			cmd := exec.Command(gatewayBin, "quota", "grant", "-admin=http://"+p.admin, "--limit", "assistant_streams_per_org", "--id", "acme", "--amount", "5", "--reason", "launch")
+			cmd.Env = append(cmd.Environ(), "GATEWAY_ADMIN_TOKEN="+quotaToken)
+			out, err := cmd.CombinedOutput()
+			if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 || !strings.Contains(string(out), "(400 invalid_request)") || !strings.Contains(string(out), "override") {
+				t.Fatalf("gateway quota grant on a streams limit: %v\n%s", err, out)
+			}
+			if e := auditOf(t, p); len(e) != 0 {
+				t.Fatalf("refused grants left audit entries: %+v", e)
+			}
+			// A grant on the requests limit of the same route still works.
+			mustStatus(t, quotaAPI(t, p, "", "POST", "/quota/grants", `{"limit":"assistant_per_org","id":"acme","amount":5,"reason":"launch"}`), 201)
+			o := mustStatus(t, quotaAPI(t, p, "", "PUT", "/quota/overrides/assistant_streams_per_org/acme", `{"limit":10,"ttl":"1h","reason":"launch"}`), 200)
+			if !strings.Contains(o.body, `"value":10`) {
+				t.Fatalf("override of the streams limit: %s", o.body)
+			}
+		})
+	}
+}
