@@ -56,7 +56,8 @@ type Options struct {
 	// (admin_hosts); any other Host gets 421.
 	Hosts []string
 	// FailureLimit is how many wrong tokens one client (IPv6: per IPv6Prefix) may send in a
-	// minute before it gets 429 and its tokens are no longer compared; 0: no limit.
+	// minute before its wrong tokens get 429 instead of 401; the right token is served
+	// whatever the client sent before. 0: no limit.
 	FailureLimit int
 	IPv6Prefix   int
 	// State reports the gateway's state for the usage page; nil shows none.
