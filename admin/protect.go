@@ -195,13 +195,7 @@ func (a *access) refuseSpent(w http.ResponseWriter, r *http.Request) bool {
 		return false
 	}
 	retry := max(int64((left+time.Second-1)/time.Second), 1)
-	w.Header().Set("Retry-After", strconv.FormatInt(retry, 10))
-	noteCode(w, "too_many_auth_failures")
-	writeJSON(w, http.StatusTooManyRequests, map[string]any{
-		"error":       fmt.Sprintf("Too many wrong admin tokens from this address. Please retry in %d s.", retry),
-		"code":        "too_many_auth_failures",
-		"retry_after": retry,
-	})
+	writeTooMany(w, "too_many_auth_failures", fmt.Sprintf("Too many wrong admin tokens from this address. Please retry in %d s.", retry), retry)
 	return true
 }
 
