@@ -185,6 +185,38 @@ func TestExportsBoundedAgainstStalledClients(t *testing.T) {
 		t.Error("the gateway did not log the stalled exports it cut short")
 	}
 
+	// Clients that go away, while the set is being built or after reading a little of the
+	// answer: their sets go as well (deleted on a context of the gateway's own, not the
+	// request's, which their leaving cancelled).
+	for _, readFirst := range []int{0, 64 << 10} {
+		conn, err := net.Dial("tcp", p.admin)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(conn, "GET /usage/export?limit=agent_job_per_project&window=current&format=json HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer %s\r\n\r\n", adminToken)
+		deadline := time.Now().Add(30 * time.Second)
+		for len(exportKeys(t, c)) == 0 {
+			if time.Now().After(deadline) {
+				t.Fatal("the export built no set")
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		if readFirst > 0 {
+			_ = conn.SetReadDeadline(time.Now().Add(30 * time.Second))
+			if _, err := io.ReadFull(conn, make([]byte, readFirst)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		conn.Close()
+		deadline = time.Now().Add(10 * time.Second) // well within the write deadline's 10 s plus the scan
+		for len(exportKeys(t, c)) > 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("a client that went away (after %d bytes) left %v", readFirst, exportKeys(t, c))
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+
 	// The slots are free again: an export read to the end is whole, and leaves nothing.
 	code, _, body := exportOf(t, p, "limit=agent_job_per_project&window=current")
 	recs, err := csv.NewReader(strings.NewReader(body)).ReadAll()

@@ -289,7 +289,7 @@ routes:
 // What an older gateway stored before format and separator characters were refused (an
 // audit entry whose actor and reason hold a bidi override, a line separator and a zero-width
 // space) is shown without them: by gateway quota audit and on the usage page.
-func TestStoredMisleadingTextNotShown(t *testing.T) {
+func TestQuotaAuditHidesStoredMisleadingText(t *testing.T) {
 	up, _ := recordingUpstream(t)
 	srv := redistest.Start(t)
 	p := startGateway(t, up, fmt.Sprintf("redis: {addrs: [%q]}\n%s", srv.Addr, quotaCfg))
