@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"net/netip"
+	"strconv"
 	"strings"
 	"time"
 
@@ -47,6 +48,13 @@ type Options struct {
 	// History backs GET /usage/history and GET /usage/export and the page's charts; nil
 	// disables them. Reads take TopTimeout (an export scans every counter of a limit).
 	History HistoryReader
+	// MaxExports is how many GET /usage/export answers the replica runs at once (each holds
+	// a sorted set of every tenant in Redis while it runs); beyond, 429 too_many_exports.
+	// 0: DefaultMaxExports.
+	MaxExports int
+	// ExportWriteTimeout is how long one write of an export may take (a client that accepts
+	// no byte for that long is cut off and its listing freed). 0: DefaultExportWriteTimeout.
+	ExportWriteTimeout time.Duration
 	// Token, when set, is required on every endpoint but /healthz and /readyz, as
 	// "Authorization: Bearer <token>" or as the password of HTTP Basic auth (any user name),
 	// so that a browser can open the usage page. Empty: write endpoints answer 403
@@ -56,7 +64,8 @@ type Options struct {
 	// (admin_hosts); any other Host gets 421.
 	Hosts []string
 	// FailureLimit is how many wrong tokens one client (IPv6: per IPv6Prefix) may send in a
-	// minute before it gets 429 and its tokens are no longer compared; 0: no limit.
+	// minute before its wrong tokens get 429 instead of 401; the right token is served
+	// whatever the client sent before. 0: no limit.
 	FailureLimit int
 	IPv6Prefix   int
 	// State reports the gateway's state for the usage page; nil shows none.
@@ -71,7 +80,7 @@ type Options struct {
 // Handler builds the admin listener's handler: the endpoints behind the checks of
 // protect.go (Host, cross-origin, token, JSON-only writes, audit).
 func Handler(o Options) http.Handler {
-	h := &handler{o: o, access: newAccess(o)}
+	h := &handler{o: o, access: newAccess(o), exports: newExportSlots(o.MaxExports)}
 	guard, write := h.access.guard, h.access.write
 	// writes maps each write endpoint's pattern to the action its audit line names.
 	writes := map[string]string{}
@@ -155,8 +164,9 @@ func Handler(o Options) http.Handler {
 }
 
 type handler struct {
-	o      Options
-	access *access
+	o       Options
+	access  *access
+	exports exportSlots
 }
 
 type usageJSON struct {
@@ -237,6 +247,13 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(code)
 	_, _ = w.Write(append(data, '\n'))
+}
+
+// writeTooMany answers 429 with the error code, Retry-After and "retry_after" (seconds).
+func writeTooMany(w http.ResponseWriter, errCode, msg string, retry int64) {
+	w.Header().Set("Retry-After", strconv.FormatInt(retry, 10))
+	noteCode(w, errCode)
+	writeJSON(w, http.StatusTooManyRequests, map[string]any{"error": msg, "code": errCode, "retry_after": retry})
 }
 
 func writeError(w http.ResponseWriter, code int, errCode, msg string) {

@@ -2,11 +2,8 @@ package admin
 
 import (
 	"context"
-	"encoding/csv"
-	"encoding/json"
 	"errors"
 	"net/http"
-	"strconv"
 	"time"
 
 	"go.uber.org/zap"
@@ -56,114 +53,6 @@ func (h *handler) history(w http.ResponseWriter, r *http.Request) {
 		out.Windows = append(out.Windows, windowJSON{u.Start, u.End, u.Used, u.Limit})
 	}
 	writeJSON(w, http.StatusOK, out)
-}
-
-// exportHeader is the CSV's first line.
-var exportHeader = []string{"id", "used", "limit", "plan", "label", "org"}
-
-type exportRowJSON struct {
-	ID    string `json:"id"`
-	Used  int64  `json:"used"`
-	Limit int64  `json:"limit"`
-	Plan  string `json:"plan"`
-	Label string `json:"label"`
-	Org   string `json:"org"`
-}
-
-// export serves GET /usage/export?limit=NAME&window=START[&format=csv|json]. The store is read
-// whole first (a failure is a clean 503), then the rows stream out as they are written.
-func (h *handler) export(w http.ResponseWriter, r *http.Request) {
-	p, ferr := params(r, "limit", "window", "format?")
-	if ferr != nil {
-		writeFieldError(w, ferr)
-		return
-	}
-	format := p["format"]
-	switch format {
-	case "":
-		format = "csv"
-	case "csv", "json":
-	default:
-		writeFieldError(w, &fieldError{"format", "must be csv (the default) or json"})
-		return
-	}
-	ctx, cancel := context.WithTimeout(r.Context(), h.o.TopTimeout)
-	defer cancel()
-	ex, err := h.o.History.Export(ctx, p["limit"], p["window"])
-	if err != nil {
-		h.historyFail(w, err, p["limit"])
-		return
-	}
-	defer func() {
-		if err := ex.Close(); err != nil {
-			h.o.Logger.Warn("usage export: freeing the sorted listing failed (it expires by itself)", zap.Error(err))
-		}
-	}()
-	name := "usage-" + ex.Limit + "-" + ex.Start.UTC().Format("20060102T150405Z") + "." + format
-	hd := w.Header()
-	hd.Set("Content-Disposition", `attachment; filename="`+name+`"`)
-	hd.Set("Cache-Control", "no-store")
-	hd.Set("X-Content-Type-Options", "nosniff")
-	if format == "json" {
-		hd.Set("Content-Type", "application/json; charset=utf-8")
-		err = writeExportJSON(w, ex)
-	} else {
-		// As the issue names it; the text is UTF-8 (RFC 7111 makes charset optional).
-		hd.Set("Content-Type", "text/csv")
-		err = writeExportCSV(w, ex)
-	}
-	if err != nil {
-		// The status is sent: breaking the connection (no final chunk) is how the client
-		// learns the file is incomplete, rather than taking a cut CSV for a whole one.
-		h.o.Logger.Warn("usage export cut short", zap.String("limit", ex.Limit), zap.Error(err))
-		panic(http.ErrAbortHandler)
-	}
-}
-
-func writeExportCSV(w http.ResponseWriter, ex limits.Export) error {
-	cw := csv.NewWriter(w)
-	if err := cw.Write(exportHeader); err != nil {
-		return err
-	}
-	rec := make([]string, len(exportHeader))
-	for row, err := range ex.Rows {
-		if err != nil {
-			return err
-		}
-		rec[0], rec[1], rec[2] = row.ID, strconv.FormatInt(row.Used, 10), strconv.FormatInt(row.Limit, 10)
-		rec[3], rec[4], rec[5] = row.Plan, row.Label, row.Org
-		if err := cw.Write(rec); err != nil {
-			return err
-		}
-	}
-	cw.Flush()
-	return cw.Error()
-}
-
-func writeExportJSON(w http.ResponseWriter, ex limits.Export) error {
-	head, _ := json.Marshal(struct {
-		Limit string    `json:"limit"`
-		Unit  string    `json:"unit"`
-		Start time.Time `json:"start"`
-		End   time.Time `json:"end"`
-	}{ex.Limit, ex.Unit, ex.Start, ex.End})
-	// The head object, reopened to append the tenants array as it streams.
-	if _, err := w.Write(append(head[:len(head)-1], `,"tenants":[`...)); err != nil {
-		return err
-	}
-	sep := []byte{}
-	for row, err := range ex.Rows {
-		if err != nil {
-			return err
-		}
-		b, _ := json.Marshal(exportRowJSON(row))
-		if _, err := w.Write(append(sep, b...)); err != nil {
-			return err
-		}
-		sep = []byte{','}
-	}
-	_, err := w.Write([]byte("]}\n"))
-	return err
 }
 
 func (h *handler) historyFail(w http.ResponseWriter, err error, limit string) {

@@ -139,7 +139,11 @@ func (k keys) add(w http.ResponseWriter, r *http.Request) {
 		e.Revoked = &revoked
 	}
 	setAuditTarget(r, e.Digest)
-	if err := e.Validate(); err != nil {
+	err := e.Validate()
+	if err == nil {
+		err = e.CheckText()
+	}
+	if err != nil {
 		writeError(w, http.StatusBadRequest, "invalid_request", "Invalid entry: "+err.Error()+".")
 		return
 	}

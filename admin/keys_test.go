@@ -162,6 +162,41 @@ func TestKeysAddRejects(t *testing.T) {
 	}
 }
 
+// Labels, orgs, plans, projects and domains are free text shown in exports, on the page and
+// by gateway keys list: a bidi override, a zero-width or a separator character is refused
+// (400 naming the field), and the text of any script passes.
+func TestKeysAddRefusesMisleadingText(t *testing.T) {
+	reg, _ := auth.NewMemoryRegistry(nil)
+	srv := keysServer(t, reg)
+	d := auth.Digest("svc_dsc_text")
+	entry := func(field, v string) string {
+		b, _ := json.Marshal(map[string]any{"digest": d, "kind": "assistant", "org": "acme", "domains": []string{"d"}, field: v})
+		return string(b)
+	}
+	for _, c := range []struct{ field, value, named string }{
+		{"label", "invoice\u202Efdp.exe", "label"},
+		{"label", "billing\u2028FORGED", "label"},
+		{"org", "ac\u200Bme", "org"},
+		{"label", "bot\u0085", "label"},
+		{"plan", "enter\u2066prise", "plan"},
+	} {
+		r := call(t, srv, "POST", "/keys", testToken, entry(c.field, c.value))
+		if r.code != 400 || r.body["code"] != "invalid_request" || !strings.Contains(r.raw, c.named+": must not hold") {
+			t.Errorf("%s %q: %d %s", c.field, c.value, r.code, r.raw)
+		}
+	}
+	b, _ := json.Marshal(map[string]any{"digest": d, "kind": "assistant", "org": "acme", "domains": []string{"docs.example", "x\u2029y"}})
+	if r := call(t, srv, "POST", "/keys", testToken, string(b)); r.code != 400 || !strings.Contains(r.raw, "domains[1]: must not hold") {
+		t.Errorf("a domain with U+2029: %d %s", r.code, r.raw)
+	}
+	if list, _ := reg.List(context.Background()); len(list) != 0 {
+		t.Fatalf("refused entries were registered: %+v", list)
+	}
+	if r := call(t, srv, "POST", "/keys", testToken, entry("label", "=Zoë's bot, 東京 (prod)")); r.code != 201 {
+		t.Fatalf("a plain label: %d %s", r.code, r.raw)
+	}
+}
+
 // failing is a registry whose store is down.
 type failing struct{}
 

@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/docsgate/gateway/auth"
+	"github.com/docsgate/gateway/internal/freetext"
 )
 
 // The admin listener defends itself against who can reach it and from where:
@@ -28,7 +29,10 @@ import (
 //     against Host), before any credential is looked at, so the Basic-auth credentials a
 //     browser caches for the usage page cannot be spent by a page of another site;
 //   - the token (bearer, or the Basic-auth password) is compared in constant time without
-//     revealing its length, and wrong tokens count against a per-client failure budget;
+//     revealing its length; the right token is always served, and wrong tokens count against
+//     a per-client failure budget, past which they get 429;
+//   - a Basic-auth user name (the actor of the audit trail) holding control, format or
+//     separator characters gets 400 invalid_request naming the field "user";
 //   - write endpoints refuse to run without a configured token (403 admin_token_required), take
 //     JSON only (415 before the body is read), and leave one audit line each.
 //
@@ -149,42 +153,50 @@ func normalizeHost(hostport string) string {
 }
 
 // guard requires the admin token when one is configured: as a bearer token, or as the
-// password of HTTP Basic auth (any user name), which browsers ask for by themselves. A client
-// that sent wrong tokens past its budget gets 429 and its token is not compared at all.
+// password of HTTP Basic auth (any user name), which browsers ask for by themselves. The
+// token is compared first, in constant time, and the right one is always served: a client
+// that sent wrong tokens past its budget gets 429 for its wrong ones only, so nobody who
+// shares the operator's address (a local user, an ingress, a port-forward) can lock the
+// operator out by guessing.
 func (a *access) guard(next http.Handler) http.Handler {
 	if !a.hasToken {
 		return next
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		client := a.client(r)
-		if a.limit > 0 {
-			if left, spent := a.budget.Spent(client, a.limit); spent {
-				retry := max(int64((left+time.Second-1)/time.Second), 1)
-				w.Header().Set("Retry-After", strconv.FormatInt(retry, 10))
-				noteCode(w, "too_many_auth_failures")
-				writeJSON(w, http.StatusTooManyRequests, map[string]any{
-					"error":       fmt.Sprintf("Too many wrong admin tokens from this address. Please retry in %d s.", retry),
-					"code":        "too_many_auth_failures",
-					"retry_after": retry,
-				})
+		got, sent := credential(r)
+		if a.matches(got) {
+			if fe := checkUser(r); fe != nil {
+				writeFieldError(w, fe)
 				return
 			}
-		}
-		got, sent := credential(r)
-		if !a.matches(got) {
-			if sent && a.limit > 0 {
-				// Only a token that was sent and is wrong counts: a browser's first request
-				// carries none, and a page of another site must not be able to lock the
-				// operator out by making the browser ask without credentials.
-				a.budget.Fail(client)
-			}
-			// Basic first: a browser then asks for credentials; API clients send Bearer.
-			w.Header()["Www-Authenticate"] = []string{`Basic realm="gateway"`, `Bearer realm="gateway"`}
-			writeError(w, http.StatusUnauthorized, "invalid_credentials", "This admin endpoint needs the admin token (Authorization: Bearer <token>, or HTTP Basic auth with the token as password).")
+			next.ServeHTTP(w, r)
 			return
 		}
-		next.ServeHTTP(w, r)
+		if a.limit > 0 && a.refuseSpent(w, r) {
+			return
+		}
+		if sent && a.limit > 0 {
+			// Only a token that was sent and is wrong counts: a browser's first request
+			// carries none, and a page of another site must not be able to spend the budget
+			// by making the browser ask without credentials.
+			a.budget.Fail(a.client(r))
+		}
+		// Basic first: a browser then asks for credentials; API clients send Bearer.
+		w.Header()["Www-Authenticate"] = []string{`Basic realm="gateway"`, `Bearer realm="gateway"`}
+		writeError(w, http.StatusUnauthorized, "invalid_credentials", "This admin endpoint needs the admin token (Authorization: Bearer <token>, or HTTP Basic auth with the token as password).")
 	})
+}
+
+// refuseSpent answers 429 too_many_auth_failures, with Retry-After, when the client has spent
+// its budget of wrong tokens, and reports whether it did.
+func (a *access) refuseSpent(w http.ResponseWriter, r *http.Request) bool {
+	left, spent := a.budget.Spent(a.client(r), a.limit)
+	if !spent {
+		return false
+	}
+	retry := max(int64((left+time.Second-1)/time.Second), 1)
+	writeTooMany(w, "too_many_auth_failures", fmt.Sprintf("Too many wrong admin tokens from this address. Please retry in %d s.", retry), retry)
+	return true
 }
 
 // matches compares digests of equal length in constant time: neither the token's bytes nor
@@ -308,19 +320,34 @@ func (a *access) audit(r *http.Request, action string, rec *auditRecord, w *audi
 }
 
 // actor names who made a write: the Basic-auth user name (the token is the password), or
-// "token" for a bearer token, or "none". A user name is the client's own text: clipped, and
-// never the password.
+// "token" for a bearer token, or "none". A user name is the client's own text: clipped,
+// cleaned as sanitize does (one with refused characters never gets past guard; this is for
+// the audit line of a request guard refused), and never the password.
 func actor(r *http.Request) string {
 	if user, _, ok := r.BasicAuth(); ok {
 		if user == "" {
 			return "basic"
 		}
-		return clip(user)
+		return sanitize(clip(user))
 	}
 	if strings.HasPrefix(r.Header.Get("Authorization"), "Bearer ") {
 		return "token"
 	}
 	return "none"
+}
+
+// checkUser refuses a Basic-auth user name that would mislead where it is kept and shown
+// (the audit trail, the log, the usage page, gateway quota audit): one holding characters
+// freetext refuses, such as a bidi override (U+202E) or a line separator (U+2028).
+func checkUser(r *http.Request) *fieldError {
+	user, _, ok := r.BasicAuth()
+	if !ok {
+		return nil
+	}
+	if err := freetext.Check(user); err != nil {
+		return &fieldError{"user", "the Basic-auth user name " + err.Error() + "; sign in again with a plain name"}
+	}
+	return nil
 }
 
 // IsLoopbackListen reports whether a listen address only accepts connections from this host.

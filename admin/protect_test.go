@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
@@ -221,31 +222,92 @@ func TestNoCORS(t *testing.T) {
 	}
 }
 
-// Wrong tokens count against the client's budget: past it every request of the client gets
-// 429 (its token is not even compared, so the right one fails too) until its minute ends.
-// Requests without credentials (a browser's first request) do not count.
+// Wrong tokens count against the client's budget: past it the client's wrong tokens get 429
+// until its minute ends, while the right token is always served (Bearer and Basic alike), so
+// nobody sharing the operator's address can lock the operator out. Requests without
+// credentials (a browser's first request) do not count.
 func TestAdminFailureBudget(t *testing.T) {
-	srv, _, _, _ := protected(t, protectToken, 3)
+	srv, _, reloads, _ := protected(t, protectToken, 3)
 	for range 10 {
 		if a := do(t, srv, "GET", "/metrics", nil, ""); a.status != 401 {
 			t.Fatalf("no credentials: %d", a.status)
 		}
 	}
-	if a := do(t, srv, "GET", "/metrics", map[string]string{"Authorization": "Bearer " + protectToken}, ""); a.status != 200 {
+	if a := do(t, srv, "GET", "/metrics", map[string]string{"Authorization": "Bearer x"}, ""); a.status != 401 {
 		t.Fatalf("requests without credentials spent the budget: %d", a.status)
 	}
-	for _, guess := range []string{"x", protectToken[:len(protectToken)-1], protectToken + "x"} {
+	for _, guess := range []string{protectToken[:len(protectToken)-1], protectToken + "x"} {
 		if a := do(t, srv, "GET", "/metrics", map[string]string{"Authorization": "Bearer " + guess}, ""); a.status != 401 {
 			t.Fatalf("guess %q: %d", guess, a.status)
 		}
 	}
-	a := do(t, srv, "GET", "/metrics", map[string]string{"Authorization": "Bearer " + protectToken}, "")
-	if a.status != 429 || a.code != "too_many_auth_failures" || a.header.Get("Retry-After") == "" {
-		t.Fatalf("after 3 wrong tokens: %d %s %v", a.status, a.body, a.header)
+	spent := func(what string, hdr map[string]string) {
+		t.Helper()
+		a := do(t, srv, "GET", "/metrics", hdr, "")
+		if a.status != 429 || a.code != "too_many_auth_failures" || a.header.Get("Retry-After") == "" {
+			t.Fatalf("%s after 3 wrong tokens: %d %s %v, want 429 too_many_auth_failures with Retry-After", what, a.status, a.body, a.header)
+		}
 	}
-	// Basic auth counts alike, and health checks stay open.
+	spent("a wrong token", map[string]string{"Authorization": "Bearer guess"})
+	spent("a wrong Basic password", map[string]string{"Authorization": "Basic " + basic("ops", "guess")})
+	spent("no credentials", nil)
+	for range 3 {
+		if a := do(t, srv, "GET", "/metrics", map[string]string{"Authorization": "Bearer " + protectToken}, ""); a.status != 200 || a.body != "metrics" {
+			t.Fatalf("the right token after the budget was spent: %d %s", a.status, a.body)
+		}
+		if a := do(t, srv, "GET", "/metrics", map[string]string{"Authorization": "Basic " + basic("ops", protectToken)}, ""); a.status != 200 {
+			t.Fatalf("the right Basic password after the budget was spent: %d %s", a.status, a.body)
+		}
+	}
+	if a := do(t, srv, "POST", "/reload", map[string]string{"Authorization": "Bearer " + protectToken}, ""); a.status != 200 || *reloads != 1 {
+		t.Fatalf("a write with the right token after the budget was spent: %d %s, %d reloads", a.status, a.body, *reloads)
+	}
+	spent("a wrong token after the right one", map[string]string{"Authorization": "Bearer guess"})
 	if a := do(t, srv, "GET", "/healthz", nil, ""); a.status != 200 {
 		t.Fatalf("/healthz: %d", a.status)
+	}
+}
+
+func basic(user, pass string) string {
+	req, _ := http.NewRequest("GET", "/", nil)
+	req.SetBasicAuth(user, pass)
+	return strings.TrimPrefix(req.Header.Get("Authorization"), "Basic ")
+}
+
+// A Basic-auth user name is the actor the audit trail and the log keep: one holding a
+// control, format or separator character (a bidi override that makes "alice" of
+// "ecila\u202e", a line separator, a zero-width space) is refused with 400 invalid_request
+// naming "user", on reads and writes, and nothing runs; the audit line of the refused write
+// holds none of those characters. A wrong token with such a name is 401 as any wrong token.
+func TestBasicUserRefused(t *testing.T) {
+	srv, _, reloads, logs := protected(t, protectToken, 0)
+	for _, user := range []string{"\u202eecila", "ops\u2028FORGED", "ops\u2029x", "op\u200bs", "ops\u2066x\u2069", "ops\x85", "ops\nx", "ops\xff"} {
+		for _, c := range []struct{ method, path string }{{"GET", "/metrics"}, {"POST", "/reload"}} {
+			a := do(t, srv, c.method, c.path, map[string]string{"Authorization": "Basic " + basic(user, protectToken)}, "")
+			var body struct{ Code, Field, Error string }
+			_ = json.Unmarshal([]byte(a.body), &body)
+			if a.status != 400 || body.Code != "invalid_request" || body.Field != "user" || !strings.Contains(body.Error, "Basic-auth user name") {
+				t.Errorf("%s %s as %q: %d %s, want 400 invalid_request naming user", c.method, c.path, user, a.status, a.body)
+			}
+		}
+		if a := do(t, srv, "POST", "/reload", map[string]string{"Authorization": "Basic " + basic(user, "wrong")}, ""); a.status != 401 {
+			t.Errorf("a wrong password as %q: %d, want 401", user, a.status)
+		}
+	}
+	if *reloads != 0 {
+		t.Fatalf("a refused user reloaded the config %d times", *reloads)
+	}
+	for _, e := range logs.FilterMessage("admin write").All() {
+		actor := e.ContextMap()["actor"].(string)
+		if strings.ContainsAny(actor, "\u202e\u2028\u2029\u200b\u2066\u0085\n") || !utf8.ValidString(actor) {
+			t.Errorf("audit line with actor %q", actor)
+		}
+	}
+	// Names in any script, with spaces and punctuation, pass.
+	for _, user := range []string{"alice", "Zoë Müller", "運用チーム", "ops (on call)", ""} {
+		if a := do(t, srv, "GET", "/metrics", map[string]string{"Authorization": "Basic " + basic(user, protectToken)}, ""); a.status != 200 {
+			t.Errorf("user %q: %d %s", user, a.status, a.body)
+		}
 	}
 }
 

@@ -10,11 +10,11 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode"
 	"unicode/utf8"
 
 	"go.uber.org/zap"
 
+	"github.com/docsgate/gateway/internal/freetext"
 	"github.com/docsgate/gateway/limits"
 )
 
@@ -118,19 +118,15 @@ func clipField(s string) string {
 	return s
 }
 
-// sanitize makes client text safe to keep and show: valid UTF-8, no control characters.
+// sanitize makes client text safe to keep and show: valid UTF-8, none of the characters
+// freetext refuses (controls, format and separator characters).
 func sanitize(s string) string {
-	s = strings.ToValidUTF8(s, "\uFFFD")
-	return strings.Map(func(r rune) rune {
-		if unicode.IsControl(r) {
-			return -1
-		}
-		return r
-	}, s)
+	return freetext.Clean(s)
 }
 
-// checkReason: 1 to 500 characters, something besides spaces, no control characters (a
-// newline would let a reason forge lines wherever it is printed).
+// checkReason: 1 to 500 characters, something besides spaces, none of the characters
+// freetext refuses: a newline would let a reason forge lines wherever it is printed, a bidi
+// override (U+202E) make it read backwards, a zero-width character hide text.
 func checkReason(s *string) *fieldError {
 	switch {
 	case s == nil:
@@ -139,8 +135,9 @@ func checkReason(s *string) *fieldError {
 		return &fieldError{"reason", "must say why: 1 to 500 characters, not only spaces"}
 	case utf8.RuneCountInString(*s) > reasonMax:
 		return &fieldError{"reason", fmt.Sprintf("at most %d characters", reasonMax)}
-	case strings.IndexFunc(*s, unicode.IsControl) >= 0:
-		return &fieldError{"reason", "must not hold control characters (newlines, tabs)"}
+	}
+	if err := freetext.Check(*s); err != nil {
+		return &fieldError{"reason", err.Error()}
 	}
 	return nil
 }
@@ -172,7 +169,7 @@ func writeLimitError(w http.ResponseWriter, err error, limit string) bool {
 
 // who is the request's actor (the Basic-auth user name, or token) and its reason.
 func who(r *http.Request, reason string) limits.Who {
-	return limits.Who{Actor: sanitize(actor(r)), Reason: reason}
+	return limits.Who{Actor: actor(r), Reason: reason}
 }
 
 // fail answers a manager's error: its status and code, or 503 when the store failed.
@@ -217,7 +214,7 @@ func (t *tenantRequest) read(w http.ResponseWriter, r *http.Request, req any) bo
 		writeFieldError(w, fe)
 		return false
 	}
-	setAuditTarget(r, *t.Limit+"/"+sanitize(*t.ID))
+	setAuditTarget(r, sanitize(*t.Limit+"/"+*t.ID))
 	return true
 }
 
@@ -278,7 +275,7 @@ func (q quotas) setOverride(w http.ResponseWriter, r *http.Request) {
 		writeFieldError(w, fe)
 		return
 	}
-	setAuditTarget(r, limit+"/"+sanitize(id))
+	setAuditTarget(r, sanitize(limit+"/"+id))
 	q.answer(w, r, limit, http.StatusOK, func(ctx context.Context) (any, error) {
 		o, _, err := q.qm.SetOverride(ctx, limit, id, *req.Limit, expires, who(r, *req.Reason))
 		return o, err
@@ -347,7 +344,7 @@ func (q quotas) endOverride(w http.ResponseWriter, r *http.Request) {
 		writeFieldError(w, fe)
 		return
 	}
-	setAuditTarget(r, limit+"/"+sanitize(id))
+	setAuditTarget(r, sanitize(limit+"/"+id))
 	q.answer(w, r, limit, http.StatusOK, func(ctx context.Context) (any, error) {
 		return q.qm.EndOverride(ctx, limit, id, who(r, *reason))
 	})

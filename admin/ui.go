@@ -55,6 +55,9 @@ func newUI(o Options) *ui {
 		"thousands": thousands,
 		"when":      func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05 UTC") },
 		"ago":       ago,
+		// Free text shown as it prints: entries stored before such characters were refused
+		// keep none of them on the page (bidi overrides, zero-width, separators).
+		"text": sanitize,
 	}
 	return &ui{o: o, tmpl: template.Must(template.New("page.html").Funcs(funcs).ParseFS(uiFiles, "ui/page.html"))}
 }

@@ -9,10 +9,12 @@ import (
 )
 
 // Failed authentications are counted per client IP, in process: past a limit in a minute, a
-// client is refused before its credentials are even looked at. On the public listener
-// (auth.failure_limit) a spray of invented keys then costs the registry (and Redis behind
-// it) at most that many lookups per client and minute; on the admin listener a guesser of
-// the admin token gets that many guesses a minute.
+// client is refused. On the public listener (auth.failure_limit) it is refused before its
+// credentials are even looked at, so a spray of invented keys costs the registry (and Redis
+// behind it) at most that many lookups per client and minute. On the admin listener the one
+// admin token is compared first (no lookup to save) and the right one is always served:
+// only wrong tokens past the limit are refused, so nobody sharing the operator's address
+// can lock the operator out.
 
 const (
 	// FailureWindow is the period a client's failures are counted over; it starts at the

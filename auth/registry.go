@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/docsgate/gateway/internal/freetext"
 )
 
 // Entry is one registered key. The key itself is never stored: only its SHA-256 digest.
@@ -113,6 +115,28 @@ func (e *Entry) Validate() error {
 		}
 		if len(e.Projects) > 0 {
 			return errors.New("projects: an assistant key has domains, not projects")
+		}
+	}
+	return nil
+}
+
+// CheckText refuses, in the free text of an entry being registered (org, plan, label, each
+// project and domain), every character freetext refuses: besides the control characters
+// Validate refuses, bidi overrides (U+202E), zero-width and other format characters, and
+// line and paragraph separators, which would make an export, the page or a listing read as
+// something else. Validate does not apply it, so an entry registered before still loads and
+// its key keeps working; the admin API and gateway keys add apply it to what they register.
+func (e *Entry) CheckText() error {
+	fields := []struct{ name, v string }{{"org", e.Org}, {"plan", e.Plan}, {"label", e.Label}}
+	for i, v := range e.Projects {
+		fields = append(fields, struct{ name, v string }{fmt.Sprintf("projects[%d]", i), v})
+	}
+	for i, v := range e.Domains {
+		fields = append(fields, struct{ name, v string }{fmt.Sprintf("domains[%d]", i), v})
+	}
+	for _, f := range fields {
+		if err := freetext.Check(f.v); err != nil {
+			return fmt.Errorf("%s: %w", f.name, err)
 		}
 	}
 	return nil

@@ -56,6 +56,35 @@ func TestEntryValidate(t *testing.T) {
 	}
 }
 
+// CheckText refuses, in what is being registered, the format and separator characters that
+// Validate lets through (so that entries stored before still load), naming the field.
+func TestEntryCheckText(t *testing.T) {
+	e := assistantEntry("svc_dsc_a", "acme-docs")
+	e.Label = "billing bot, 東京 (prod) =1"
+	if err := e.CheckText(); err != nil {
+		t.Fatalf("a plain entry: %v", err)
+	}
+	for _, c := range []struct {
+		set  func(*Entry)
+		want string
+	}{
+		{func(e *Entry) { e.Label = "invoice\u202Efdp.exe" }, "label: must not hold control, format or separator characters (U+202E at character 8)"},
+		{func(e *Entry) { e.Org = "ac\u200Bme" }, "org: "},
+		{func(e *Entry) { e.Plan = "gold\u2028" }, "plan: "},
+		{func(e *Entry) { e.Domains = []string{"a", "b\u2066c"} }, "domains[1]: "},
+		{func(e *Entry) { e.Label = "c1\u009b" }, "label: "},
+	} {
+		e := assistantEntry("svc_dsc_a", "acme-docs")
+		c.set(&e)
+		if err := e.CheckText(); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: %v, want %q", e, err, c.want)
+		}
+		if err := e.Validate(); err != nil {
+			t.Errorf("%+v: Validate refuses what an older gateway stored: %v", e, err)
+		}
+	}
+}
+
 func TestEntryAllowsActive(t *testing.T) {
 	a := assistantEntry("svc_dsc_a", "acme-docs", "acme-blog")
 	if !a.Allows("acme-docs") || !a.Allows("acme-blog") || a.Allows("other") || a.Allows("") {

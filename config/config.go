@@ -28,6 +28,10 @@ type Config struct {
 	AdminHosts []string `yaml:"admin_hosts"`
 	// AdminTLS, when set, makes the admin listener serve HTTPS; unset, it follows TLS.
 	AdminTLS *TLS `yaml:"admin_tls"`
+	// AdminMaxExports is how many GET /usage/export answers one replica runs at once (each
+	// holds a sorted set of every tenant of the window in Redis while it runs); beyond, 429
+	// too_many_exports. At least 1; a change needs a restart.
+	AdminMaxExports int `yaml:"admin_max_exports"`
 	// TLS, when set, makes the public listener serve HTTPS (HTTP/1.1 and HTTP/2), and the
 	// admin listener too unless AdminTLS names other files.
 	TLS *TLS `yaml:"tls"`
@@ -259,10 +263,11 @@ const MaxAuditMax = 10_000_000
 // Defaults returns the configuration every omitted key falls back to.
 func Defaults() Config {
 	return Config{
-		Listen:         ":8080",
-		AdminListen:    "127.0.0.1:9090",
-		AdminUIRefresh: 10 * time.Second,
-		MaxBodyBytes:   1 << 20,
+		Listen:          ":8080",
+		AdminListen:     "127.0.0.1:9090",
+		AdminUIRefresh:  10 * time.Second,
+		AdminMaxExports: 2,
+		MaxBodyBytes:    1 << 20,
 		Upstream: Upstream{
 			Timeout:      30 * time.Second,
 			DialTimeout:  5 * time.Second,

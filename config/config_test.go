@@ -33,7 +33,7 @@ func TestExampleConfigLoads(t *testing.T) {
 		cfg.Upstream.DialTimeout != d.Upstream.DialTimeout || cfg.Upstream.MaxIdleConns != d.Upstream.MaxIdleConns ||
 		cfg.Upstream.IdleTimeout != d.Upstream.IdleTimeout || cfg.Upstream.Transport != d.Upstream.Transport || cfg.Server != d.Server || cfg.MaxBodyBytes != d.MaxBodyBytes ||
 		cfg.Redis.Timeout != d.Redis.Timeout || cfg.Redis.OnError != d.Redis.OnError || cfg.Auth != d.Auth ||
-		cfg.ClientIP.IPv6Prefix != d.ClientIP.IPv6Prefix || cfg.Log != d.Log {
+		cfg.ClientIP.IPv6Prefix != d.ClientIP.IPv6Prefix || cfg.Log != d.Log || cfg.AdminMaxExports != d.AdminMaxExports {
 		t.Fatalf("example and defaults disagree: %+v vs %+v", cfg.Server, d.Server)
 	}
 }
@@ -45,7 +45,7 @@ func TestMinimalConfigGetsDefaults(t *testing.T) {
 	}
 	if cfg.AdminListen != "127.0.0.1:9090" || cfg.Upstream.Timeout != 30*time.Second || cfg.MaxBodyBytes != 1<<20 ||
 		cfg.Server.ShutdownGrace != 30*time.Second || cfg.CORS.AllowedOrigins[0] != "*" ||
-		cfg.Upstream.IdleTimeout != 50*time.Second {
+		cfg.Upstream.IdleTimeout != 50*time.Second || cfg.AdminMaxExports != 2 {
 		t.Fatalf("defaults not applied: %+v", cfg)
 	}
 }
@@ -82,6 +82,8 @@ func TestErrorsNameTheKey(t *testing.T) {
 		{"upstream: {url: 'http://a'}\nmax_body_bytes: 0\n", "max_body_bytes: must be a positive"},
 		{"upstream: {url: 'http://a'}\nlisten: 8080\n", "listen: \"8080\" is not host:port"},
 		{"upstream: {url: 'http://a'}\nadmin_listen: ':8080'\n", "admin_listen: must differ from listen"},
+		{"upstream: {url: 'http://a'}\nadmin_max_exports: 0\n", "admin_max_exports: must be at least 1"},
+		{"upstream: {url: 'http://a'}\nadmin_max_exports: many\n", "admin_max_exports: cannot use \"many\" here: want a whole number"},
 		{"upstream: {url: 'http://a'}\nclient_ip: {trusted_proxies: [10.0.0.0/33]}\n", "client_ip.trusted_proxies[0]:"},
 		{"upstream: {url: 'http://a'}\ncors: {allowed_origins: ['https://a.com/path']}\n", "cors.allowed_origins[0]:"},
 		{"upstream: {url: 'http://a'}\nlog: {level: loud}\n", "log.level: \"loud\""},

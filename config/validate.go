@@ -70,6 +70,9 @@ func (c *Config) Validate() error {
 	if c.AdminUIRefresh != 0 && c.AdminUIRefresh < time.Second {
 		v.fail("admin_ui_refresh", "must be at least 1s (or 0 to never refresh)")
 	}
+	if c.AdminMaxExports < 1 {
+		v.fail("admin_max_exports", "must be at least 1: each export holds a sorted set of every tenant in Redis while it runs")
+	}
 	switch c.Auth.Mode {
 	case "prefix", "registry":
 	default:

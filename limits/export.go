@@ -26,7 +26,8 @@ type Tenants interface {
 	Len() int
 	// Next returns the next tenant; ok is false after the last.
 	Next(ctx context.Context) (id string, used int64, ok bool, err error)
-	// Close frees what the listing holds (its sorted set in Redis).
+	// Close frees what the listing holds (its sorted set in Redis), whatever ctx's state: a
+	// cancelled ctx (the client went away) does not stop it; only its values are used.
 	Close(ctx context.Context) error
 }
 
@@ -35,6 +36,11 @@ const exportPage = 1000
 
 // exportTTL bounds the life of an export's sorted set whose gateway died before deleting it.
 const exportTTL = 15 * time.Minute
+
+// exportDeleteTimeout bounds the deletion of an export's sorted set. It runs on a context of
+// its own, not the caller's: an export ends early because its client went away (the request's
+// context is cancelled then) or its time ran out, and its set must go all the same.
+const exportDeleteTimeout = 5 * time.Second
 
 // ExportSorted lists the tenants with use of rule r in the window starting at start for
 // which keep says yes, sorted by id. It reads the store whole before it returns.
@@ -85,7 +91,7 @@ func (r *Redis) ExportSorted(ctx context.Context, rule *Rule, start int64, keep 
 		err = ferr
 	}
 	if err != nil {
-		_ = t.Close(context.WithoutCancel(ctx))
+		_ = t.Close(ctx)
 		return nil, err
 	}
 	return t, nil
@@ -133,7 +139,11 @@ func (t *redisTenants) Next(ctx context.Context) (string, int64, bool, error) {
 	return m[:cut], used, true, nil
 }
 
+// Close deletes the sorted set, even when ctx is cancelled or past its deadline (see
+// exportDeleteTimeout).
 func (t *redisTenants) Close(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), exportDeleteTimeout)
+	defer cancel()
 	if err := t.c.Unlink(ctx, t.key).Err(); err != nil {
 		return fmt.Errorf("limits: export: delete %s: %w", t.key, err)
 	}

@@ -122,14 +122,19 @@ var ErrNoOverride = errors.New("limits: no override in force")
 
 // InvalidError is a quota action a store refuses because of one of its values.
 type InvalidError struct {
-	Field  string // "amount", "limit" (an override's value), "expires"
+	Field  string // "amount", "limit" (an override's value, or a grant's streams limit), "expires"
 	Reason string
 }
 
 func (e *InvalidError) Error() string { return "limits: " + e.Field + ": " + e.Reason }
 
-// checkGrant and checkOverride refuse what no store can count exactly.
-func checkGrant(amount int64) error {
+// checkGrant and checkOverride refuse what no store can count exactly. A streams limit takes
+// no grant: it counts answers in flight, and has no window for a grant to last until (one
+// would end within a second); an override raises its cap for as long as the operator says.
+func checkGrant(r *Rule, amount int64) error {
+	if r.Unit == Streams {
+		return &InvalidError{Field: "limit", Reason: "counts streams (answers in flight) and has no window for a grant to last: give the tenant an override instead (PUT /quota/overrides/{limit}/{id}, gateway quota override)"}
+	}
 	if amount < 1 || amount > MaxLimit {
 		return &InvalidError{Field: "amount", Reason: fmt.Sprintf("must be a whole number from 1 to %d", int64(MaxLimit))}
 	}

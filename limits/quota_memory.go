@@ -135,7 +135,7 @@ func (q *memQuotas) sweep(nowUS int64) {
 
 // Grant implements QuotaStore.
 func (m *Memory) Grant(ctx context.Context, r *Rule, id string, amount int64, who Who) (Grant, AuditEntry, error) {
-	if err := checkGrant(amount); err != nil {
+	if err := checkGrant(r, amount); err != nil {
 		return Grant{}, AuditEntry{}, err
 	}
 	var out Grant

@@ -254,7 +254,7 @@ func (r *Redis) enabledRule(rule *Rule) (*compiled, error) {
 
 // Grant implements QuotaStore.
 func (r *Redis) Grant(ctx context.Context, rule *Rule, id string, amount int64, who Who) (Grant, AuditEntry, error) {
-	if err := checkGrant(amount); err != nil {
+	if err := checkGrant(rule, amount); err != nil {
 		return Grant{}, AuditEntry{}, err
 	}
 	cr, err := r.enabledRule(rule)

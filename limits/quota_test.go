@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -16,6 +17,7 @@ func TestQuotas(t *testing.T) {
 	for _, b := range backends(t, true) {
 		t.Run(b.name, func(t *testing.T) {
 			t.Run("Grant", func(t *testing.T) { testGrant(t, b) })
+			t.Run("GrantStreams", func(t *testing.T) { testGrantStreams(t, b) })
 			t.Run("Override", func(t *testing.T) { testOverride(t, b) })
 			t.Run("OverrideZero", func(t *testing.T) { testOverrideZero(t, b) })
 			t.Run("Reset", func(t *testing.T) { testReset(t, b) })
@@ -102,6 +104,35 @@ func testGrant(t *testing.T, b backend) {
 	}
 	if _, _, err := q.Grant(context.Background(), r, "acme", 0, who); !isInvalid(err, "amount") {
 		t.Fatalf("a grant of 0: %v, want an invalid amount", err)
+	}
+}
+
+// A streams limit has no window for a grant to last until: a grant is refused naming the
+// limit, leaves no audit entry and changes nothing; the override it points to raises the cap.
+func testGrantStreams(t *testing.T, b backend) {
+	ctx := context.Background()
+	a, _, q := quotaStores(t, b)
+	st := streamsRule("grant_streams", 1, 0)
+	hit := Hit{Rule: st, ID: "acme"}
+	if n, _ := takeN(t, a, 2, hit); n != 1 {
+		t.Fatalf("before: %d admitted, want 1", n)
+	}
+	_, _, err := q.Grant(ctx, st, "acme", 5, who)
+	var ie *InvalidError
+	if !errors.As(err, &ie) || ie.Field != "limit" || !strings.Contains(ie.Reason, "override") {
+		t.Fatalf("a grant on a streams limit: %v, want an invalid limit pointing to an override", err)
+	}
+	if entries, err := q.Audit(ctx, 10); err != nil || len(entries) != 0 {
+		t.Fatalf("a refused grant left audit entries: %+v %v", entries, err)
+	}
+	if n, _ := takeN(t, a, 1, hit); n != 0 {
+		t.Fatal("a refused grant opened a slot")
+	}
+	if _, _, err := q.SetOverride(ctx, st, "acme", 3, time.Now().Add(time.Hour), who); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := takeN(t, a, 3, hit); n != 2 {
+		t.Fatalf("under an override of 3 with 1 slot taken: %d admitted, want 2", n)
 	}
 }
 

@@ -82,7 +82,7 @@ func (g *Gateway) Export(ctx context.Context, name, window string) (limits.Expor
 	out := limits.Export{
 		Limit: name, Unit: ref.Unit.String(), Tenants: ts.Len(),
 		Start: time.Unix(start, 0).UTC(), End: time.Unix(ref.Window.Shift(start, 1), 0).UTC(),
-		Close: func() error { return ts.Close(context.WithoutCancel(ctx)) },
+		Close: func() error { return ts.Close(ctx) }, // a cancelled ctx does not stop it
 	}
 	out.Rows = func(yield func(limits.ExportRow, error) bool) {
 		for {

@@ -410,9 +410,10 @@ func TestAdminHostHeaderBinary(t *testing.T) {
 }
 
 // admin_tls serves the admin listener over HTTPS; the public tls applies to it when
-// admin_tls is unset. Over HTTPS, a flood of wrong tokens spends the client's budget
-// (auth.failure_limit, 30 by default): then even the right token gets 429 without being
-// compared. Every write leaves an audit line naming its actor, never a key.
+// admin_tls is unset. Over HTTPS, thirty wrong tokens from the operator's own address (the
+// default auth.failure_limit) spend that address's budget: the right token is still served,
+// a write with it goes through, and only wrong tokens get 429 with Retry-After. Every write
+// leaves an audit line naming its actor, never a key.
 func TestAdminTLSAndGuessing(t *testing.T) {
 	upURL, _ := recordingUpstream(t)
 	certFile, keyFile, pool := selfSigned(t)
@@ -451,16 +452,37 @@ func TestAdminTLSAndGuessing(t *testing.T) {
 					t.Fatalf("wrong token %d: %d", i, a.status)
 				}
 			}
-			a := adminCall(t, client, base, "POST", "/reload", map[string]string{"Authorization": "Bearer " + token}, "")
-			if a.status != 429 || a.code != "too_many_auth_failures" || a.header.Get("Retry-After") == "" {
-				t.Fatalf("the right token after 30 wrong ones: %d %s %v", a.status, a.body, a.header)
+			// The operator, from the same address, is served: a read and a write.
+			if a := adminCall(t, client, base, "GET", "/metrics", map[string]string{"Authorization": "Bearer " + token}, ""); a.status != 200 {
+				t.Fatalf("the right token after 30 wrong ones: %d %s, want 200", a.status, a.body)
 			}
-			if strings.Contains(p.out.String(), "config reloaded") {
-				t.Fatal("a reload went through a spent budget")
+			if a := adminCall(t, client, base, "POST", "/reload", map[string]string{"Authorization": "Basic " + basicAuth("ops", token)}, ""); a.status != 200 {
+				t.Fatalf("a reload with the right token after 30 wrong ones: %d %s, want 200", a.status, a.body)
 			}
-			lines := waitAudit(t, p, 1)
-			if len(lines) != 1 || lines[0]["action"] != "reload" || lines[0]["result"] != "too_many_auth_failures" || lines[0]["actor"] != "token" {
-				t.Fatalf("audit lines %v", lines)
+			// A wrong token from the spent address is throttled, Bearer and Basic alike.
+			for _, h := range []string{"Bearer guess-31", "Basic " + basicAuth("ops", "guess-32")} {
+				a := adminCall(t, client, base, "POST", "/reload", map[string]string{"Authorization": h}, "")
+				if a.status != 429 || a.code != "too_many_auth_failures" || a.header.Get("Retry-After") == "" {
+					t.Fatalf("a wrong token after the budget was spent: %d %s %v, want 429 too_many_auth_failures with Retry-After", a.status, a.body, a.header)
+				}
+			}
+			if a := adminCall(t, client, base, "GET", "/metrics", map[string]string{"Authorization": "Bearer " + token}, ""); a.status != 200 {
+				t.Fatalf("the right token after the 429s: %d", a.status)
+			}
+			if got := strings.Count(p.out.String(), "config reloaded"); got != 1 {
+				t.Fatalf("%d reloads, want the operator's one", got)
+			}
+			lines := waitAudit(t, p, 3)
+			time.Sleep(100 * time.Millisecond) // and no more
+			lines = auditLines(p)
+			want := [][3]string{{"ops", "reload", "ok"}, {"token", "reload", "too_many_auth_failures"}, {"ops", "reload", "too_many_auth_failures"}}
+			if len(lines) != len(want) {
+				t.Fatalf("audit lines %v, want %v", lines, want)
+			}
+			for i, l := range lines {
+				if l["actor"] != want[i][0] || l["action"] != want[i][1] || l["result"] != want[i][2] {
+					t.Errorf("audit line %d: %v, want %v", i, l, want[i])
+				}
 			}
 		})
 	}

@@ -139,7 +139,11 @@ func runKeys(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 		}
 		entry = auth.Entry{Kind: k.String(), Org: org, Projects: projects, Domains: domains, Plan: plan, Label: label,
 			Digest: strings.Repeat("0", 64)} // placeholder until the key is read
-		if err := entry.Validate(); err != nil {
+		err := entry.Validate()
+		if err == nil {
+			err = entry.CheckText()
+		}
+		if err != nil {
 			return usage("%v", err)
 		}
 	}
@@ -385,8 +389,8 @@ func printKeys(w io.Writer, list []auth.Entry, asJSON bool) error {
 		if e.Revoked != nil {
 			revoked = e.Revoked.UTC().Format(time.RFC3339)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Digest, e.Kind, dash(e.Org), grants, dash(e.Plan),
-			dash(strings.ReplaceAll(e.Label, "\t", " ")), e.Created.UTC().Format(time.RFC3339), revoked)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Digest, e.Kind, dash(printable(e.Org)), printable(grants), dash(printable(e.Plan)),
+			dash(printable(e.Label)), e.Created.UTC().Format(time.RFC3339), revoked)
 	}
 	return tw.Flush()
 }

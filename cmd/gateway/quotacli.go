@@ -17,7 +17,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
-	"unicode"
+
+	"github.com/docsgate/gateway/internal/freetext"
 )
 
 // quotaTimeout bounds one `gateway quota` call to the admin API.
@@ -37,7 +38,8 @@ the audit trail every change leaves. The admin token is read from GATEWAY_ADMIN_
 from the command line. ID is what /usage/top shows: a project id, an org, an IP (or IPv6
 prefix) or a key's digest.
 
-  grant     adds N to the tenant's allowance for the current window only (grants add up)
+  grant     adds N to the tenant's allowance for the current window only (grants add up);
+            a streams limit has no window and takes no grant: use override
   override  makes N the tenant's limit instead of its plan's until it expires (0 refuses
             every request); --ttl is a duration (90m, 1h, 72h), --expires an RFC 3339 time,
             at most a year ahead
@@ -267,15 +269,11 @@ func (s quotaState) short() string {
 	return fmt.Sprintf("%d/%d", s.Used, s.Limit)
 }
 
-// printable keeps what the terminal shows to printable characters: no escape sequence from an
-// answer reaches it.
+// printable keeps what the terminal shows to characters that print as themselves: no escape
+// sequence, bidi override (U+202E) or line separator from an answer reaches it, whatever an
+// older gateway stored (freetext.Clean).
 func printable(s string) string {
-	return strings.Map(func(r rune) rune {
-		if unicode.IsControl(r) {
-			return -1
-		}
-		return r
-	}, s)
+	return freetext.Clean(s)
 }
 
 type auditEntry struct {

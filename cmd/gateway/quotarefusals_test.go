@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -8,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/docsgate/gateway/internal/redistest"
 )
@@ -66,6 +69,15 @@ func checkQuotaRefusals(t *testing.T, p *proc) {
 		{"reason too long", "POST", "/quota/grants", `{"limit":"agent_job_per_project","id":"p1","amount":1,"reason":"` + long + `"}`, nil, 400, "invalid_request", "reason"},
 		{"reason with newline", "POST", "/quota/grants", `{"limit":"agent_job_per_project","id":"p1","amount":1,"reason":"a\nFORGED LINE"}`, nil, 400, "invalid_request", "reason"},
 		{"reason with escape", "POST", "/quota/grants", `{"limit":"agent_job_per_project","id":"p1","amount":1,"reason":"a\u001b[31m"}`, nil, 400, "invalid_request", "reason"},
+		{"reason with a bidi override", "POST", "/quota/grants", `{"limit":"agent_job_per_project","id":"p1","amount":1,"reason":"approved by \u202eecila"}`, nil, 400, "invalid_request", "reason"},
+		{"reason with a bidi isolate", "POST", "/quota/grants", `{"limit":"agent_job_per_project","id":"p1","amount":1,"reason":"ok \u2067x\u2069"}`, nil, 400, "invalid_request", "reason"},
+		{"reason with a line separator", "POST", "/quota/grants", `{"limit":"agent_job_per_project","id":"p1","amount":1,"reason":"a\u2028FORGED LINE"}`, nil, 400, "invalid_request", "reason"},
+		{"reason with a paragraph separator", "POST", "/quota/grants", `{"limit":"agent_job_per_project","id":"p1","amount":1,"reason":"a\u2029FORGED"}`, nil, 400, "invalid_request", "reason"},
+		{"reason with a zero-width space", "POST", "/quota/grants", `{"limit":"agent_job_per_project","id":"p1","amount":1,"reason":"ti\u200bcket"}`, nil, 400, "invalid_request", "reason"},
+		{"basic user with a bidi override", "POST", "/quota/grants", grant(""), map[string]string{"Authorization": "Basic " + basicAuth("\u202eecila", quotaToken)}, 400, "invalid_request", "user"},
+		{"basic user with a line separator", "POST", "/quota/resets", grant(""), map[string]string{"Authorization": "Basic " + basicAuth("ops\u2028FORGED", quotaToken)}, 400, "invalid_request", "user"},
+		{"basic user with a zero-width space", "PUT", "/quota/overrides/agent_job_per_project/p1", `{"limit":5,"ttl":"1h","reason":"r"}`, map[string]string{"Authorization": "Basic " + basicAuth("op\u200bs", quotaToken)}, 400, "invalid_request", "user"},
+		{"basic user with a bidi override, reading", "GET", "/quota/audit", "", map[string]string{"Authorization": "Basic " + basicAuth("\u202eecila", quotaToken)}, 400, "invalid_request", "user"},
 		{"body too large", "POST", "/quota/grants", `{"limit":"agent_job_per_project","id":"p1","amount":1,"reason":"` + strings.Repeat("x", 17<<10) + `"}`, nil, 400, "invalid_request", "body"},
 		{"text/plain", "POST", "/quota/grants", grant(""), map[string]string{"Content-Type": "text/plain"}, 415, "unsupported_media_type", ""},
 		{"form", "POST", "/quota/grants", "limit=agent_job_per_project", map[string]string{"Content-Type": "application/x-www-form-urlencoded"}, 415, "unsupported_media_type", ""},
@@ -101,6 +113,7 @@ func checkQuotaRefusals(t *testing.T, p *proc) {
 		{"end: body not json", "DELETE", "/quota/overrides/agent_job_per_project/p1", `reason=b`, map[string]string{"Content-Type": "text/plain"}, 415, "unsupported_media_type", ""},
 		{"end: unknown field", "DELETE", "/quota/overrides/agent_job_per_project/p1", `{"why":"b"}`, nil, 400, "invalid_request", "why"},
 		{"end: newline reason", "DELETE", "/quota/overrides/agent_job_per_project/p1?reason=a%0Ab", "", nil, 400, "invalid_request", "reason"},
+		{"end: bidi reason", "DELETE", "/quota/overrides/agent_job_per_project/p1?reason=a%E2%80%AEb", "", nil, 400, "invalid_request", "reason"},
 		{"end: unknown limit", "DELETE", "/quota/overrides/nope/p1?reason=r", "", nil, 404, "unknown_limit", ""},
 		{"end: cross-site", "DELETE", "/quota/overrides/agent_job_per_project/p1?reason=r", "", map[string]string{"Sec-Fetch-Site": "cross-site"}, 403, "cross_origin_refused", ""},
 		// Resets.
@@ -228,5 +241,78 @@ func TestQuotaCLI(t *testing.T) {
 	}
 	if e := auditOf(t, p); len(e) != 4 || e[0].Action != "reset" || e[3].Action != "grant" || e[3].Actor != "token" {
 		t.Fatalf("audit after the CLI: %+v", e)
+	}
+}
+
+// A grant on a streams limit (answers in flight, no window) used to answer 201 with a
+// window_end a second ahead and vanish by then: it is refused naming the limit and pointing
+// to an override, through the API and the CLI, on Redis and in process; nothing is recorded,
+// and the override it points to is taken.
+func TestGrantOnStreamsLimitRefused(t *testing.T) {
+	up, _ := recordingUpstream(t)
+	cfg := `admin_token: ` + quotaToken + `
+orgs: {acme: [acme-docs]}
+limits:
+  assistant_streams_per_org: {limit: 5, by: org, unit: streams}
+routes:
+  - name: assistant_message
+    limits: [assistant_per_org, assistant_streams_per_org]
+`
+	for _, st := range quotaStores(true, false) {
+		t.Run(st.name, func(t *testing.T) {
+			p := startGateway(t, up, st.start(t)+cfg)
+			a := quotaAPI(t, p, "", "POST", "/quota/grants", `{"limit":"assistant_streams_per_org","id":"acme","amount":5,"reason":"launch"}`)
+			var body struct{ Error, Code, Field string }
+			if err := json.Unmarshal([]byte(a.body), &body); err != nil || a.status != 400 || body.Code != "invalid_request" || body.Field != "limit" ||
+				!strings.Contains(body.Error, "override") {
+				t.Fatalf("grant on a streams limit: %d %s, want 400 invalid_request naming limit and saying to use an override", a.status, a.body)
+			}
+			cmd := exec.Command(gatewayBin, "quota", "grant", "-admin=http://"+p.admin, "--limit", "assistant_streams_per_org", "--id", "acme", "--amount", "5", "--reason", "launch")
+			cmd.Env = append(cmd.Environ(), "GATEWAY_ADMIN_TOKEN="+quotaToken)
+			out, err := cmd.CombinedOutput()
+			if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 || !strings.Contains(string(out), "(400 invalid_request)") || !strings.Contains(string(out), "override") {
+				t.Fatalf("gateway quota grant on a streams limit: %v\n%s", err, out)
+			}
+			if e := auditOf(t, p); len(e) != 0 {
+				t.Fatalf("refused grants left audit entries: %+v", e)
+			}
+			// A grant on the requests limit of the same route still works.
+			mustStatus(t, quotaAPI(t, p, "", "POST", "/quota/grants", `{"limit":"assistant_per_org","id":"acme","amount":5,"reason":"launch"}`), 201)
+			o := mustStatus(t, quotaAPI(t, p, "", "PUT", "/quota/overrides/assistant_streams_per_org/acme", `{"limit":10,"ttl":"1h","reason":"launch"}`), 200)
+			if !strings.Contains(o.body, `"value":10`) {
+				t.Fatalf("override of the streams limit: %s", o.body)
+			}
+		})
+	}
+}
+
+// What an older gateway stored before format and separator characters were refused (an
+// audit entry whose actor and reason hold a bidi override, a line separator and a zero-width
+// space) is shown without them: by gateway quota audit and on the usage page.
+func TestQuotaAuditHidesStoredMisleadingText(t *testing.T) {
+	up, _ := recordingUpstream(t)
+	srv := redistest.Start(t)
+	p := startGateway(t, up, fmt.Sprintf("redis: {addrs: [%q]}\n%s", srv.Addr, quotaCfg))
+	entry := `{"time":"2026-11-25T12:00:00Z","actor":"\u202eecila","action":"grant","limit":"agent_job_per_project","id":"p1",` +
+		`"before":{"limit":3,"used":0,"granted":0},"after":{"limit":4,"used":0,"granted":1},"reason":"ok\u2028FORGED LINE\u200b","amount":1}`
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer c.Close()
+	if err := c.LPush(context.Background(), "gw:{quota}:audit", entry).Err(); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(gatewayBin, "quota", "audit", "-admin=http://"+p.admin)
+	cmd.Env = append(cmd.Environ(), "GATEWAY_ADMIN_TOKEN="+quotaToken)
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "ecila") || !strings.Contains(string(out), "okFORGED LINE") {
+		t.Fatalf("gateway quota audit: %v\n%s", err, out)
+	}
+	a := mustStatus(t, quotaAPI(t, p, "", "GET", "/ui/", ""), 200)
+	if !strings.Contains(a.body, "okFORGED LINE") {
+		t.Fatalf("the page does not list the entry:\n%s", a.body)
+	}
+	for _, shown := range []string{string(out), a.body} {
+		if strings.ContainsAny(shown, "\u202e\u2028\u200b") {
+			t.Errorf("a format or separator character was shown: %q", shown)
+		}
 	}
 }

@@ -133,6 +133,7 @@ func fixedChanges(old, cfg *config.Config) []string {
 	check("listen", old.Listen, cfg.Listen)
 	check("admin_listen", old.AdminListen, cfg.AdminListen)
 	check("admin_token", old.AdminToken, cfg.AdminToken)
+	check("admin_max_exports", old.AdminMaxExports, cfg.AdminMaxExports)
 	check("tls", old.TLS, cfg.TLS)
 	check("upstream", old.Upstream, cfg.Upstream)
 	check("server", old.Server, cfg.Server)

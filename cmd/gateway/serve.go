@@ -220,6 +220,7 @@ func (p *process) adminServer(keys admin.KeyManager, cert *tls.Certificate) *htt
 			KnownPlan:    p.rl.knownPlan,
 			Quotas:       p.gw,
 			History:      p.gw,
+			MaxExports:   cfg.AdminMaxExports,
 			Token:        cfg.AdminToken,
 			Hosts:        cfg.AdminHosts,
 			FailureLimit: cfg.Auth.FailureLimit,
