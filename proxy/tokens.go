@@ -90,8 +90,9 @@ func (g *Gateway) settleHolds(s *scope, out *streamOutcome) {
 		prompt, completion, _ := out.tokens(s.bodyBytes)
 		n = prompt + completion
 	}
-	held, hold, route := s.held, s.hold, s.route.name
+	held, hold, route, keeper := s.held, s.hold, s.route.name, &s.keeper
 	g.afterAnswer(func(ctx context.Context) {
+		keeper.stop() // no refresh may follow the settle
 		expired, err := g.limiter.Settle(ctx, hold, held, n)
 		if err != nil {
 			// The holds and slots come back when their reserve_ttl ends; the tokens are lost.
