@@ -1,11 +1,9 @@
 package proxy
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"strings"
@@ -15,6 +13,7 @@ import (
 
 	"github.com/docsgate/gateway/config"
 	"github.com/docsgate/gateway/internal/redistest"
+	"github.com/docsgate/gateway/internal/stalltest"
 )
 
 // stuckWriter is a connection's writer whose writes block, once stuck is set, until a write
@@ -174,40 +173,6 @@ func stallLimits(reserveTTL time.Duration) gatewayOpt {
 	}
 }
 
-// stopReading sends a long v2 request over proto ("h1" on a raw connection with a small
-// receive buffer, "h2c" with a small stream window), reads the answer's headers and then
-// reads nothing more; the connection stays open until the test ends.
-func stopReading(t *testing.T, g *gateway, proto string) {
-	t.Helper()
-	path := stallPath + "?mode=long"
-	if proto == "h1" {
-		c, err := net.Dial("tcp", g.Listener.Addr().String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		_ = c.(*net.TCPConn).SetReadBuffer(4 << 10)
-		fmt.Fprintf(c, "POST %s HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s",
-			path, assistantKey, len(assistantBody), assistantBody)
-		res, err := http.ReadResponse(bufio.NewReaderSize(c, 4<<10), nil)
-		if err != nil || res.StatusCode != 200 {
-			t.Fatalf("stream: %v %v", res, err)
-		}
-		return
-	}
-	var p http.Protocols
-	p.SetUnencryptedHTTP2(true)
-	tr := &http.Transport{Protocols: &p, HTTP2: &http.HTTP2Config{MaxReceiveBufferPerStream: 64 << 10, MaxReceiveBufferPerConnection: 64 << 10}}
-	t.Cleanup(tr.CloseIdleConnections)
-	req, _ := http.NewRequest("POST", g.URL+path, strings.NewReader(assistantBody))
-	req.Header = jsonHdr(assistantKey)
-	res, err := tr.RoundTrip(req)
-	if err != nil || res.StatusCode != 200 || res.ProtoMajor != 2 {
-		t.Fatalf("stream: %v %v", res, err)
-	}
-	t.Cleanup(func() { res.Body.Close() })
-}
-
 // A client that stops reading a long streamed answer, over HTTP/1.1 and h2c: while the bound
 // has not passed its slot is taken (a second stream gets 429); then the gateway ends the
 // stream, closes the upstream connection, settles the slot and the token hold as for a client
@@ -218,7 +183,7 @@ func TestStalledClientEndsStream(t *testing.T) {
 			t.Run(proto, func(t *testing.T) {
 				up, gone := stallUpstream(t)
 				g := newGateway(t, up, withStore, stallLimits(0), func(c *cfgT) { c.Server.WriteStallTimeout = 2 * time.Second })
-				stopReading(t, g, proto)
+				stalltest.StopReading(t, proto, g.Listener.Addr().String(), stallPath+"?mode=long", jsonHdr(assistantKey), assistantBody)
 				start := time.Now()
 				if res, data := g.do(t, "POST", stallPath, jsonHdr(assistantKey), assistantBody); res.StatusCode != 429 {
 					t.Fatalf("a second stream while the first is held: %d %s", res.StatusCode, data)
