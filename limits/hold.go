@@ -27,8 +27,9 @@ import (
 // A Streams limit counts answers in flight: a slot is taken at admission and given back by
 // Settle when the answer ends.
 //
-// Holds and slots are crash-safe: each expires ReserveTTL after it was taken, so those of a
-// gateway that died come back by themselves. A hold settled after it expired is charged the
+// Holds and slots are crash-safe: each expires ReserveTTL after it was taken or last
+// refreshed (its answer's gateway refreshes it while the answer lives: refresh.go), so those
+// of a gateway that died come back by themselves. A hold settled after it expired is charged the
 // answer's tokens all the same (never lost; possibly past the limit), and Settle names its
 // limit so that it can be counted.
 //
@@ -39,9 +40,9 @@ import (
 // decision reads three fields; the first decision after a hold expired reads the holds whole
 // and drops the expired ones (holdLua).
 
-// DefaultReserveTTL is how long a hold or a slot lives when its rule sets no ReserveTTL. It
-// must be longer than the longest answer: a hold that expires under a live answer no longer
-// keeps its tokens from others.
+// DefaultReserveTTL is how long a hold or a slot lives when its rule sets no ReserveTTL. An
+// answer in flight refreshes its holds (Refresh, refresh.go), so it may run longer: this is
+// how long the holds of a gateway that died linger.
 const DefaultReserveTTL = 10 * time.Minute
 
 // holdSpec is what the spec of a rule with holds adds: " <reserve> <ttl ms>" ("" without).
