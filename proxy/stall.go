@@ -89,7 +89,7 @@ func (w *stallWatch) check() {
 	}
 	w.fired.Store(true)
 	// A deadline in the past fails the blocked write now (both protocols).
-	_ = http.NewResponseController(w.rw).SetWriteDeadline(time.Unix(1, 0))
+	setWriteDeadline(w.rw, time.Unix(1, 0))
 }
 
 // stalled reports whether the watch ended the stream.
@@ -110,6 +110,16 @@ func (w *stallWatch) stop() {
 	}
 	w.mu.Unlock()
 	if !w.fired.Load() {
-		_ = http.NewResponseController(w.rw).SetWriteDeadline(time.Now().Add(w.limit))
+		setWriteDeadline(w.rw, time.Now().Add(w.limit))
 	}
+}
+
+// setWriteDeadline is http.ResponseController's, without allocating one for net/http's own
+// writers (both protocols' have the method).
+func setWriteDeadline(w http.ResponseWriter, t time.Time) {
+	if d, ok := w.(interface{ SetWriteDeadline(time.Time) error }); ok {
+		_ = d.SetWriteDeadline(t)
+		return
+	}
+	_ = http.NewResponseController(w).SetWriteDeadline(t)
 }
