@@ -101,7 +101,7 @@ func ask(p *proc, fp string) (int, error) {
 // while the bound runs the slot is taken (429); the slot is back within the bound plus a
 // second of the client's last read (a new stream is admitted), the upstream connection is
 // closed, and gateway_streams_stalled_total counts it (its series exists at 0 before).
-func TestStoppedReaderFreesItsSlot(t *testing.T) {
+func TestStalledReaderFreesItsSlot(t *testing.T) {
 	const bound = 10 * time.Second // the default
 	for _, tr := range transports {
 		for _, proto := range []string{"h1", "h2c"} {
