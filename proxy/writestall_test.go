@@ -134,11 +134,7 @@ func TestStallWatchSparesPauses(t *testing.T) {
 func stallUpstream(t *testing.T) (*upstream, chan struct{}) {
 	gone := make(chan struct{}, 8)
 	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/event-stream")
-		w.Header().Set("X-Vercel-Ai-Ui-Message-Stream", "v1")
-		w.WriteHeader(200)
-		fmt.Fprint(w, sse(`{"type":"start","messageId":"m"}`))
-		w.(http.Flusher).Flush()
+		startUIStream(w)
 		part := sse(`{"type":"text-delta","id":"t","delta":"` + strings.Repeat("x", 1000) + `"}`)
 		switch r.URL.Query().Get("mode") {
 		case "long":
@@ -157,6 +153,15 @@ func stallUpstream(t *testing.T) (*upstream, chan struct{}) {
 		fmt.Fprint(w, sse(`{"type":"finish","finishReason":"stop"}`, `[DONE]`))
 	})
 	return up, gone
+}
+
+// startUIStream answers with a UI message stream's headers and its start chunk, flushed.
+func startUIStream(w http.ResponseWriter) {
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("X-Vercel-Ai-Ui-Message-Stream", "v1")
+	w.WriteHeader(200)
+	io.WriteString(w, sse(`{"type":"start","messageId":"m"}`))
+	w.(http.Flusher).Flush()
 }
 
 const stallPath = "/discovery/v2/assistant/acme/message"
