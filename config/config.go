@@ -169,6 +169,11 @@ type Server struct {
 	ReadBodyTimeout time.Duration `yaml:"read_body_timeout"`
 	// IdleTimeout closes keep-alive connections idle this long.
 	IdleTimeout time.Duration `yaml:"idle_timeout"`
+	// WriteStallTimeout ends a stream whose client has accepted no byte of it for this long:
+	// its slot and hold are settled as for a client that went away, and the upstream
+	// connection is closed. 0 turns it off (a client that stops reading then holds its stream
+	// for as long as it keeps the connection open).
+	WriteStallTimeout time.Duration `yaml:"write_stall_timeout"`
 	// MaxHeaderBytes caps the size of request headers; larger ones get 431.
 	MaxHeaderBytes int `yaml:"max_header_bytes"`
 	// ShutdownDelay keeps serving (with /readyz at 503) this long after SIGTERM, so load
@@ -286,6 +291,11 @@ func Defaults() Config {
 			ReadHeaderTimeout: 10 * time.Second,
 			ReadBodyTimeout:   30 * time.Second,
 			IdleTimeout:       120 * time.Second,
+			// Far longer than a healthy client's pauses: the kernel's buffers (hundreds of KiB
+			// between the two ends) absorb a radio handover or a busy tab, so a write blocks only
+			// once they are full, and a few TCP retransmissions fit in 10 s. Short enough that a
+			// client that stops reading frees its slot in seconds, not at reserve_ttl.
+			WriteStallTimeout: 10 * time.Second,
 			MaxHeaderBytes:    64 << 10,
 			ShutdownGrace:     30 * time.Second,
 		},

@@ -45,8 +45,18 @@ func TestMinimalConfigGetsDefaults(t *testing.T) {
 	}
 	if cfg.AdminListen != "127.0.0.1:9090" || cfg.Upstream.Timeout != 30*time.Second || cfg.MaxBodyBytes != 1<<20 ||
 		cfg.Server.ShutdownGrace != 30*time.Second || cfg.CORS.AllowedOrigins[0] != "*" ||
-		cfg.Upstream.IdleTimeout != 50*time.Second || cfg.AdminMaxExports != 2 {
+		cfg.Upstream.IdleTimeout != 50*time.Second || cfg.AdminMaxExports != 2 || cfg.Server.WriteStallTimeout != 10*time.Second {
 		t.Fatalf("defaults not applied: %+v", cfg)
+	}
+}
+
+// server.write_stall_timeout: 0 turns the bound off; any duration of a second or more is kept.
+func TestWriteStallTimeout(t *testing.T) {
+	for yaml, want := range map[string]time.Duration{"0s": 0, "1s": time.Second, "2m": 2 * time.Minute} {
+		cfg, err := parse(t, "upstream: {url: 'http://a'}\nserver: {write_stall_timeout: "+yaml+"}\n", nil)
+		if err != nil || cfg.Server.WriteStallTimeout != want {
+			t.Errorf("%s: %v %v, want %v", yaml, err, cfg, want)
+		}
 	}
 }
 
@@ -87,6 +97,8 @@ func TestErrorsNameTheKey(t *testing.T) {
 		{"upstream: {url: 'http://a'}\nclient_ip: {trusted_proxies: [10.0.0.0/33]}\n", "client_ip.trusted_proxies[0]:"},
 		{"upstream: {url: 'http://a'}\ncors: {allowed_origins: ['https://a.com/path']}\n", "cors.allowed_origins[0]:"},
 		{"upstream: {url: 'http://a'}\nlog: {level: loud}\n", "log.level: \"loud\""},
+		{"upstream: {url: 'http://a'}\nserver: {write_stall_timeout: -1s}\n", "server.write_stall_timeout: -1s: must be at least 1s (0 turns it off)"},
+		{"upstream: {url: 'http://a'}\nserver: {write_stall_timeout: 500ms}\n", "server.write_stall_timeout: 500ms: must be at least 1s"},
 		{"upstream: {url: 'http://a'}\ntls: {cert_file: a.pem}\n", "tls.key_file: is required"},
 		{"upstream: {url: 'http://a'}\nroutes: [{name: Bad-Name, method: get, path: x, key: root}]\n", "routes[0].name:"},
 		{"upstream: {url: 'http://a'}\nroutes: [{name: a, method: GET, path: /a, key: admin, stream: maybe}]\n", "routes[0].stream: cannot use \"maybe\""},

@@ -72,8 +72,9 @@ type Limit struct {
 	// default): no hold, the answer is debited after it ends.
 	Reserve *int64 `yaml:"reserve"`
 	// ReserveTTL (tokens limits with a reserve, streams limits) is how long a hold or a slot
-	// lives unsettled, so those of a gateway that died come back; longer than the longest
-	// answer. 0: 10m.
+	// lives unsettled since its last refresh, so those of a gateway that died come back; a
+	// live answer refreshes its own every quarter of it, so it bounds no answer's length.
+	// 0: 10m.
 	ReserveTTL time.Duration `yaml:"reserve_ttl"`
 	// EstimateMax (tokens limits) is the most an answer without a final usage report is
 	// charged for its prompt by estimate; absent: DefaultEstimateMax.
@@ -357,7 +358,7 @@ func (v *validator) limit(key, name string, l Limit, partial bool) {
 		v.fail(key+".estimate_max", "%d is not a number of tokens from 0 to %d", *l.EstimateMax, int64(limits.MaxLimit))
 	}
 	if l.ReserveTTL < 0 || l.ReserveTTL > 0 && l.ReserveTTL < time.Second {
-		v.fail(key+".reserve_ttl", "%s: must be at least 1s, and longer than the longest answer (0 is 10m)", l.ReserveTTL)
+		v.fail(key+".reserve_ttl", "%s: must be at least 1s (0 is 10m)", l.ReserveTTL)
 	}
 }
 

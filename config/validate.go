@@ -43,6 +43,10 @@ func (c *Config) Validate() error {
 	v.positive("server.read_header_timeout", c.Server.ReadHeaderTimeout)
 	v.positive("server.read_body_timeout", c.Server.ReadBodyTimeout)
 	v.positive("server.idle_timeout", c.Server.IdleTimeout)
+	if d := c.Server.WriteStallTimeout; d < 0 || d > 0 && d < time.Second {
+		// Shorter would cut healthy clients whose reading pauses for a moment.
+		v.fail("server.write_stall_timeout", "%s: must be at least 1s (0 turns it off)", d)
+	}
 	v.nonNegative("server.shutdown_delay", c.Server.ShutdownDelay)
 	v.nonNegative("server.shutdown_grace", c.Server.ShutdownGrace)
 	if c.Server.MaxHeaderBytes < 1024 {

@@ -27,8 +27,9 @@ import (
 // A Streams limit counts answers in flight: a slot is taken at admission and given back by
 // Settle when the answer ends.
 //
-// Holds and slots are crash-safe: each expires ReserveTTL after it was taken, so those of a
-// gateway that died come back by themselves. A hold settled after it expired is charged the
+// Holds and slots are crash-safe: each expires ReserveTTL after it was taken or last
+// refreshed (its answer's gateway refreshes it while the answer lives: refresh.go), so those
+// of a gateway that died come back by themselves. A hold settled after it expired is charged the
 // answer's tokens all the same (never lost; possibly past the limit), and Settle names its
 // limit so that it can be counted.
 //
@@ -39,9 +40,9 @@ import (
 // decision reads three fields; the first decision after a hold expired reads the holds whole
 // and drops the expired ones (holdLua).
 
-// DefaultReserveTTL is how long a hold or a slot lives when its rule sets no ReserveTTL. It
-// must be longer than the longest answer: a hold that expires under a live answer no longer
-// keeps its tokens from others.
+// DefaultReserveTTL is how long a hold or a slot lives when its rule sets no ReserveTTL. An
+// answer in flight refreshes its holds (Refresh, refresh.go), so it may run longer: this is
+// how long the holds of a gateway that died linger.
 const DefaultReserveTTL = 10 * time.Minute
 
 // holdSpec is what the spec of a rule with holds adds: " <reserve> <ttl ms>" ("" without).
@@ -246,19 +247,9 @@ func (r *Redis) Settle(ctx context.Context, hold string, hits []Hit, n int64) ([
 	if hold == "" {
 		return nil, nil
 	}
-	var keys, names []string
-	var specs []any
-	for i := range hits {
-		cr, err := r.rules.get(hits[i].Rule)
-		if err != nil {
-			return nil, fmt.Errorf("limits: settle: %w", err)
-		}
-		if !holds(hits[i].Rule) {
-			continue
-		}
-		keys = append(keys, cr.keyPre+hits[i].ID+"}")
-		names = append(names, hits[i].Rule.Name)
-		specs = append(specs, cr.spec)
+	keys, names, specs, err := r.heldKeys(hits)
+	if err != nil {
+		return nil, fmt.Errorf("limits: settle: %w", err)
 	}
 	if len(keys) == 0 {
 		return nil, nil
@@ -335,23 +326,12 @@ func (r *Redis) runSettle(ctx context.Context, keys []string, args []any) (*redi
 // to, bounded by the caller's deadline (offPath): a settle against an open breaker is
 // dropped (the caller logs it) and its holds come back when they expire.
 func (g *Guard) Settle(ctx context.Context, hold string, hits []Hit, n int64) ([]string, error) {
-	cctx, cancel := g.offPath(ctx)
-	defer cancel()
-	var held []Hit
-	for _, h := range hits {
-		if holds(h.Rule) {
-			held = append(held, h)
-		}
-	}
-	if hold == "" || len(held) == 0 {
-		return nil, nil
-	}
-	nodes := g.nodesOf(cctx, held, nil)
-	if err := g.admit(nodes); err != nil {
-		return nil, err
-	}
-	expired, err := g.s.Settle(cctx, hold, held, n)
-	return expired, g.record(ctx, nodes, err)
+	var expired []string
+	err := g.onHeld(ctx, hold, hits, func(ctx context.Context, held []Hit) (err error) {
+		expired, err = g.s.Settle(ctx, hold, held, n)
+		return err
+	})
+	return expired, err
 }
 
 // releaseLost releases, in the background, the holds of a decision whose reply was lost (a

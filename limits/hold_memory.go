@@ -2,7 +2,6 @@ package limits
 
 import (
 	"context"
-	"fmt"
 	"time"
 )
 
@@ -91,27 +90,10 @@ func (m *Memory) settleHolds(h *memHit, r *Result, charge bool, hid string, now 
 
 // Settle implements Store.
 func (m *Memory) Settle(ctx context.Context, hold string, hits []Hit, n int64) ([]string, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("limits: settle: %w", err)
-	}
-	if hold == "" {
-		return nil, nil
-	}
 	now := m.clock()
 	var expired []string
-	for i := range hits {
-		cr, err := m.rules.get(hits[i].Rule)
-		if err != nil {
-			return expired, fmt.Errorf("limits: settle: %w", err)
-		}
-		if !holds(hits[i].Rule) {
-			continue
-		}
-		h := memHit{cr: cr, key: memKey{cr.keyPre, hits[i].ID}}
-		h.shard = m.shardOf(h.key)
-		sh := &m.shards[h.shard]
-		sh.mu.Lock()
-		h.e = sh.m[h.key]
+	err := m.eachHeld(ctx, "settle", hold, hits, func(h *memHit) {
+		cr := h.cr
 		live := false
 		if h.e != nil {
 			if hd, ok := h.e.holds[hold]; ok {
@@ -125,12 +107,11 @@ func (m *Memory) Settle(ctx context.Context, hold string, hits []Hit, n int64) (
 			}
 			if n > 0 {
 				ws, we := cr.snap.Window.boundsUnix(now.sec)
-				e := m.entry(&h)
+				e := m.entry(h)
 				e.roll(&cr.snap, ws, we) // a new window keeps the ended one for history first
 				e.n += n
 			}
 		}
-		sh.mu.Unlock()
-	}
-	return expired, nil
+	})
+	return expired, err
 }

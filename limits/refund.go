@@ -75,7 +75,7 @@ func (r *Redis) Refund(ctx context.Context, taken []Taken) error {
 		return nil
 	}
 	if r.cluster != nil && len(keys) > 1 {
-		if err := r.eachKey(ctx, giveBackScript, keys, args, 2); err != nil {
+		if _, err := r.eachKey(ctx, giveBackScript, keys, args, 2); err != nil {
 			return r.followTopology(ctx, fmt.Errorf("limits: refund: %w", err))
 		}
 		return nil
@@ -162,8 +162,8 @@ func (g *Guard) refund(ctx context.Context, taken []Taken) error {
 // commands in one round trip, in parallel. Each key's failure names its node (*NodeError). A node that lost the script (restarted) answers
 // NOSCRIPT without running anything, so those keys are sent again with EVAL. (Debit's Cluster
 // branch does the same; it is left as it is while other work changes it, to share this
-// afterwards.)
-func (r *Redis) eachKey(ctx context.Context, script *redis.Script, keys []string, args []any, per int) error {
+// afterwards.) It returns each key's command, whose reply the caller may read.
+func (r *Redis) eachKey(ctx context.Context, script *redis.Script, keys []string, args []any, per int) ([]*redis.Cmd, error) {
 	pipe := r.cluster.Pipeline()
 	cmds := make([]*redis.Cmd, len(keys))
 	for i, k := range keys {
@@ -172,13 +172,12 @@ func (r *Redis) eachKey(ctx context.Context, script *redis.Script, keys []string
 	_, _ = pipe.Exec(ctx) // errors are inspected per command
 	var errs []error
 	for i, c := range cmds {
-		err := c.Err()
-		if redis.HasErrorPrefix(err, "NOSCRIPT") {
-			err = script.Eval(ctx, r.cluster, []string{keys[i]}, args[per*i:per*i+per]...).Err()
+		if redis.HasErrorPrefix(c.Err(), "NOSCRIPT") {
+			cmds[i] = script.Eval(ctx, r.cluster, []string{keys[i]}, args[per*i:per*i+per]...)
 		}
-		if err != nil && err != redis.Nil {
+		if err := cmds[i].Err(); err != nil && err != redis.Nil {
 			errs = append(errs, &NodeError{Node: r.nodeOf(ctx, keys[i]), Err: err})
 		}
 	}
-	return errors.Join(errs...)
+	return cmds, errors.Join(errs...)
 }

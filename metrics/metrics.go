@@ -36,6 +36,7 @@ type Metrics struct {
 	spansDropped         prometheus.Counter
 	refunds              *prometheus.CounterVec // refunds.go
 	holdsExpired         *prometheus.CounterVec // holds.go
+	streamsStalled       *prometheus.CounterVec // stalls.go
 }
 
 // Latency buckets from 1 ms to 30 s: gateway overhead sits at the low end, streamed answers at
@@ -137,8 +138,9 @@ func New(reg prometheus.Registerer) *Metrics {
 	})
 	m.refunds = newRefunds()
 	m.holdsExpired = newHoldsExpired()
+	m.streamsStalled = newStreamsStalled()
 	reg.MustRegister(
-		m.refunds, m.holdsExpired,
+		m.refunds, m.holdsExpired, m.streamsStalled,
 		m.orgRequests, m.deprecated, m.streamTokens, m.streamTokensEstim, m.tokenLimitNear, m.spansDropped,
 		m.decisions, m.nearLimit, m.limiterDuration, m.limiterErrors, m.breakerOpen,
 		m.requests, m.requestDuration, m.inflight, m.authRejections, m.validationRejections,

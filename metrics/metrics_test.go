@@ -72,6 +72,8 @@ func TestSeries(t *testing.T) {
 	m.LimiterCall(0.001, "node")
 	m.LimiterCall(0.001, "")
 	m.Refunded("agent_job_per_project", "upstream_401")
+	m.StreamRoutes("assistant_message", "assistant_message_v2")
+	m.Route("assistant_message").StreamStalled()
 
 	for _, c := range []struct {
 		name   string
@@ -99,6 +101,9 @@ func TestSeries(t *testing.T) {
 		{"gateway_limiter_errors_total", []string{"kind", "node"}, 1},
 		{"gateway_limiter_errors_total", []string{"kind", "data"}, 0}, // created at 0
 		{"gateway_ratelimit_refunds_total", []string{"limit", "agent_job_per_project", "reason", "upstream_401"}, 1},
+		{"gateway_streams_stalled_total", []string{"route", "assistant_message"}, 1},
+		{"gateway_streams_stalled_total", []string{"route", "assistant_message_v2"}, 0}, // created at 0
+		{"gateway_streams_stalled_total", []string{"route", "agent_job"}, -1},           // no stream route
 	} {
 		if got := value(t, reg, c.name, c.labels...); got != c.want {
 			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)

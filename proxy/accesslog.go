@@ -80,6 +80,9 @@ func (g *Gateway) finish(s *scope, r *http.Request) {
 	if s.upstreamKind != "" {
 		fields = append(fields, zap.String("upstream_error", s.upstreamKind))
 	}
+	if s.stalled {
+		fields = append(fields, zap.Bool("stalled", true))
+	}
 	if finish != "" {
 		fields = append(fields, zap.String("finish_reason", finish))
 	}

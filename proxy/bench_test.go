@@ -87,6 +87,9 @@ func (w *discardWriter) SetReadDeadline(time.Time) error {
 	return nil
 }
 
+// SetWriteDeadline: net/http's writers have it (a stream's stall watch sets one as it ends).
+func (w *discardWriter) SetWriteDeadline(time.Time) error { return nil }
+
 func (w *discardWriter) reset() {
 	clear(w.h)
 	w.status, w.n = 0, 0

@@ -86,11 +86,16 @@ func (g *Gateway) newReverseProxy(t http.RoundTripper, stream bool) *httputil.Re
 // forward hands a validated request to the reverse proxy.
 func (g *Gateway) forward(s *scope, r *http.Request) {
 	s.forwarded = time.Now()
-	defer g.bodyBroke(s, r)
+	if len(s.held) > 0 {
+		g.keepHolds(s)
+	}
 	p := g.proxy
 	if s.route.stream {
 		p = g.streamProxy
+		s.rw.watch.start(g.writeStall, s.rw.ResponseWriter)
+		defer s.rw.watch.stop() // after bodyBroke, before the handler returns
 	}
+	defer g.bodyBroke(s, r)
 	p.ServeHTTP(s.w, r.WithContext(context.WithValue(r.Context(), scopeKey{}, s)))
 }
 
@@ -108,11 +113,18 @@ func (g *Gateway) bodyBroke(s *scope, r *http.Request) {
 	if p != http.ErrAbortHandler {
 		panic(p)
 	}
-	if r.Context().Err() != nil || s.upBody.err == nil {
+	switch {
+	case s.rw.watch.stalled():
+		// The client stopped reading (server.write_stall_timeout): settled, charged and
+		// counted as a client that went away, and counted as a stall.
+		s.stalled = true
+		s.upstreamKind = "canceled"
+		s.route.metrics.StreamStalled()
+	case r.Context().Err() != nil || s.upBody.err == nil:
 		// The client went away mid-body: its context is cancelled, or writing to it failed
 		// while the upstream's body read fine.
 		s.upstreamKind = "canceled"
-	} else {
+	default:
 		s.upstreamKind = "reset"
 	}
 	s.route.metrics.UpstreamError(s.upstreamKind)

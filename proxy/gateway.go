@@ -62,6 +62,7 @@ type Gateway struct {
 	// Fixed for the process lifetime.
 	upstream            *url.URL
 	readTimeout         time.Duration
+	writeStall          time.Duration // server.write_stall_timeout; 0: off
 	limiter             Limiter
 	quotas              limits.QuotaStore
 	history             limits.HistoryStore
@@ -91,6 +92,7 @@ func New(o Options) (*Gateway, error) {
 		metrics:             o.Metrics,
 		upstream:            up,
 		readTimeout:         cfg.Server.ReadBodyTimeout,
+		writeStall:          cfg.Server.WriteStallTimeout,
 		limiter:             o.Limiter,
 		quotas:              o.Quotas,
 		history:             o.History,

@@ -31,6 +31,7 @@ type Limiter interface {
 	Refund(ctx context.Context, taken []limits.Taken) error
 	Scan(ctx context.Context, r *limits.Rule, resolve func(id string) *limits.Rule, visit func(id string, u limits.Usage)) error
 	Settle(ctx context.Context, hold string, hits []limits.Hit, n int64) ([]string, error)
+	Refresh(ctx context.Context, hold string, hits []limits.Hit) ([]string, error)
 }
 
 // by says what a limit counts.

@@ -55,6 +55,7 @@ type scope struct {
 	limitErr       bool   // the limiter failed (the request was denied or let through per on_error)
 	upstreamStatus int
 	upstreamKind   string    // set when the upstream exchange failed
+	stalled        bool      // the stream was ended for its client's stall (server.write_stall_timeout)
 	tap            streamTap // streamed answers: reads the finish and usage (dataTap or uiTap)
 	// tokenHits are the request's tokens limits, debited with its answer's tokens.
 	tokenHits []limits.Hit
@@ -68,6 +69,7 @@ type scope struct {
 	held    []limits.Hit
 	heldBuf [2]limits.Hit
 	hold    string
+	keeper  holdKeeper // refreshes held while the answer lives
 	span    trace.Span // the server span; nil when tracing is off
 
 	// Storage that lives as long as the request, so the hot path allocates less: the
@@ -146,6 +148,8 @@ type responseWriter struct {
 	// the last chunk) sends it, in the same write, instead of a flush of its own. Atomic: the
 	// copy loop sets it while ReverseProxy's flush timer may read it.
 	ended atomic.Bool
+	// watch ends a stream whose client stops accepting its bytes (server.write_stall_timeout).
+	watch stallWatch
 }
 
 var _ http.Flusher = (*responseWriter)(nil)
@@ -182,7 +186,14 @@ func (w *responseWriter) Write(p []byte) (int, error) {
 	if w.bytes == 0 && len(p) > 0 {
 		w.firstByte = time.Now()
 	}
+	if w.watch.limit == 0 {
+		n, err := w.ResponseWriter.Write(p)
+		w.bytes += int64(n)
+		return n, err
+	}
+	w.watch.begin()
 	n, err := w.ResponseWriter.Write(p)
+	w.watch.end()
 	w.bytes += int64(n)
 	return n, err
 }
@@ -213,6 +224,17 @@ func (w *responseWriter) FlushError() error {
 	if (w.withFirstPart && w.bytes == 0) || w.ended.Load() {
 		return nil
 	}
+	if w.watch.limit == 0 {
+		return w.flushNow()
+	}
+	w.watch.begin()
+	err := w.flushNow()
+	w.watch.end()
+	return err
+}
+
+// flushNow sends what is buffered: the first flush of a stream aside (see flushAside).
+func (w *responseWriter) flushNow() error {
 	if w.firstFlushAside {
 		w.firstFlushAside = false
 		return w.flushAside()

@@ -61,6 +61,9 @@ func (g *Gateway) compile(cfg *config.Config) (*snapshot, error) {
 	}
 	for _, rt := range routes {
 		rt.metrics = g.metrics.Route(rt.name)
+		if rt.stream {
+			g.metrics.StreamRoutes(rt.name)
+		}
 	}
 	if sn.limits, err = compileLimits(cfg, routes); err != nil {
 		return nil, err

@@ -167,9 +167,11 @@ func (g *Gateway) settleHolds(s *scope, out *streamOutcome) {
 		}
 		return c.of(h.Rule.EstimateMax, h.Rule.Reserve)
 	}
+	keeper := &s.keeper
 	byAmount(s.held, amount, func(held []limits.Hit, n int64) {
 		n = max(n, -1) // slots alone: given back, nothing charged
 		g.afterAnswer(func(ctx context.Context) {
+			keeper.stop() // no refresh may follow the settle
 			expired, err := g.limiter.Settle(ctx, hold, held, n)
 			if err != nil {
 				// The holds and slots come back when their reserve_ttl ends; the tokens are lost.

@@ -314,6 +314,12 @@ func publicServer(cfg *config.Config, h http.Handler, cert *tls.Certificate, log
 		p.SetUnencryptedHTTP2(true)
 	}
 	srv.Protocols = &p
+	if d := cfg.Server.WriteStallTimeout; d > 0 {
+		// An HTTP/2 connection whose peer takes no byte for this long is closed: a stalled
+		// stream's reset cannot reach a client that stopped reading the connection itself
+		// (see proxy's stallWatch).
+		srv.HTTP2 = &http.HTTP2Config{WriteByteTimeout: d}
+	}
 	return srv
 }
 

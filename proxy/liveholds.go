@@ -1,0 +1,71 @@
+package proxy
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/docsgate/gateway/limits"
+)
+
+// holdKeeper keeps the token holds and stream slots of an answer in flight from expiring: a
+// hold lives reserve_ttl from its last refresh, so that the holds of a gateway that died come
+// back, but a live answer must never drop out of its limits however long it runs, or a
+// streams cap would admit past itself. Every limits.RefreshEvery (a quarter of the shortest
+// reserve_ttl), one store write off the request path, until the answer is settled. One timer
+// per answer with holds, none per part.
+type holdKeeper struct {
+	mu    sync.Mutex // held by a refresh under way, and by stop
+	done  bool
+	timer *time.Timer
+}
+
+// keepHolds starts refreshing the holds the request's admitting decision took (s.held).
+func (g *Gateway) keepHolds(s *scope) {
+	every := limits.RefreshEvery(s.held)
+	if every <= 0 || g.limiter == nil {
+		return
+	}
+	k := &s.keeper
+	hold, held, route := s.hold, s.held, s.route.name
+	// Each refresh is bounded so that one may fail and the next still lands in time (see
+	// limits.RefreshEvery), and so that a settle waiting for it (stop) keeps most of its own
+	// bound.
+	bound := min(every/2, debitTimeout/2)
+	refresh := func() {
+		k.mu.Lock()
+		defer k.mu.Unlock()
+		if k.done {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), bound)
+		lapsed, err := g.limiter.Refresh(ctx, hold, held)
+		cancel()
+		if err != nil {
+			// The next refresh takes again what expires meanwhile.
+			g.log.Warn("refreshing the holds of an answer in flight failed", zap.String("route", route), zap.Error(err))
+		}
+		if len(lapsed) > 0 {
+			// Redis lost them, or was out of reach for most of reserve_ttl: taken again.
+			g.log.Warn("holds of an answer in flight had expired; taken again", zap.String("route", route), zap.Strings("limits", lapsed))
+		}
+		k.timer.Reset(every)
+	}
+	k.mu.Lock()
+	k.timer = time.AfterFunc(every, refresh)
+	k.mu.Unlock()
+}
+
+// stop ends the refreshes of an answer that has ended, waiting for one under way: a refresh
+// after the settle would take the settled holds again. Call it before the settle, off the
+// request path.
+func (k *holdKeeper) stop() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.done = true
+	if k.timer != nil {
+		k.timer.Stop()
+	}
+}
