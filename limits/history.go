@@ -108,10 +108,15 @@ var (
 // keepSpec is what a rule adds to its script spec: " k<n>", the number of ended windows kept
 // (a word of its own, last, so other optional words may come before it).
 func keepSpec(r *Rule) string {
-	if r.Algorithm != Fixed || r.History <= 0 || r.Window.IsZero() {
+	if !keepsHistory(r) {
 		return ""
 	}
 	return " k" + strconv.Itoa(r.History)
+}
+
+// keepsHistory says whether r keeps ended windows: a fixed window with a history.
+func keepsHistory(r *Rule) bool {
+	return r.Algorithm == Fixed && r.History > 0 && !r.Window.IsZero()
 }
 
 // Shift returns the start of the window k windows after the one starting at ws (before, for
@@ -178,6 +183,24 @@ func (e *memEntry) roll(r *Rule, ws, we int64) {
 	}
 	// Never sooner than before: the entry may hold holds of answers in flight (hold_memory.go).
 	e.expires = max(e.expires, r.Window.Shift(we, keep)*1e6)
+}
+
+// rollEnded moves the ended window of the counter of (cr, id) into its history, as the
+// tenant's next unit would: a run-time action (quota_memory.go) must not lose that window's
+// count, which sits in the current one until then.
+func (m *Memory) rollEnded(cr *compiled, id string, now memTime) {
+	r := &cr.snap
+	if !keepsHistory(r) {
+		return
+	}
+	key := memKey{cr.keyPre, id}
+	sh := &m.shards[m.shardOf(key)]
+	ws, we := r.Window.boundsUnix(now.sec)
+	sh.mu.Lock()
+	if e := sh.m[key]; e != nil && e.expires > now.us && e.ws < ws {
+		e.roll(r, ws, we)
+	}
+	sh.mu.Unlock()
 }
 
 // History implements HistoryStore.
