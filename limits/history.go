@@ -281,6 +281,31 @@ func (e *memEntry) usedIn(ws int64) int64 {
 	return 0
 }
 
+// giveBack takes one unit off the window of r starting at ws, as giveBackLua does: the
+// current count while the entry is still in that window, else the window's kept count while
+// r keeps it at Unix second now; never below 0 (the caller holds the lock).
+func (e *memEntry) giveBack(r *Rule, ws, now int64) {
+	if e.ws == ws {
+		e.n = max(e.n-1, 0)
+		return
+	}
+	cur, _ := r.Window.boundsUnix(now)
+	if !keepsHistory(r) || ws >= cur || ws < r.Window.Shift(cur, -r.History) {
+		return
+	}
+	for i, p := range e.past {
+		if p.ws != ws {
+			continue
+		}
+		if p.n <= 1 { // roll keeps only windows with use, as the Redis hash does
+			e.past = append(e.past[:i], e.past[i+1:]...)
+		} else {
+			e.past[i].n--
+		}
+		return
+	}
+}
+
 // Clock implements HistoryStore.
 func (m *Memory) Clock(context.Context) (time.Time, error) { return m.now(), nil }
 
