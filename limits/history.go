@@ -24,8 +24,16 @@ import (
 // still scans one key per tenant. In process, the entry keeps the same list (lost with the
 // process).
 
-// MaxHistory bounds Rule.History: a tenant's hash holds at most that many fields more.
-const MaxHistory = 1000
+// MaxHistory bounds Rule.History where Redis keeps a tenant's hash compact. Redis stores a
+// hash of at most hash-max-listpack-entries fields (512 by default) as a listpack: a kept
+// window, its start and count stored as integers, costs about 9 bytes for request-sized
+// counts and 13 for token-sized ones (below 2^31: 4-byte integers, as window starts are until
+// 2038). One field more and the hash becomes a hashtable for good, about 70 bytes per window.
+// At most, the hash holds the kept windows, the one a window end adds before it drops the
+// oldest (keep_past), s and n, a tokens limit's hs, hc and hx, and one h:<id> per answer in
+// flight (hold.go): 400 + 1 + 2 + 3 = 406 fields leave room for 106 answers in flight per
+// tenant at once. Past that the tenant's hash (only it) becomes a hashtable.
+const MaxHistory = 400
 
 // DefaultHistory is the number of ended windows a limit keeps unless configured: 48 hours,
 // 35 days, 13 months, 10 windows of a duration.
