@@ -116,9 +116,9 @@ func TestErrorsNameTheKey(t *testing.T) {
 			"plans.gold.assistant_per_org: 5000000 is above 1000000, the largest GCRA limit for window 1s"},
 		// History, per limit and per plan.
 		{"upstream: {url: 'http://a'}\nlimits: {agent_job_per_project: {history: -1}}\n",
-			"limits.agent_job_per_project.history: -1 is not a number of windows from 0 to 1000"},
-		{"upstream: {url: 'http://a'}\nplans: {gold: {assistant_per_key: {history: 1001}}}\n",
-			"plans.gold.assistant_per_key.history: 1001 is not a number of windows from 0 to 1000"},
+			"limits.agent_job_per_project.history: -1 is not a number of windows from 0 to 400"},
+		{"upstream: {url: 'http://a'}\nplans: {gold: {assistant_per_key: {history: 401}}}\n",
+			"plans.gold.assistant_per_key.history: 401 is not a number of windows from 0 to 400"},
 		{"upstream: {url: 'http://a'}\nlimits: {x: {limit: 5, window: hour, by: ip, algorithm: gcra, history: 3}}\n",
 			"limits.x.history: a gcra limit has no windows to keep"},
 		{"upstream: {url: 'http://a'}\nlimits: {agent_job_per_project: {history: many}}\n",

@@ -24,8 +24,16 @@ import (
 // still scans one key per tenant. In process, the entry keeps the same list (lost with the
 // process).
 
-// MaxHistory bounds Rule.History: a tenant's hash holds at most that many fields more.
-const MaxHistory = 1000
+// MaxHistory bounds Rule.History where Redis keeps a tenant's hash compact. Redis stores a
+// hash of at most hash-max-listpack-entries fields (512 by default) as a listpack: a kept
+// window, its start and count stored as integers, costs about 9 bytes for request-sized
+// counts and 13 for token-sized ones (below 2^31: 4-byte integers, as window starts are until
+// 2038). One field more and the hash becomes a hashtable for good, about 70 bytes per window.
+// At most, the hash holds the kept windows, the one a window end adds before it drops the
+// oldest (keep_past), s and n, a tokens limit's hs, hc and hx, and one h:<id> per answer in
+// flight (hold.go): 400 + 1 + 2 + 3 = 406 fields leave room for 106 answers in flight per
+// tenant at once. Past that the tenant's hash (only it) becomes a hashtable.
+const MaxHistory = 400
 
 // DefaultHistory is the number of ended windows a limit keeps unless configured: 48 hours,
 // 35 days, 13 months, 10 windows of a duration.
@@ -108,10 +116,15 @@ var (
 // keepSpec is what a rule adds to its script spec: " k<n>", the number of ended windows kept
 // (a word of its own, last, so other optional words may come before it).
 func keepSpec(r *Rule) string {
-	if r.Algorithm != Fixed || r.History <= 0 || r.Window.IsZero() {
+	if !keepsHistory(r) {
 		return ""
 	}
 	return " k" + strconv.Itoa(r.History)
+}
+
+// keepsHistory says whether r keeps ended windows: a fixed window with a history.
+func keepsHistory(r *Rule) bool {
+	return r.Algorithm == Fixed && r.History > 0 && !r.Window.IsZero()
 }
 
 // Shift returns the start of the window k windows after the one starting at ws (before, for
@@ -178,6 +191,24 @@ func (e *memEntry) roll(r *Rule, ws, we int64) {
 	}
 	// Never sooner than before: the entry may hold holds of answers in flight (hold_memory.go).
 	e.expires = max(e.expires, r.Window.Shift(we, keep)*1e6)
+}
+
+// rollEnded moves the ended window of the counter of (cr, id) into its history, as the
+// tenant's next unit would: a run-time action (quota_memory.go) must not lose that window's
+// count, which sits in the current one until then.
+func (m *Memory) rollEnded(cr *compiled, id string, now memTime) {
+	r := &cr.snap
+	if !keepsHistory(r) {
+		return
+	}
+	key := memKey{cr.keyPre, id}
+	sh := &m.shards[m.shardOf(key)]
+	ws, we := r.Window.boundsUnix(now.sec)
+	sh.mu.Lock()
+	if e := sh.m[key]; e != nil && e.expires > now.us && e.ws < ws {
+		e.roll(r, ws, we)
+	}
+	sh.mu.Unlock()
 }
 
 // History implements HistoryStore.
@@ -256,6 +287,31 @@ func (e *memEntry) usedIn(ws int64) int64 {
 		}
 	}
 	return 0
+}
+
+// giveBack takes one unit off the window of r starting at ws, as giveBackLua does: the
+// current count while the entry is still in that window, else the window's kept count while
+// r keeps it at Unix second now; never below 0 (the caller holds the lock).
+func (e *memEntry) giveBack(r *Rule, ws, now int64) {
+	if e.ws == ws {
+		e.n = max(e.n-1, 0)
+		return
+	}
+	cur, _ := r.Window.boundsUnix(now)
+	if !keepsHistory(r) || ws >= cur || ws < r.Window.Shift(cur, -r.History) {
+		return
+	}
+	for i, p := range e.past {
+		if p.ws != ws {
+			continue
+		}
+		if p.n <= 1 { // roll keeps only windows with use, as the Redis hash does
+			e.past = append(e.past[:i], e.past[i+1:]...)
+		} else {
+			e.past[i].n--
+		}
+		return
+	}
 }
 
 // Clock implements HistoryStore.

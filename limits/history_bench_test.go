@@ -42,7 +42,7 @@ func BenchmarkHistoryReads(b *testing.B) {
 			if i == 1 {
 				keep = DefaultHistory(x.Window)
 			}
-			fillHistory(b, clients[i], x, tenants, keep)
+			fillHistory(b, clients[i], x, tenants, keep, readCounts)
 		}
 		mem[i] = redistest.InfoInt(b, clients[i], "memory", "used_memory") - before
 		stores[i] = newRedisT(b, clients[i], "gw")
@@ -132,16 +132,17 @@ func BenchmarkHistoryReads(b *testing.B) {
 }
 
 // fillHistory writes n counters of r in the current window, each with keep ended windows kept
-// (as the take script leaves them), pipelined.
-func fillHistory(b *testing.B, c *redis.Client, r *Rule, n, keep int) {
+// (as the take script leaves them), pipelined: tenant i's count of the window k windows back
+// (0: the current one) is count(i, k).
+func fillHistory(b *testing.B, c *redis.Client, r *Rule, n, keep int, count func(i, k int) int64) {
 	ctx := context.Background()
 	ws, we := r.Window.boundsUnix(time.Now().Unix())
 	pipe := c.Pipeline()
 	for i := range n {
 		key := fmt.Sprintf("gw:%s:%s:{tenant%06d}", r.Name, r.Window, i)
-		args := []any{"s", ws, "n", i%100 + 1}
+		args := []any{"s", ws, "n", count(i, 0)}
 		for k := 1; k <= keep; k++ {
-			args = append(args, strconv.FormatInt(r.Window.Shift(ws, -k), 10), (i+k)%1000+1)
+			args = append(args, strconv.FormatInt(r.Window.Shift(ws, -k), 10), count(i, k))
 		}
 		pipe.HSet(ctx, key, args...)
 		pipe.ExpireAt(ctx, key, time.Unix(r.Window.Shift(we, keep), 0))
@@ -154,6 +155,15 @@ func fillHistory(b *testing.B, c *redis.Client, r *Rule, n, keep int) {
 	if _, err := pipe.Exec(ctx); err != nil {
 		b.Fatal(err)
 	}
+}
+
+// readCounts are the counts BenchmarkHistoryReads fills: 1 to 100 in the current window, 1 to
+// 1000 in the kept ones.
+func readCounts(i, k int) int64 {
+	if k == 0 {
+		return int64(i%100 + 1)
+	}
+	return int64((i+k)%1000 + 1)
 }
 
 // BenchmarkHistoryDecisionCost is what keeping history costs Redis per decision (see

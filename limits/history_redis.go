@@ -12,11 +12,12 @@ import (
 )
 
 // historyLua (which ends windowLua, so every script has it) is what the take and debit
-// scripts run when a tenant's counter enters a new window (see history.go): keep_past(key, spec, ws) moves the ended window's count into the
-// field named by its start and drops the window that left the kept range (the spec's " k<n>"
-// word, keep_of, says how many are kept), and returns the spec's window and keep;
-// kept_until(we, win, keep) is when the hash may go: once its newest window has left the
-// range.
+// scripts run when a tenant's counter enters a new window (see history.go): keep_past(key,
+// spec, ws) moves the ended window's count into the field named by its start and drops the
+// window that left the kept range (the spec's " k<n>" word, keep_of, says how many are kept),
+// and returns the spec's window and keep; kept_until(we, win, keep) is when the hash may go:
+// once its newest window has left the range. give_back_kept is a refund's way into a kept
+// window (refund.go).
 const historyLua = `
 local function shift(win, ws, k)
   if win ~= 'm' then return ws + k * period_of(win) end
@@ -59,6 +60,20 @@ end
 local function kept_until(we, win, keep)
   if keep == 0 then return we end
   return shift(win, we, keep)
+end
+
+-- give_back_kept takes one unit off the kept window starting at ws (a refund that arrives once
+-- a later window began: the unit goes back where it was counted), never below 0; nothing
+-- when the spec keeps no windows or ws has left the range (or is no ended window) at sec.
+local function give_back_kept(key, spec, ws, sec)
+  local _, _, win = parse(spec)
+  local keep = keep_of(spec)
+  local cur = bounds(win, sec)
+  if keep == 0 or ws >= cur or ws < shift(win, cur, -keep) then return end
+  local f = tostring(ws)
+  local n = tonumber(redis.call('HGET', key, f))
+  if not n or n <= 0 then return end
+  if n == 1 then redis.call('HDEL', key, f) else redis.call('HINCRBY', key, f, -1) end
 end
 `
 

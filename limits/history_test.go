@@ -37,6 +37,18 @@ func admitN(t *testing.T, s Store, r *Rule, id string, n int) {
 	}
 }
 
+// historyBackends are the backends of the history tests: coalescing changes nothing of what a
+// counter keeps, so its variants are left out.
+func historyBackends(t *testing.T) []backend {
+	var out []backend
+	for _, b := range backends(t, true) {
+		if b.name != "redis-coalesced" && b.name != "cluster-coalesced" {
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
 // Calendar months in process, on a clock the test moves: a month without use is listed with
 // 0, a month past history is dropped when the next one begins, a quota reset forgets the
 // current month only, and tokens debited keep their months too.
@@ -164,10 +176,7 @@ func TestHistoryLua(t *testing.T) {
 // Both stores keep the same history: consecutive 1 s windows on Redis (standalone and
 // Cluster) and in process, compared with what was taken.
 func TestHistoryStores(t *testing.T) {
-	for _, b := range backends(t, true) {
-		if b.name == "redis-coalesced" || b.name == "cluster-coalesced" {
-			continue
-		}
+	for _, b := range historyBackends(t) {
 		t.Run(b.name, func(t *testing.T) {
 			s := b.stores(t, 1)[0]
 			hs, ok := s.(HistoryStore)
@@ -219,10 +228,7 @@ func TestHistoryStores(t *testing.T) {
 // prefixes of others, punctuation), only those keep says yes to, and leaves nothing behind in
 // Redis once closed: in process, on Redis and on a Cluster (every master read).
 func TestExportSorted(t *testing.T) {
-	for _, b := range backends(t, true) {
-		if b.name == "redis-coalesced" || b.name == "cluster-coalesced" {
-			continue
-		}
+	for _, b := range historyBackends(t) {
 		t.Run(b.name, func(t *testing.T) {
 			s := b.stores(t, 1)[0]
 			hs := s.(HistoryStore)
@@ -296,10 +302,7 @@ func TestExportSorted(t *testing.T) {
 // (the settle script), and in process by the same roll. Holds live beside the kept windows in
 // the counter's hash and never count as use.
 func TestHistoryOfReserveTokens(t *testing.T) {
-	for _, b := range backends(t, true) {
-		if b.name == "redis-coalesced" || b.name == "cluster-coalesced" {
-			continue
-		}
+	for _, b := range historyBackends(t) {
 		t.Run(b.name, func(t *testing.T) {
 			ctx := context.Background()
 			s := b.stores(t, 1)[0]
@@ -335,6 +338,117 @@ func TestHistoryOfReserveTokens(t *testing.T) {
 			got := historyUsed(t, hs, r, "acme")
 			if want := []int64{5, 40, 30}; !slices.Equal(got[:min(len(got), 3)], want) {
 				t.Fatalf("history %v, want %v first", got, want)
+			}
+		})
+	}
+}
+
+// usedInWindow is a tenant's count of the window starting at ws (Unix s) as History shows it;
+// the window must be among those kept.
+func usedInWindow(t *testing.T, s HistoryStore, r *Rule, id string, ws int64) int64 {
+	t.Helper()
+	h, err := s.History(context.Background(), r, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range h {
+		if w.Start.Unix() == ws {
+			return w.Used
+		}
+	}
+	t.Fatalf("history of %s %s has no window starting %d: %+v", r.Name, id, ws, h)
+	return 0
+}
+
+// exportOf is the export of r's window starting at ws, by id.
+func exportOf(t *testing.T, s HistoryStore, r *Rule, ws int64) map[string]int64 {
+	t.Helper()
+	out := map[string]int64{}
+	if err := s.Export(context.Background(), r, ws, func(id string, n int64) { out[id] = n }); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// nextWindow sleeps until 20 ms into the window after the one holding now, of length win.
+func nextWindow(win time.Duration) {
+	time.Sleep(time.Until(time.Now().Truncate(win).Add(win + 20*time.Millisecond)))
+}
+
+// A run-time action on a counter whose window has ended, before the tenant's next unit: the
+// ended window's count moves into history first, as that unit would move it. So a reset
+// forgets the current window only (requests and tokens), and neither a grant nor an override
+// changes the ended window or leaves its count in the current one; the tenants' next units
+// count from 0.
+func TestHistoryKeptThroughQuotaActions(t *testing.T) {
+	for _, b := range historyBackends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			ctx := context.Background()
+			s := b.stores(t, 1)[0]
+			hs, q := s.(HistoryStore), s.(QuotaStore)
+			r := rule(t, "per_org", 100, "2s", Fixed)
+			r.History = 3
+			tok := tokenRule(t, "tokens_per_org", 100_000, "2s")
+			tok.History = 3
+			ids := idsOnDistinctNodes(4) // reset, grant, override; tokens reset
+			alignWindow(t, 2*time.Second, 1200*time.Millisecond)
+			w0, _ := r.Window.boundsUnix(time.Now().Unix())
+			for _, id := range ids[:3] {
+				admitN(t, s, r, id, 5)
+			}
+			if err := s.Debit(ctx, []Hit{{Rule: tok, ID: ids[3]}}, 40); err != nil {
+				t.Fatal(err)
+			}
+			nextWindow(2 * time.Second)
+			var entries []AuditEntry
+			e, err := q.Reset(ctx, r, ids[0], who)
+			entries = append(entries, e)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, e, err = q.Grant(ctx, r, ids[1], 2, who)
+			entries = append(entries, e)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, e, err = q.SetOverride(ctx, r, ids[2], 7, time.Now().Add(time.Hour), who)
+			entries = append(entries, e)
+			if err != nil {
+				t.Fatal(err)
+			}
+			e, err = q.Reset(ctx, tok, ids[3], who)
+			entries = append(entries, e)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, e := range entries {
+				if e.Before.Used != 0 || e.After.Used != 0 {
+					t.Errorf("%s of %s after its window ended: used %d before, %d after, want 0 (the ended window is not the current one)", e.Action, ids[i], e.Before.Used, e.After.Used)
+				}
+			}
+			for _, id := range ids[:3] {
+				if n := usedInWindow(t, hs, r, id, w0); n != 5 {
+					t.Errorf("%s: the ended window shows %d after the action, want 5", id, n)
+				}
+			}
+			if n := usedInWindow(t, hs, tok, ids[3], w0); n != 40 {
+				t.Errorf("tokens: the ended window shows %d after a reset, want 40", n)
+			}
+			if got := exportOf(t, hs, r, w0); len(got) != 3 || got[ids[0]] != 5 || got[ids[1]] != 5 || got[ids[2]] != 5 {
+				t.Errorf("export of the ended window: %v, want 5 for each of %v", got, ids[:3])
+			}
+			if got := exportOf(t, hs, tok, w0); len(got) != 1 || got[ids[3]] != 40 {
+				t.Errorf("tokens export of the ended window: %v, want %s 40", got, ids[3])
+			}
+			// The next units count in a window of their own, from 0.
+			for _, id := range ids[:3] {
+				admitN(t, s, r, id, 1)
+				if u, err := s.Usage(ctx, r, id); err != nil || u.Used != 1 {
+					t.Errorf("%s: used %d after one more unit (%v), want 1", id, u.Used, err)
+				}
+				if n := usedInWindow(t, hs, r, id, w0); n != 5 {
+					t.Errorf("%s: the ended window shows %d after the next unit, want 5", id, n)
+				}
 			}
 		})
 	}

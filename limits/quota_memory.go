@@ -94,6 +94,7 @@ func (m *Memory) change(ctx context.Context, r *Rule, id string, who Who, action
 	defer qs.mu.Unlock()
 	now := m.clock()
 	qs.sweep(now.us)
+	m.rollEnded(cr, id, now)
 	k := quotaKey{r.Name, id}
 	q := qs.m[k]
 	if q == nil {
@@ -200,8 +201,9 @@ func (m *Memory) Reset(ctx context.Context, r *Rule, id string, who Who) (AuditE
 		sh := &m.shards[m.shardOf(key)]
 		sh.mu.Lock()
 		if e := sh.m[key]; e != nil && (len(e.past) > 0 || cr.snap.Unit == Tokens && len(e.holds) > 0) {
-			// The windows kept for history stay (history.go), and a tokens limit's holds
-			// belong to the answers in flight, not to the use.
+			// The windows kept for history stay (history.go, an ended one moved there by
+			// change), and a tokens limit's holds belong to the answers in flight, not to
+			// the use.
 			e.n = 0
 		} else {
 			delete(sh.m, key)

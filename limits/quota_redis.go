@@ -409,6 +409,20 @@ local algo, limit, win = parse(ARGV[1])
 local action = ARGV[2]
 local ckey, qkey = KEYS[1], KEYS[2]
 local max_limit = 9007199254740991
+-- A counter whose window has ended holds that window's count in s and n until the tenant's
+-- next unit moves it into history (keep_past): every action moves it first, exactly as that
+-- unit would, so a reset forgets the current window only and no action loses an ended one.
+if algo == 'f' or algo == 't' then
+  local ws, we = bounds(win, sec)
+  local s = tonumber(read('HGET', ckey, 's'))
+  if s and s < ws then
+    local _, keep = keep_past(ckey, ARGV[1], ws)
+    if keep > 0 then
+      redis.call('HSET', ckey, 's', ws, 'n', 0)
+      keep_until(ckey, kept_until(we, win, keep) * 1000, now_us)
+    end
+  end
+end
 local b_allow, b_used, b_g, base, ends = state(ckey, qkey, algo, limit, win, sec, usec)
 local _, we = bounds(win, sec)
 if action == 'grant' then
@@ -423,9 +437,10 @@ elseif action == 'override_end' then
   if ends == 0 then return 'none' end
   redis.call('HDEL', qkey, 'ov', 'ox', 'or', 'oa', 'oc')
 elseif action == 'reset' then
-  -- A fixed window's kept windows (history.go) stay, and a tokens limit's holds belong to the
-  -- answers in flight, not to the window's use: only the current count goes. A streams
-  -- limit's slots do go (an operator's way out before reserve_ttl).
+  -- A fixed window's kept windows (history.go, the ended one just moved there) stay, and a
+  -- tokens limit's holds belong to the answers in flight, not to the window's use: only the
+  -- current count goes. A streams limit's slots do go (an operator's way out before
+  -- reserve_ttl).
   if algo == 'g' or algo == 'c' or redis.call('HLEN', ckey) <= 2 then redis.call('DEL', ckey) else redis.call('HDEL', ckey, 's', 'n') end
 else
   return redis.error_reply('ERR limits: unknown quota action ' .. tostring(action))

@@ -13,9 +13,11 @@ import (
 // to deserve counting (the gateway refunds a request whose credentials the upstream
 // refused). It is one store call, made after the answer, off the request path. Giving back
 // never admits more than a limit: a fixed window's count is lowered only in the window the
-// unit was counted in (a refund after the window ended has nothing to give back) and never
-// below zero; a GCRA bucket gets one emission interval back, never past full. Between the
-// take and the refund the unit is held, so concurrent requests can be denied for it.
+// unit was counted in, never below zero, and that window may have ended: the unit then goes
+// back into the window's count kept for history (history.go), so usage history and exports
+// never bill it, and is dropped only once that window is no longer kept (or the limit keeps
+// none). A GCRA bucket gets one emission interval back, never past full. Between the take
+// and the refund the unit is held, so concurrent requests can be denied for it.
 
 // Taken is one unit a decision took, as Refund gives it back.
 type Taken struct {
@@ -111,9 +113,7 @@ func (m *Memory) Refund(ctx context.Context, taken []Taken) error {
 		switch {
 		case e == nil:
 		case cr.snap.Algorithm == Fixed:
-			if e.ws == t.WindowStart && e.n > 0 {
-				e.n--
-			}
+			e.giveBack(&cr.snap, t.WindowStart, sec)
 		case e.expires > nowUS:
 			// One emission interval back; a bucket that would be fuller than full is full.
 			base := t.base

@@ -177,3 +177,75 @@ func TestRefundOneScriptCall(t *testing.T) {
 		t.Fatalf("%d script calls for one refund of three limits, want 1", n)
 	}
 }
+
+// A refund that arrives once a later window began (the tenant's next unit moved the unit's
+// window into history) goes back into that window's kept count, never below 0, and leaves
+// the current window's count alone; where the window is no longer kept (the history
+// shortened since), it is dropped. Windows of 2 s on every store.
+func TestRefundIntoKeptWindow(t *testing.T) {
+	for _, b := range historyBackends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			s := b.stores(t, 1)[0]
+			hs := s.(HistoryStore)
+			hits := refundHits(t, 10, "2s")[:2] // the fixed limits, on two nodes of a Cluster
+			for _, h := range hits {
+				h.Rule.History = 3
+			}
+			// in takes one unit of every hit, which must land in the window starting at ws.
+			in := func(ws int64) []Taken {
+				t.Helper()
+				taken := takeOK(t, s, hits).Taken(hits, nil)
+				if len(taken) != 2 || taken[0].WindowStart != ws {
+					t.Fatalf("a unit taken in window %+v, want %d (the machine stalled for a whole window?)", taken, ws)
+				}
+				return taken
+			}
+			// ended checks every hit's count of the window starting at ws (and its export).
+			ended := func(ws, want int64, when string) {
+				t.Helper()
+				for _, h := range hits {
+					if n := usedInWindow(t, hs, h.Rule, h.ID, ws); n != want {
+						t.Errorf("%s, %s: the ended window shows %d, want %d", when, h.Rule.Name, n, want)
+					}
+					if got := exportOf(t, hs, h.Rule, ws)[h.ID]; got != want {
+						t.Errorf("%s, %s: the export of the ended window shows %d, want %d", when, h.Rule.Name, got, want)
+					}
+				}
+			}
+			current := func(when string) {
+				t.Helper()
+				if u := used(t, s, hits); u[0] != 1 || u[1] != 1 {
+					t.Errorf("%s: the current window's count is %v, want 1 each", when, u)
+				}
+			}
+			alignWindow(t, 2*time.Second, 1200*time.Millisecond)
+			w0, _ := hits[0].Rule.Window.boundsUnix(time.Now().Unix())
+			a, b := in(w0), in(w0)
+			in(w0)
+			in(w0)
+			nextWindow(2 * time.Second)
+			in(w0 + 2) // w0 (4 units) moves into history
+			refund(t, s, a)
+			ended(w0, 3, "a refund after the window ended")
+			current("a refund after the window ended")
+
+			nextWindow(2 * time.Second)
+			in(w0 + 4) // w0 is kept two windows back
+			short := make([]Taken, len(b))
+			for i, tk := range b {
+				r := *tk.Rule
+				r.History = 1 // keeps the window before this one only
+				short[i] = tk
+				short[i].Rule = &r
+			}
+			refund(t, s, short)
+			ended(w0, 3, "a refund of a window the shortened history no longer keeps")
+			for range 4 { // one more than the window still holds
+				refund(t, s, b)
+			}
+			ended(w0, 0, "refunds past the window's count")
+			ended(w0+2, 1, "refunds of an older window")
+			current("refunds of an older window")
+		})
+	}
+}

@@ -299,10 +299,11 @@ end
 return table.concat(out, ' ')
 `
 
-// giveBackLua undoes one unit taken by takeLua (Redis Cluster compensation
-// when another slot group denied). ARGV[2i-1] is the spec, ARGV[2i] the window
-// start the unit was counted in: if that window is over there is nothing to
-// give back.
+// giveBackLua undoes one unit taken by takeLua (a refund, and the Redis Cluster
+// compensation when another slot group denied). ARGV[2i-1] is the spec, ARGV[2i] the window
+// start the unit was counted in: the unit goes back to that window, in the counter's s and
+// n while they still hold it, else in history while the window is kept (a later window
+// moved it there); a window no longer kept has nothing to give back.
 const giveBackLua = windowLua + holdLua + `
 local t = redis.call('TIME')
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -310,9 +311,12 @@ local gnow = (tonumber(t[1]) - jan_1_2017) + (tonumber(t[2]) / 1000000)
 for i = 1, #KEYS do
   local algo, limit, win = parse(ARGV[2 * i - 1])
   if algo == 'f' then
+    local ws = tonumber(ARGV[2 * i])
     local v = redis.call('HMGET', KEYS[i], 's', 'n')
-    if tonumber(v[1]) == tonumber(ARGV[2 * i]) and (tonumber(v[2]) or 0) > 0 then
-      redis.call('HINCRBY', KEYS[i], 'n', -1)
+    if tonumber(v[1]) == ws then
+      if (tonumber(v[2]) or 0) > 0 then redis.call('HINCRBY', KEYS[i], 'n', -1) end
+    elseif ws then
+      give_back_kept(KEYS[i], ARGV[2 * i - 1], ws, tonumber(t[1]))
     end
   elseif (algo == 't' or algo == 'c') and string.sub(ARGV[2 * i], 1, 1) == '@' then
     -- A hold or slot of the decision (see hold.go).

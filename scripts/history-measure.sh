@@ -8,12 +8,18 @@
 #   - /usage/export of the previous hour (CSV, sorted by id): read time, rows, bytes;
 #   - the longest Redis command during the reads (SLOWLOG, every command logged);
 #   - Redis memory per tenant and kept window (INFO used_memory, before and after the history);
-#   - the gateway's peak RSS (VmHWM) before and after the exports: what an export holds.
+#   - the gateway's peak RSS (VmHWM) before and after the exports: what an export holds;
+#   - at the largest history the config accepts (MaxHistory in limits/history.go), Redis memory
+#     per tenant and kept window of MAX_TENANTS tenants (default 10,000) of one hourly limit,
+#     with request-sized counts (1 to 100) and token-sized ones (10^5 to 10^7), and how a
+#     tenant's hash is encoded (listpack: compact; hashtable: about 70 bytes per window).
 # Not a test: nothing is asserted but the row count. Usage: scripts/history-measure.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TENANTS=${TENANTS:-100000}
+MAX_TENANTS=${MAX_TENANTS:-10000}
 RUNS=${RUNS:-3}
+max_history=$(sed -n 's/^const MaxHistory = \([0-9]*\).*/\1/p' limits/history.go)
 work=$(mktemp -d)
 pids=()
 cleanup() {
@@ -36,23 +42,31 @@ hour=$((now - now % 3600))
 day=$((now - now % 86400))
 month=$(date -u -d "$(date -u +%Y-%m-01)" +%s)
 
-# fill NAME WINDOW START KEEP STEP: one HSET per tenant (RESP through redis-cli --pipe); STEP is
-# the window's length in seconds (0: calendar months, via date).
+# fill NAME WINDOW START KEEP STEP [COUNTS] [N]: one HSET per tenant (RESP through redis-cli
+# --pipe) for N tenants (default TENANTS); STEP is the window's length in seconds (0: calendar
+# months, via date). COUNTS: "mixed" (default: 1 to 100 in the current window, 1 to 1000 in the
+# kept ones), "requests" (1 to 100) or "tokens" (10^5 to 10^7).
 fill() {
-  local name=$1 window=$2 start=$3 keep=$4 step=$5 fields=""
+  local name=$1 window=$2 start=$3 keep=$4 step=$5 counts=${6:-mixed} n=${7:-$TENANTS} fields=""
   for ((k = 1; k <= keep; k++)); do
     if ((step > 0)); then ws=$((start - k * step)); else ws=$(date -u -d "$(date -u -d "@$start" +%Y-%m-01) -$k month" +%s); fi
     fields+=" $ws"
   done
-  awk -v n="$TENANTS" -v name="$name" -v window="$window" -v s="$start" -v fields="$fields" 'BEGIN {
+  awk -v n="$n" -v name="$name" -v window="$window" -v s="$start" -v fields="$fields" -v counts="$counts" '
+  function count(i, k) {
+    if (counts == "requests") return (i + k) % 100 + 1
+    if (counts == "tokens") return 100000 + (i * 7919 + k * 104729) % 9900001
+    return k == 0 ? i % 100 + 1 : (i + k) % 1000 + 1
+  }
+  BEGIN {
     nf = split(fields, f, " ")
     for (i = 0; i < n; i++) {
       key = sprintf("gw:%s:%s:{tenant%06d}", name, window, i)
       argc = 6 + 2 * nf
       printf "*%d\r\n$4\r\nHSET\r\n$%d\r\n%s\r\n$1\r\ns\r\n$%d\r\n%s\r\n$1\r\nn\r\n", argc, length(key), key, length(s), s
-      v = (i % 100) + 1; printf "$%d\r\n%d\r\n", length(v ""), v
+      v = count(i, 0); printf "$%d\r\n%d\r\n", length(v ""), v
       for (k = 1; k <= nf; k++) {
-        v = ((i + k) % 1000) + 1
+        v = count(i, k)
         printf "$%d\r\n%s\r\n$%d\r\n%d\r\n", length(f[k]), f[k], length(v ""), v
       }
     }
@@ -123,3 +137,16 @@ echo "export (CSV):    $(timed "http://127.0.0.1:$aport/usage/export?limit=agent
 echo "  rows: $(($(wc -l <"$work/out") - 1)), bytes: $(wc -c <"$work/out")"
 echo "export (JSON):   $(timed "http://127.0.0.1:$aport/usage/export?limit=agent_job_per_project&window=previous&format=json")"
 echo "gateway peak RSS after the exports: $(hwm)"
+
+# At the largest history accepted: the same tenants without and with it, each count size on a
+# limit of its own (the keys of the limits above left as they are).
+for counts in requests tokens; do
+  name="history_max_$counts"
+  m0=$(mem)
+  fill "$name" hour "$hour" 0 3600 "$counts" "$MAX_TENANTS"
+  m1=$(mem)
+  fill "$name" hour "$hour" "$max_history" 3600 "$counts" "$MAX_TENANTS"
+  m2=$(mem)
+  key="gw:$name:hour:{tenant000000}"
+  echo "history $max_history (the most accepted), ${counts%s}-sized counts, $MAX_TENANTS tenants: $(awk -v a="$m1" -v b="$m2" -v n="$MAX_TENANTS" -v k="$max_history" 'BEGIN {printf "%.1f", (b - a) / (n * k)}') bytes per tenant and kept window ($(( (m1 - m0) / MAX_TENANTS )) bytes per tenant without history; one tenant's hash: $(rc object encoding "$key"), MEMORY USAGE $(rc memory usage "$key" samples 0) bytes)"
+done
