@@ -130,21 +130,34 @@ func orgLimitUsage(t *testing.T, p *proc, org, name string) orgUsage {
 	return orgUsage{}
 }
 
-// settledUsage waits until org's limit name holds nothing any more and its use has stayed
-// the same for a moment (the settle and the debit run after the answer), and returns it.
-func settledUsage(t *testing.T, p *proc, org, name string) int64 {
+// settledUsage waits until none of org's limits holds anything any more and their use has
+// stayed the same for a moment (the settle and the debit run after the answer), and returns
+// each limit's use by name.
+func settledUsage(t *testing.T, p *proc, org string) map[string]int64 {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
-	last, since := int64(-1), time.Now()
+	var last map[string]int64
+	since := time.Now()
 	for {
-		u := orgLimitUsage(t, p, org, name)
-		if u.Used != last || u.Reserved != 0 {
-			last, since = u.Used, time.Now()
+		code, body := adminGet(t, p, "/usage/orgs/"+org, "")
+		var out struct {
+			Limits []orgUsage `json:"limits"`
+		}
+		if code != 200 || json.Unmarshal([]byte(body), &out) != nil {
+			t.Fatalf("/usage/orgs/%s: %d %s", org, code, body)
+		}
+		used, held := map[string]int64{}, false
+		for _, l := range out.Limits {
+			used[l.Name] = l.Used
+			held = held || l.Reserved != 0
+		}
+		if held || fmt.Sprint(used) != fmt.Sprint(last) {
+			last, since = used, time.Now()
 		} else if time.Since(since) > 300*time.Millisecond {
-			return u.Used
+			return used
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s of %s never settled: %+v", name, org, u)
+			t.Fatalf("the limits of %s never settled: %s", org, body)
 		}
 		time.Sleep(25 * time.Millisecond)
 	}
@@ -175,6 +188,7 @@ func TestBurnOneRequest(t *testing.T) {
 	const big = 1_000_000 - 400 // under max_body_bytes with the JSON around it
 	for _, tr := range []string{"pool", "standard"} {
 		t.Run(tr, func(t *testing.T) {
+			t.Parallel() // mostly waiting: the two transports' gateways take turns
 			p := startGateway(t, up.url, "  transport: "+tr+"\n"+store+burnConfig)
 			client := hardClient(30 * time.Second)
 			for _, v := range []string{"v1", "v2"} {
@@ -223,14 +237,15 @@ func TestBurnOneRequest(t *testing.T) {
 					}
 					time.Sleep(500 * time.Millisecond)
 					cancel() // the client resets
-					if held := settledUsage(t, p, org, "burn_held"); held != c.held {
-						t.Errorf("%s: the limit with a reserve was charged %d, want %d", org, held, c.held)
+					used := settledUsage(t, p, org)
+					if used["burn_held"] != c.held {
+						t.Errorf("%s: the limit with a reserve was charged %d, want %d", org, used["burn_held"], c.held)
 					}
-					if debited := settledUsage(t, p, org, "burn_debited"); debited != c.debited {
-						t.Errorf("%s: the limit without one was charged %d, want %d", org, debited, c.debited)
+					if used["burn_debited"] != c.debited {
+						t.Errorf("%s: the limit without one was charged %d, want %d", org, used["burn_debited"], c.debited)
 					}
-					if small := settledUsage(t, p, org, "burn_small"); small != min(c.debited, 10) {
-						t.Errorf("%s: the limit with estimate_max 10 was charged %d, want %d", org, small, min(c.debited, 10))
+					if used["burn_small"] != min(c.debited, 10) {
+						t.Errorf("%s: the limit with estimate_max 10 was charged %d, want %d", org, used["burn_small"], min(c.debited, 10))
 					}
 				}
 
@@ -253,8 +268,9 @@ func TestBurnOneRequest(t *testing.T) {
 						n, _ = io.CopyN(io.Discard, res.Body, 120_000)
 					}
 					res.Body.Close()
+					all := settledUsage(t, p, org)
 					for _, name := range []string{"burn_held", "burn_debited", "burn_small"} {
-						used := settledUsage(t, p, org, name)
+						used := all[name]
 						switch {
 						case whole && used != 1+burnText/4:
 							t.Errorf("%s %s: the whole answer (%d bytes) was charged %d, want its usage %d", org, name, n, used, 1+burnText/4)
