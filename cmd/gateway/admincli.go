@@ -72,6 +72,9 @@ func (a *adminFlags) call(ctx context.Context, c adminRequest, getenv func(strin
 		if json.Unmarshal(data, &e) != nil || e.Code == "" {
 			e.Error, e.Code = strings.TrimSpace(string(data)), strconv.Itoa(status)
 		}
+		if strings.TrimSpace(e.Error) == "" {
+			e.Error = http.StatusText(status)
+		}
 		fmt.Fprintf(stderr, "gateway: %s: %s\n", printable(e.Code), printable(clipAnswer(e.Error)))
 		return exitFailure
 	}
