@@ -29,6 +29,7 @@ const keysUsage = `Usage:
   gateway keys generate --kind admin|assistant --add -config FILE --org ORG (--project P ... | --domain D ...) [--plan NAME] [--label TEXT]
   gateway keys add      -config FILE --kind admin|assistant --org ORG (--project P ... | --domain D ...) [--plan NAME] [--label TEXT]  < key
   gateway keys revoke   -config FILE DIGEST
+  gateway keys revoke   -config FILE --key-stdin  < key
   gateway keys list     -config FILE [-json]
 
 generate prints a new key (its prefix and 32 characters from crypto/rand) on standard output;
@@ -39,37 +40,36 @@ after its prefix. Keys are stored in the config's Redis (redis.addrs) or, withou
 auth.keys_file (the running gateway re-reads it on reload; writers take turns on a lock file
 beside it, <keys_file>.lock).
 
+revoke takes the key's DIGEST (as list shows it) or, with --key-stdin, the key itself on
+standard input (one line, never on the command line): the digest of a leaked key is then
+computed for you. list prints a table; with -json one JSON object per line, a registry entry:
+{"digest", "kind", "org", "projects" | "domains", "plan", "label", "created", "revoked"}.
+
+Exit codes: 0 done; 1 refused at run time (a bad key on standard input, an unknown digest,
+the store does not answer); 2 a usage or config error, found before the store is touched.
+
 Examples:
   gateway keys generate --kind assistant --add -config gateway.yaml --org acme --domain acme-docs > key.txt
   gateway keys add -config gateway.yaml --kind admin --org acme --project p1 < key.txt
   gateway keys revoke -config gateway.yaml 3a68eb4a...
+  gateway keys revoke -config gateway.yaml --key-stdin < leaked-key.txt
+  gateway keys list -config gateway.yaml -json
 `
 
 // runKeys is the `gateway keys` subcommand: add, revoke and list registered keys.
 func runKeys(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	if len(args) == 0 {
-		fmt.Fprint(stderr, keysUsage)
-		return exitUsage
-	}
-	sub, args := args[0], args[1:]
-	switch sub {
-	case "-h", "-help", "--help", "help":
-		fmt.Fprint(stdout, keysUsage)
-		return exitOK
-	case "add", "revoke", "list", "generate":
-	default:
-		fmt.Fprintf(stderr, "gateway keys: unknown command %q\n%s", sub, keysUsage)
-		return exitUsage
+	sub, args, code, done := subcommand(args, "keys", []string{"generate", "add", "revoke", "list"}, stdout, stderr)
+	if done {
+		return code
 	}
 
-	fs := flag.NewFlagSet("gateway keys "+sub, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, keysUsage) }
+	fs := newFlagSet("gateway keys " + sub)
 	configPath := fs.String("config", "", "path to the gateway's YAML config file")
 	var (
 		kind, org, plan, label string
 		projects, domains      listFlag
 		asJSON, register       bool
+		keyStdin               bool
 	)
 	switch sub {
 	case "generate":
@@ -84,17 +84,15 @@ func runKeys(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 		fs.StringVar(&label, "label", "", "a note for operators (optional)")
 	case "list":
 		fs.BoolVar(&asJSON, "json", false, "one JSON object per line instead of a table")
+	case "revoke":
+		fs.BoolVar(&keyStdin, "key-stdin", false, "read the key to revoke from standard input instead of giving its DIGEST")
 	}
-	positional, err := parseInterspersed(fs, args)
-	if errors.Is(err, flag.ErrHelp) {
-		return exitOK
-	}
-	if err != nil {
-		return exitUsage // the flag package has said why
+	positional, code, done := parseCommand(fs, args, "keys", stdout, stderr)
+	if done {
+		return code
 	}
 	usage := func(format string, a ...any) int {
-		fmt.Fprintf(stderr, "gateway keys %s: %s\n", sub, fmt.Sprintf(format, a...))
-		return exitUsage
+		return usageError(stderr, "keys", "keys %s: %s", sub, fmt.Sprintf(format, a...))
 	}
 	if sub == "generate" && !register {
 		if len(positional) != 0 {
@@ -119,10 +117,14 @@ func runKeys(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 		return usage("-config FILE is required")
 	}
 	want := 0
-	if sub == "revoke" {
+	if sub == "revoke" && !keyStdin {
 		want = 1
 	}
 	if len(positional) != want {
+		if sub == "revoke" && keyStdin {
+			// Never echo it: with --key-stdin an argument is most likely the key itself.
+			return usage("with --key-stdin the key is read from standard input and no argument is taken (never the key)")
+		}
 		if sub == "revoke" {
 			return usage("want exactly one DIGEST (from gateway keys list)")
 		}
@@ -147,7 +149,7 @@ func runKeys(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 			return usage("%v", err)
 		}
 	}
-	if sub == "revoke" && !auth.ValidDigest(positional[0]) {
+	if sub == "revoke" && !keyStdin && !auth.ValidDigest(positional[0]) {
 		return usage("not a digest: want 64 lower-case hex characters (gateway keys list shows them)")
 	}
 
@@ -198,14 +200,25 @@ func runKeys(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 		}
 		reloadHint(stderr, cfg)
 	case "revoke":
-		err := withStore(ctx, cfg, func(s keyStore) error { return s.Revoke(ctx, positional[0]) })
+		var digest string
+		if keyStdin {
+			if digest, err = digestFromStdin(stdin, stderr); err != nil {
+				return fail(err)
+			}
+		} else {
+			digest = positional[0]
+		}
+		err := withStore(ctx, cfg, func(s keyStore) error { return s.Revoke(ctx, digest) })
 		if errors.Is(err, auth.ErrUnknownKey) {
+			if keyStdin {
+				return fail(fmt.Errorf("the key on standard input is not registered (its digest is %s)", digest))
+			}
 			return fail(errors.New("no key with this digest is registered"))
 		}
 		if err != nil {
 			return fail(err)
 		}
-		fmt.Fprintf(stdout, "revoked %s\n", positional[0])
+		fmt.Fprintf(stdout, "revoked %s\n", digest)
 		reloadHint(stderr, cfg)
 	case "list":
 		var list []auth.Entry
@@ -250,12 +263,27 @@ func keyRefusal(r auth.Reason, kind string) error {
 	return errors.New("the key on standard input was refused")
 }
 
+// digestFromStdin reads a key of either family from stdin and returns its digest: the key
+// itself goes no further.
+func digestFromStdin(stdin io.Reader, stderr io.Writer) (string, error) {
+	key, err := readKey(stdin, stderr)
+	if err != nil {
+		return "", err
+	}
+	id, reason := auth.Check("Bearer "+key, auth.Admin)
+	if reason == auth.WrongKind {
+		id, reason = auth.Check("Bearer "+key, auth.Assistant)
+	}
+	if reason != 0 {
+		return "", keyRefusal(reason, "")
+	}
+	return id.Digest, nil
+}
+
 // readKey reads one line from stdin (trimmed). On a terminal it prompts on stderr first.
 func readKey(stdin io.Reader, stderr io.Writer) (string, error) {
-	if f, ok := stdin.(*os.File); ok {
-		if fi, err := f.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
-			fmt.Fprint(stderr, "Key (one line, then Enter): ")
-		}
+	if isTerminal(stdin) {
+		fmt.Fprint(stderr, "Key (one line, then Enter): ")
 	}
 	const limit = 4096
 	line, err := bufio.NewReaderSize(io.LimitReader(stdin, limit), limit).ReadString('\n')

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -21,22 +20,7 @@ import (
 // keysRun runs the built binary as `gateway keys args...` with stdin, bounded in time.
 func keysRun(t *testing.T, stdin string, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, gatewayBin, append([]string{"keys"}, args...)...)
-	// A race-detector binary sleeps a second at exit by default, to report late races; a CLI
-	// command has none in flight by then.
-	cmd.Env = append(os.Environ(), "GORACE=atexit_sleep_ms=0")
-	cmd.Stdin = strings.NewReader(stdin)
-	var out, errOut bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errOut
-	err := cmd.Run()
-	if ee, ok := err.(*exec.ExitError); ok {
-		code = ee.ExitCode()
-	} else if err != nil {
-		t.Fatalf("gateway keys %v: %v", args, err)
-	}
-	return code, out.String(), errOut.String()
+	return cliRun(t, nil, stdin, append([]string{"keys"}, args...)...)
 }
 
 // keyCLI runs the CLI and remembers every output, to check later that no key ever appeared.

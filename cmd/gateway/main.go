@@ -11,7 +11,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"runtime"
 	"syscall"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -27,15 +26,7 @@ var version = "dev"
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	var code int
-	switch {
-	case len(os.Args) > 1 && os.Args[1] == "keys":
-		code = runKeys(ctx, os.Args[2:], os.Stdin, os.Stdout, os.Stderr)
-	case len(os.Args) > 1 && os.Args[1] == "quota":
-		code = runQuota(ctx, os.Args[2:], os.Getenv, os.Stdout, os.Stderr)
-	default:
-		code = run(ctx, os.Args[1:], os.Stdout, os.Stderr)
-	}
+	code := runMain(ctx, os.Args[1:], os.Getenv, os.Stdin, os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
 }
@@ -54,25 +45,21 @@ type flags struct {
 	checkConfig bool
 }
 
-func parseFlags(args []string, stderr io.Writer) (flags, error) {
+func parseFlags(args []string) (flags, error) {
 	var f flags
-	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("gateway")
 	fs.StringVar(&f.config, "config", "", "path to the YAML config file (see config.example.yaml)")
 	fs.BoolVar(&f.version, "version", false, "print the version and exit")
 	fs.BoolVar(&f.dev, "dev", false, "readable console logs at debug level, for development")
 	fs.BoolVar(&f.checkConfig, "check-config", false, "validate the config file and exit")
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: gateway -config FILE [-dev] [-check-config] | -version\n"+
-			"       gateway keys generate|add|revoke|list ...   (gateway keys -h)\n"+
-			"       gateway quota grant|override|end|reset|audit|overrides ...   (gateway quota -h)\n\n")
-		fs.PrintDefaults()
-	}
 	if err := fs.Parse(args); err != nil {
-		return f, err
+		if errors.Is(err, flag.ErrHelp) {
+			return f, err
+		}
+		return f, errors.New(flagMessage(err))
 	}
 	if fs.NArg() > 0 {
-		return f, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+		return f, fmt.Errorf("unknown command or argument %q", printable(clipArg(fs.Arg(0))))
 	}
 	if !f.version && f.config == "" {
 		return f, errors.New("-config FILE is required")
@@ -82,16 +69,16 @@ func parseFlags(args []string, stderr io.Writer) (flags, error) {
 
 // run is main without the process: tests call it with their own context and writers.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	f, err := parseFlags(args, stderr)
+	f, err := parseFlags(args)
 	if errors.Is(err, flag.ErrHelp) {
+		fmt.Fprint(stdout, mainUsage)
 		return exitOK
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "gateway: %v\n", err)
-		return exitUsage
+		return usageError(stderr, "", "%v", err)
 	}
 	if f.version {
-		fmt.Fprintf(stdout, "gateway %s (%s)\n", version, runtime.Version())
+		printVersion(stdout)
 		return exitOK
 	}
 	cfg, err := loadConfig(f.config)

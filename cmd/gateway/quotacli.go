@@ -1,10 +1,7 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -12,11 +9,11 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"os"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/docsgate/gateway/internal/freetext"
 )
@@ -51,7 +48,11 @@ prefix) or a key's digest.
 Flags:
   -admin URL   the admin listener (default http://127.0.0.1:9090, or GATEWAY_ADMIN_URL)
   -cacert FILE trust this CA for an https admin URL (PEM)
-  -json        print the admin API's JSON answer
+  -json        print the admin API's JSON answer as it came, instead of a line or a table
+
+Exit codes: 0 done; 1 the admin API refused or did not answer ("gateway: CODE: MESSAGE", the
+API's error code); 2 a usage error, found before any request (bad flag, --ttl that is not a
+duration, --expires that is not an RFC 3339 time, a missing or too long --reason).
 
 Examples:
   export GATEWAY_ADMIN_TOKEN=...   # the gateway's admin_token
@@ -65,82 +66,36 @@ Examples:
 
 // quotaArgs are the flags of one `gateway quota` command.
 type quotaArgs struct {
-	admin, cacert                 string
+	adminFlags
 	limit, id, reason, ttl, until string
 	amount, value, n              int64
-	asJSON                        bool
 }
 
 // runQuota is the `gateway quota` subcommand.
 func runQuota(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
-	if len(args) == 0 {
-		fmt.Fprint(stderr, quotaUsage)
-		return exitUsage
+	sub, args, code, done := subcommand(args, "quota", []string{"grant", "override", "end", "reset", "audit", "overrides"}, stdout, stderr)
+	if done {
+		return code
 	}
-	sub, args := args[0], args[1:]
-	switch sub {
-	case "-h", "-help", "--help", "help":
-		fmt.Fprint(stdout, quotaUsage)
-		return exitOK
-	case "grant", "override", "end", "reset", "audit", "overrides":
-	default:
-		fmt.Fprintf(stderr, "gateway quota: unknown command %q\n%s", sub, quotaUsage)
-		return exitUsage
+	var a quotaArgs
+	fs := newFlagSet("gateway quota " + sub)
+	a.register(fs, getenv)
+	a.flags(fs, sub)
+	positional, code, done := parseCommand(fs, args, "quota", stdout, stderr)
+	if done {
+		return code
 	}
-	a, err := parseQuotaArgs(sub, args, getenv, stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return exitOK
-	}
-	if err != nil {
-		if err.Error() != "" {
-			fmt.Fprintf(stderr, "gateway quota %s: %v\n", sub, err)
-		}
-		return exitUsage
-	}
-	client, err := adminHTTPClient(a.cacert)
-	if err != nil {
-		fmt.Fprintf(stderr, "gateway quota %s: %v\n", sub, err)
-		return exitUsage
+	if err := a.check(sub, positional); err != nil {
+		return usageError(stderr, "quota", "quota %s: %v", sub, err)
 	}
 	method, path, body := a.request(sub)
-	ctx, cancel := context.WithTimeout(ctx, quotaTimeout)
-	defer cancel()
-	status, data, err := callAdmin(ctx, client, method, strings.TrimSuffix(a.admin, "/")+path, getenv("GATEWAY_ADMIN_TOKEN"), body)
-	if err != nil {
-		fmt.Fprintf(stderr, "gateway quota %s: %v\n", sub, err)
-		return exitFailure
-	}
-	if status >= 300 {
-		var e struct{ Error, Code string }
-		if json.Unmarshal(data, &e) != nil || e.Code == "" {
-			e.Error, e.Code = strings.TrimSpace(string(data)), strconv.Itoa(status)
-		}
-		fmt.Fprintf(stderr, "gateway quota %s: %s (%d %s)\n", sub, printable(e.Error), status, printable(e.Code))
-		return exitFailure
-	}
-	if a.asJSON {
-		_, _ = stdout.Write(data)
-		return exitOK
-	}
-	if err := printQuota(stdout, sub, data); err != nil {
-		fmt.Fprintf(stderr, "gateway quota %s: reading the answer: %v\n", sub, err)
-		return exitFailure
-	}
-	return exitOK
+	return a.call(ctx, adminRequest{method, path, body}, getenv, stdout, stderr, func(w io.Writer, data []byte) error {
+		return printQuota(w, sub, data)
+	})
 }
 
-func parseQuotaArgs(sub string, args []string, getenv func(string) string, stderr io.Writer) (quotaArgs, error) {
-	var a quotaArgs
-	fs := flag.NewFlagSet("gateway quota "+sub, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, quotaUsage) }
-	a.admin = getenv("GATEWAY_ADMIN_URL")
-	if a.admin == "" {
-		a.admin = "http://127.0.0.1:9090"
-	}
-	fs.StringVar(&a.admin, "admin", a.admin, "the admin listener's URL")
-	fs.StringVar(&a.cacert, "cacert", "", "CA certificate (PEM) for an https admin URL")
-	fs.BoolVar(&a.asJSON, "json", false, "print the JSON answer")
+// flags declares the flags of the command sub.
+func (a *quotaArgs) flags(fs *flag.FlagSet, sub string) {
 	tenant := sub != "audit" && sub != "overrides"
 	if tenant {
 		fs.StringVar(&a.limit, "limit", "", "the limit's name")
@@ -157,29 +112,58 @@ func parseQuotaArgs(sub string, args []string, getenv func(string) string, stder
 	case "audit":
 		fs.Int64Var(&a.n, "n", 100, "how many entries, newest first")
 	}
-	positional, err := parseInterspersed(fs, args)
-	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return a, err
-		}
-		return a, errors.New("") // the flag package has said why
-	}
+}
+
+// Bounds the admin API enforces, checked here first so that a typo exits 2 before any
+// request (admin/quota.go has the same numbers).
+const quotaReasonMax = 500 // characters
+
+// check validates the command's arguments without the network.
+func (a *quotaArgs) check(sub string, positional []string) error {
+	tenant := sub != "audit" && sub != "overrides"
 	switch {
 	case len(positional) > 0:
-		return a, fmt.Errorf("unexpected argument %q", positional[0])
+		return fmt.Errorf("unexpected argument %q", printable(clipArg(positional[0])))
 	case tenant && (a.limit == "" || a.id == "" || a.reason == ""):
-		return a, errors.New("--limit, --id and --reason are required")
+		return errors.New("--limit, --id and --reason are required")
+	case tenant && strings.TrimSpace(a.reason) == "":
+		return errors.New("--reason must say why: 1 to 500 characters, not only spaces")
+	case tenant && utf8.RuneCountInString(a.reason) > quotaReasonMax:
+		return fmt.Errorf("--reason: at most %d characters", quotaReasonMax)
 	case sub == "grant" && a.amount < 1:
-		return a, errors.New("--amount must be 1 or more")
+		return errors.New("--amount must be 1 or more")
 	case sub == "override" && a.value < 0:
-		return a, errors.New("--value is required (0 or more)")
+		return errors.New("--value is required (0 or more)")
 	case sub == "override" && (a.ttl == "") == (a.until == ""):
-		return a, errors.New("give --ttl or --expires (one of them)")
+		return errors.New("give --ttl or --expires (one of them)")
+	case sub == "audit" && a.n < 1:
+		return errors.New("-n must be 1 or more")
 	}
-	if u, err := url.Parse(a.admin); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return a, fmt.Errorf("-admin %q: want http://host:port or https://host:port", a.admin)
+	now := time.Now()
+	latest := now.AddDate(1, 0, 0) // an override lasts at most a year
+	if sub == "override" && a.ttl != "" {
+		d, err := time.ParseDuration(a.ttl)
+		switch {
+		case err != nil:
+			return fmt.Errorf("--ttl %q: want a duration such as 30m, 1h or 72h", printable(clipArg(a.ttl)))
+		case d < time.Second:
+			return errors.New("--ttl: at least 1s")
+		case now.Add(d).After(latest):
+			return errors.New("--ttl: at most a year")
+		}
 	}
-	return a, nil
+	if sub == "override" && a.until != "" {
+		t, err := time.Parse(time.RFC3339, a.until)
+		switch {
+		case err != nil:
+			return fmt.Errorf("--expires %q: want an RFC 3339 time such as 2027-01-02T15:04:05Z", printable(clipArg(a.until)))
+		case !t.After(now):
+			return errors.New("--expires must be in the future")
+		case t.After(latest):
+			return errors.New("--expires: at most a year ahead")
+		}
+	}
+	return a.adminFlags.check()
 }
 
 // request is the admin API call of the command.
@@ -204,50 +188,6 @@ func (a *quotaArgs) request(sub string) (method, path string, body any) {
 		return http.MethodGet, "/quota/audit?n=" + strconv.FormatInt(a.n, 10), nil
 	}
 	return http.MethodGet, "/quota/overrides", nil
-}
-
-func adminHTTPClient(cacert string) (*http.Client, error) {
-	if cacert == "" {
-		return &http.Client{}, nil
-	}
-	pem, err := os.ReadFile(cacert)
-	if err != nil {
-		return nil, fmt.Errorf("-cacert: %w", err)
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(pem) {
-		return nil, fmt.Errorf("-cacert %s: no PEM certificate", cacert)
-	}
-	return &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pool}}}, nil
-}
-
-// callAdmin sends one admin API request with the token (when set) and returns the answer.
-func callAdmin(ctx context.Context, client *http.Client, method, target, token string, body any) (int, []byte, error) {
-	var rd io.Reader
-	if body != nil {
-		data, err := json.Marshal(body)
-		if err != nil {
-			return 0, nil, err
-		}
-		rd = bytes.NewReader(data)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, target, rd)
-	if err != nil {
-		return 0, nil, err
-	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	res, err := client.Do(req)
-	if err != nil {
-		return 0, nil, err
-	}
-	defer res.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(res.Body, 64<<20))
-	return res.StatusCode, data, err
 }
 
 // quotaState and auditEntry are the admin API's JSON, as the CLI prints it.

@@ -223,10 +223,10 @@ func TestQuotaCLI(t *testing.T) {
 		{quotaToken, []string{"override", admin, "--limit", "agent_job_per_project", "--id", "p1", "--value", "0", "--ttl", "1h", "--reason", "incident"}, 0, "has a limit of 0 until"},
 		{quotaToken, []string{"overrides", admin}, 0, "agent_job_per_project  p1  0"},
 		{quotaToken, []string{"end", admin, "--limit", "agent_job_per_project", "--id", "p1", "--reason", "over"}, 0, "override_end: agent_job_per_project p1: before limit 0, used 0, granted 4; after limit 7"},
-		{quotaToken, []string{"end", admin, "--limit", "agent_job_per_project", "--id", "p1", "--reason", "over"}, 1, "(404 unknown_override)"},
+		{quotaToken, []string{"end", admin, "--limit", "agent_job_per_project", "--id", "p1", "--reason", "over"}, 1, "gateway: unknown_override: "},
 		{quotaToken, []string{"reset", admin, "--limit", "agent_job_per_project", "--id", "p1", "--reason", "bug"}, 0, "reset: agent_job_per_project p1"},
 		{quotaToken, []string{"audit", admin, "-n", "2"}, 0, "reset         agent_job_per_project  p1  0/7 (+4)"},
-		{"", []string{"audit", admin}, 1, "(401 invalid_credentials)"},
+		{"", []string{"audit", admin}, 1, "gateway: invalid_credentials: "},
 		{quotaToken, []string{"grant", admin, "--limit", "agent_job_per_project", "--id", "p1", "--amount", "4"}, 2, "--limit, --id and --reason are required"},
 		{quotaToken, []string{"override", admin, "--limit", "l", "--id", "i", "--value", "1", "--reason", "r"}, 2, "give --ttl or --expires"},
 		{quotaToken, []string{"grant", "-admin=ftp://x", "--limit", "l", "--id", "i", "--amount", "1", "--reason", "r"}, 2, "want http://host:port"},
@@ -270,7 +270,7 @@ routes:
 			cmd := exec.Command(gatewayBin, "quota", "grant", "-admin=http://"+p.admin, "--limit", "assistant_streams_per_org", "--id", "acme", "--amount", "5", "--reason", "launch")
 			cmd.Env = append(cmd.Environ(), "GATEWAY_ADMIN_TOKEN="+quotaToken)
 			out, err := cmd.CombinedOutput()
-			if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 || !strings.Contains(string(out), "(400 invalid_request)") || !strings.Contains(string(out), "override") {
+			if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 || !strings.Contains(string(out), "gateway: invalid_request: ") || !strings.Contains(string(out), "override") {
 				t.Fatalf("gateway quota grant on a streams limit: %v\n%s", err, out)
 			}
 			if e := auditOf(t, p); len(e) != 0 {
