@@ -11,6 +11,36 @@ import (
 
 // Tokens limits are debited after the answer: the tokens are spent upstream by then, so a
 // debit never denies; it only makes the next Take of that tenant see them.
+//
+// An answer is billed to the window in which it ends, with a reserve (Settle) or without
+// (Debit): its tokens are known then, and a tokens limit's window, once ended, never changes
+// (its history and export are final at its end, whatever is still in flight). A hold counts
+// against every window in which it is live, the one it was taken in and those it lives into
+// (it is a field of the counter beside the window's count, not of the window), so in each
+// window used + live holds ≤ limit, and the window an answer will be billed to has kept room
+// for it. For example, on a monthly limit of 1,000 with a reserve of 100, an answer admitted on
+// the 31st at 23:59:50 holds 100 in both months; when it ends at 00:00:20 having cost 70, the
+// new month is charged 70 and the old one keeps what it had.
+
+// chargeLua is how the scripts count an answer's tokens (debitLua, settleLua):
+// charge(key, spec, n, sec, now_us) adds n to the window current at sec, first moving the
+// ended window's count aside when a new one begins (history_redis.go), and never shortens the
+// counter's life (keep_until): it may hold the holds of answers in flight, which outlive a
+// window shorter than their ttl (a shadow limit debits the answers it had no room to hold).
+const chargeLua = `
+local function charge(key, spec, n, sec, now_us)
+  local _, _, win = parse(spec)
+  local ws, we = bounds(win, sec)
+  local _, same = count(key, ws)
+  if same then
+    redis.call('HINCRBY', key, 'n', n)
+    return
+  end
+  local _, keep = keep_past(key, spec, ws)
+  redis.call('HSET', key, 's', ws, 'n', n)
+  keep_until(key, kept_until(we, win, keep) * 1000, now_us)
+end
+`
 
 // Debit implements Store: one script call (on a Cluster, one per key, pipelined).
 func (r *Redis) Debit(ctx context.Context, hits []Hit, n int64) error {
@@ -81,16 +111,23 @@ func (m *Memory) Debit(ctx context.Context, hits []Hit, n int64) error {
 		}
 		h := memHit{cr: cr, key: memKey{cr.keyPre, hits[i].ID}}
 		h.shard = m.shardOf(h.key)
-		ws, we := cr.snap.Window.boundsUnix(sec)
 		sh := &m.shards[h.shard]
 		sh.mu.Lock()
 		h.e = sh.m[h.key]
-		e := m.entry(&h)
-		e.roll(&cr.snap, ws, we)
-		e.n += n
+		m.charge(&h, n, sec)
 		sh.mu.Unlock()
 	}
 	return nil
+}
+
+// charge adds n tokens to h's counter in the window current at Unix second sec, the one an
+// answer ends in, first keeping the ended window for history (roll, which never shortens the
+// entry's life); Debit and Settle alike (the caller holds the shard lock).
+func (m *Memory) charge(h *memHit, n, sec int64) {
+	ws, we := h.cr.snap.Window.boundsUnix(sec)
+	e := m.entry(h)
+	e.roll(&h.cr.snap, ws, we)
+	e.n += n
 }
 
 // Debit implements Store. Like Take, it goes through the breakers of the nodes its tokens

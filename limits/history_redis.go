@@ -16,8 +16,8 @@ import (
 // spec, ws) moves the ended window's count into the field named by its start and drops the
 // window that left the kept range (the spec's " k<n>" word, keep_of, says how many are kept),
 // and returns the spec's window and keep; kept_until(we, win, keep) is when the hash may go:
-// once its newest window has left the range. give_back_kept is a refund's way into a kept
-// window (refund.go).
+// once its newest window has left the range, and keep_until sets that expiry, never shortening
+// it. give_back_kept is a refund's way into a kept window (refund.go).
 const historyLua = `
 local function shift(win, ws, k)
   if win ~= 'm' then return ws + k * period_of(win) end
@@ -60,6 +60,16 @@ end
 local function kept_until(we, win, keep)
   if keep == 0 then return we end
   return shift(win, we, keep)
+end
+
+-- keep_until makes key live at least until keep_ms (PTTL rather than Redis 7's PEXPIRETIME),
+-- never shorter: a counter with holds (hold.go) lives as long as its last live hold, which may
+-- outlast the window and its kept range (a reserve_ttl longer than those).
+local function keep_until(key, keep_ms, now_us)
+  local pttl = redis.call('PTTL', key)
+  if pttl < 0 or math.floor(now_us / 1000) + pttl < keep_ms then
+    redis.call('PEXPIREAT', key, keep_ms)
+  end
 end
 
 -- give_back_kept takes one unit off the kept window starting at ws (a refund that arrives once

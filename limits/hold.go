@@ -171,14 +171,6 @@ local function store(key, st)
   end
 end
 
--- keep_until makes key live at least until keep_ms (PTTL rather than Redis 7's PEXPIRETIME).
-local function keep_until(key, keep_ms, now_us)
-  local pttl = redis.call('PTTL', key)
-  if pttl < 0 or math.floor(now_us / 1000) + pttl < keep_ms then
-    redis.call('PEXPIREAT', key, keep_ms)
-  end
-end
-
 local function hold(key, hid, amount, ttl, now_us, st, keep_ms)
   local exp = now_us + ttl * 1000
   redis.call('HSET', key, 'h:' .. hid, string.format('%d %d', amount, exp))
@@ -204,10 +196,10 @@ end
 `
 
 // settleLua ends the holds of decision ARGV[1] on KEYS: a tokens limit ('t') is charged
-// ARGV[2] tokens in its current window (-1: released, nothing charged), a streams slot ('c')
-// is given back. ARGV[2+i] is the spec of KEYS[i]. Reply: per key, 1 when a tokens hold
-// that is charged had expired (or was gone), else 0.
-const settleLua = windowLua + holdLua + `
+// ARGV[2] tokens in its current window, the one the answer ends in (chargeLua; -1: released,
+// nothing charged), a streams slot ('c') is given back. ARGV[2+i] is the spec of KEYS[i].
+// Reply: per key, 1 when a tokens hold that is charged had expired (or was gone), else 0.
+const settleLua = windowLua + holdLua + chargeLua + `
 local t = redis.call('TIME')
 local sec = tonumber(t[1])
 local now_us = sec * 1000000 + tonumber(t[2])
@@ -215,23 +207,12 @@ local field = 'h:' .. ARGV[1]
 local n = tonumber(ARGV[2])
 local out = {}
 for i = 1, #KEYS do
-  local algo, limit, win = parse(ARGV[i + 2])
+  local algo = parse(ARGV[i + 2])
   local live = unhold(KEYS[i], field, now_us)
   local expired = 0
   if algo == 't' and n >= 0 then
     if not live then expired = 1 end
-    if n > 0 then
-      local ws, we = bounds(win, sec)
-      local _, same = count(KEYS[i], ws)
-      if same then
-        redis.call('HINCRBY', KEYS[i], 'n', n)
-      else
-        -- A new window: the ended one's count is kept first (history_redis.go).
-        local _, keep = keep_past(KEYS[i], ARGV[i + 2], ws)
-        redis.call('HSET', KEYS[i], 's', ws, 'n', n)
-        keep_until(KEYS[i], kept_until(we, win, keep) * 1000, now_us)
-      end
-    end
+    if n > 0 then charge(KEYS[i], ARGV[i + 2], n, sec, now_us) end
   end
   out[i] = tostring(expired)
 end

@@ -106,10 +106,7 @@ func (m *Memory) Settle(ctx context.Context, hold string, hits []Hit, n int64) (
 				expired = append(expired, cr.snap.Name)
 			}
 			if n > 0 {
-				ws, we := cr.snap.Window.boundsUnix(now.sec)
-				e := m.entry(h)
-				e.roll(&cr.snap, ws, we) // a new window keeps the ended one for history first
-				e.n += n
+				m.charge(h, n, now.sec)
 			}
 		}
 	})

@@ -382,24 +382,16 @@ end
 return string.format('%d %d %d %d %d %d %d %d', used, math.max(allow - used - reserved, 0), reset, allow, g, ends, base, reserved)
 `
 
-// debitLua adds tokens to tokens limits ('t' specs) in their current windows. ARGV[2i-1] is
-// the spec of KEYS[i], ARGV[2i] the amount. Other specs are ignored.
-const debitLua = windowLua + `
-local sec = tonumber(redis.call('TIME')[1])
+// debitLua adds tokens to tokens limits ('t' specs) in their current windows (chargeLua).
+// ARGV[2i-1] is the spec of KEYS[i], ARGV[2i] the amount. Other specs are ignored.
+const debitLua = windowLua + chargeLua + `
+local t = redis.call('TIME')
+local sec = tonumber(t[1])
+local now_us = sec * 1000000 + tonumber(t[2])
 for i = 1, #KEYS do
-  local algo, limit, win = parse(ARGV[2 * i - 1])
+  local algo = parse(ARGV[2 * i - 1])
   local n = tonumber(ARGV[2 * i])
-  if algo == 't' and n and n > 0 then
-    local ws, we = bounds(win, sec)
-    local _, same = count(KEYS[i], ws)
-    if same then
-      redis.call('HINCRBY', KEYS[i], 'n', n)
-    else
-      local _, keep = keep_past(KEYS[i], ARGV[2 * i - 1], ws)
-      redis.call('HSET', KEYS[i], 's', ws, 'n', n)
-      redis.call('PEXPIREAT', KEYS[i], kept_until(we, win, keep) * 1000)
-    end
-  end
+  if algo == 't' and n and n > 0 then charge(KEYS[i], ARGV[2 * i - 1], n, sec, now_us) end
 end
 return 1
 `

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"net/http"
 	"net/url"
 	"strings"
@@ -33,10 +34,10 @@ func usedInWindow(t *testing.T, h historyT, ws time.Time) int64 {
 	return 0
 }
 
-// exportOfWindow is the CSV export of agent_job_per_project's window starting at ws.
-func exportOfWindow(t *testing.T, p *proc, ws time.Time) string {
+// exportOfWindow is the CSV export of limit's window starting at ws.
+func exportOfWindow(t *testing.T, p *proc, limit string, ws time.Time) string {
 	t.Helper()
-	code, _, body := exportOf(t, p, "limit=agent_job_per_project&window="+url.QueryEscape(ws.Format(time.RFC3339)))
+	code, _, body := exportOf(t, p, "limit="+limit+"&window="+url.QueryEscape(ws.Format(time.RFC3339)))
 	if code != 200 {
 		t.Fatalf("export of %s: %d %s", ws, code, body)
 	}
@@ -90,7 +91,7 @@ func TestQuotaActionsAfterWindowEnd(t *testing.T) {
 				}
 			}
 			want := "id,used,limit,plan,label,org\np-grant,5,100,,,\np-override,5,100,,,\np-reset,5,100,,,\n"
-			if got := exportOfWindow(t, a, w0); got != want {
+			if got := exportOfWindow(t, a, "agent_job_per_project", w0); got != want {
 				t.Errorf("export of the ended window: %q, want %q", got, want)
 			}
 			if time.Now().Before(w1.Add(historyWindow - 200*time.Millisecond)) {
@@ -200,7 +201,7 @@ func TestRefundAfterWindowEnd(t *testing.T) {
 			if n := usedInWindow(t, h, w1); n != 1 {
 				t.Errorf("after the refund, /usage/history shows %d for w1, want 1 (the refund is w0's)", n)
 			}
-			if got, want := exportOfWindow(t, b, w0), "id,used,limit,plan,label,org\np1,3,100,,,\n"; got != want {
+			if got, want := exportOfWindow(t, b, "agent_job_per_project", w0), "id,used,limit,plan,label,org\np1,3,100,,,\n"; got != want {
 				t.Errorf("export of w0 after the refund: %q, want %q", got, want)
 			}
 		})
@@ -213,4 +214,83 @@ func jobRequest(p *proc, project, key string) *http.Request {
 	req.Header.Set("Authorization", "Bearer "+key)
 	req.Header.Set("Content-Type", "application/json")
 	return req
+}
+
+// billingConfig has two tokens limits on the assistant route, 3 s windows standing in for
+// months: one by org with a reserve, one by ip without (debited after the answer).
+const billingConfig = `orgs: {acme: [acme-docs]}
+limits:
+  assistant_tokens_per_org: {limit: 500, window: 3s, by: org, unit: tokens, reserve: 100, history: 3}
+  assistant_tokens_per_ip: {limit: 100000, window: 3s, by: ip, unit: tokens, history: 3}
+routes:
+  - name: assistant_message
+    limits: [assistant_per_key, assistant_per_org, assistant_per_ip, assistant_tokens_per_org, assistant_tokens_per_ip]
+`
+
+// An answer admitted in one window and ended in the next is billed to the window it ends in,
+// and its hold counts in both: in process and on two replicas sharing Redis or a Cluster. In w0
+// an answer of 100 tokens ends and answer X is admitted (holding 100 of the org's 500), kept
+// waiting by the upstream. In w1 the org shows 0 used and X's 100 held, and of 5 more requests
+// exactly 4 are admitted (used + holds = 500). The test then lets X (70 tokens) and the 4 (100
+// each) end in w1: with a reserve and without, /usage/history and /usage/export show w0 100 (X
+// not in it) and w1 470 (X in it).
+func TestAnswerAcrossWindowEnd(t *testing.T) {
+	const org, ip = "assistant_tokens_per_org", "assistant_tokens_per_ip"
+	for _, st := range holdStores() {
+		t.Run(st.name, func(t *testing.T) {
+			up := newGatedUpstream(t)
+			ps := startReplicas(t, up.url, st, billingConfig)
+			first, last := ps[:1], ps[len(ps)-1]
+			w0 := windowStartAfter(t, time.Time{})
+			if rs, done := startStreams(t, first, 1, "t-40-60"); rs[0].status == 200 {
+				up.open()
+				done.Wait()
+			} else {
+				t.Fatalf("the answer in w0: %+v", rs[0])
+			}
+			waitUsage(t, last, org, 100, 0, 2*time.Second)
+			rs, x := startStreams(t, first, 1, "t-30-40")
+			if rs[0].status != 200 {
+				t.Fatalf("X in w0: %+v", rs[0])
+			}
+			if u := acmeUsage(t, last, org); u.Used != 100 || u.Reserved != 100 || u.Remaining != 300 {
+				t.Fatalf("w0 with X in flight: %+v, want 100 used and 100 held", u)
+			}
+			inWindow(t, w0)
+
+			w1 := windowStartAfter(t, w0)
+			if u := acmeUsage(t, last, org); u.Used != 0 || u.Reserved != 100 || u.Remaining != 400 {
+				t.Fatalf("w1 with X in flight: %+v, want 0 used and X's 100 held", u)
+			}
+			rs, more := startStreams(t, ps, 5, "t-40-60")
+			if countStatus(rs, 200) != 4 {
+				t.Fatalf("w1 admitted %d of 5 beside X's hold, want 4: %+v", countStatus(rs, 200), rs)
+			}
+			for _, r := range rs {
+				if r.status != 200 && (r.status != 429 || r.limit != org || r.retryAfter != "1") {
+					t.Fatalf("w1: a denial %+v, want 429 naming %s with Retry-After 1", r, org)
+				}
+			}
+			if u := acmeUsage(t, last, org); u.Used != 0 || u.Reserved != 500 || u.Remaining != 0 {
+				t.Fatalf("w1 with 5 answers in flight: %+v, want 500 held", u)
+			}
+			up.open()
+			x.Wait()
+			more.Wait()
+			settledUsage(t, last, "acme", org) // and the debits, which land with the settles
+			inWindow(t, w1)
+
+			for _, c := range []struct{ limit, id, row string }{{org, "acme", "acme,%d,500,,,\n"}, {ip, "127.0.0.1", "127.0.0.1,%d,100000,,,\n"}} {
+				h := historyOf(t, last, c.limit, c.id)
+				if n0, n1 := usedInWindow(t, h, w0), usedInWindow(t, h, w1); n0 != 100 || n1 != 470 {
+					t.Errorf("%s: /usage/history shows w0 %d and w1 %d, want 100 and 470 (X's 70 in w1)", c.limit, n0, n1)
+				}
+				for ws, n := range map[time.Time]int{w0: 100, w1: 470} {
+					if got, want := exportOfWindow(t, last, c.limit, ws), "id,used,limit,plan,label,org\n"+fmt.Sprintf(c.row, n); got != want {
+						t.Errorf("%s: export of the window starting %s: %q, want %q", c.limit, ws, got, want)
+					}
+				}
+			}
+		})
+	}
 }
