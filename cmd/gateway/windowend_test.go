@@ -277,7 +277,7 @@ func TestAnswerAcrossWindowEnd(t *testing.T) {
 			up.open()
 			x.Wait()
 			more.Wait()
-			settledUsage(t, last, "acme", org) // and the debits, which land with the settles
+			settledUsage(t, last, "acme") // and the debits, which land with the settles
 			inWindow(t, w1)
 
 			for _, c := range []struct{ limit, id, row string }{{org, "acme", "acme,%d,500,,,\n"}, {ip, "127.0.0.1", "127.0.0.1,%d,100000,,,\n"}} {
