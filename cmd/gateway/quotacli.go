@@ -18,9 +18,6 @@ import (
 	"github.com/docsgate/gateway/internal/freetext"
 )
 
-// quotaTimeout bounds one `gateway quota` call to the admin API.
-const quotaTimeout = 15 * time.Second
-
 const quotaUsage = `Usage:
   gateway quota grant    [-admin URL] --limit NAME --id ID --amount N --reason TEXT
   gateway quota override [-admin URL] --limit NAME --id ID --value N (--ttl 1h | --expires TIME) --reason TEXT
