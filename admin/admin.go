@@ -89,6 +89,7 @@ func Handler(o Options) http.Handler {
 type routes struct {
 	*http.ServeMux
 	patterns []string
+	writes   map[string]string // the patterns behind the write rules
 }
 
 func (m *routes) Handle(pattern string, h http.Handler) {
@@ -184,6 +185,7 @@ func build(o Options) (http.Handler, *routes) {
 	mux.Handle("/", guard(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		writeError(w, http.StatusNotFound, "not_found", "Not found: no such admin endpoint.")
 	})))
+	mux.writes = writes
 	return h.access.protect(mux.ServeMux, writes), mux
 }
 
