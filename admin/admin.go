@@ -80,11 +80,34 @@ type Options struct {
 // Handler builds the admin listener's handler: the endpoints behind the checks of
 // protect.go (Host, cross-origin, token, JSON-only writes, audit).
 func Handler(o Options) http.Handler {
+	h, _ := build(o)
+	return h
+}
+
+// routes is the admin mux and the patterns registered on it, in order: the OpenAPI
+// document's test compares them with the document's paths.
+type routes struct {
+	*http.ServeMux
+	patterns []string
+	writes   map[string]string // the patterns behind the write rules
+}
+
+func (m *routes) Handle(pattern string, h http.Handler) {
+	m.patterns = append(m.patterns, pattern)
+	m.ServeMux.Handle(pattern, h)
+}
+
+func (m *routes) HandleFunc(pattern string, h func(http.ResponseWriter, *http.Request)) {
+	m.Handle(pattern, http.HandlerFunc(h))
+}
+
+// build is Handler, with the mux it serves.
+func build(o Options) (http.Handler, *routes) {
 	h := &handler{o: o, access: newAccess(o), exports: newExportSlots(o.MaxExports)}
 	guard, write := h.access.guard, h.access.write
 	// writes maps each write endpoint's pattern to the action its audit line names.
 	writes := map[string]string{}
-	mux := http.NewServeMux()
+	mux := &routes{ServeMux: http.NewServeMux()}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
@@ -97,6 +120,8 @@ func Handler(o Options) http.Handler {
 		writeJSON(w, code, map[string]string{"status": status})
 	})
 	mux.Handle("GET /metrics", guard(o.Metrics))
+	// The OpenAPI document of this API, behind the token like the other reads.
+	mux.Handle("GET /openapi.json", guard(http.HandlerFunc(serveOpenAPI)))
 	mux.Handle("GET /usage/projects/{projectId}", guard(h.usage("project", "projectId")))
 	mux.Handle("GET /usage/orgs/{org}", guard(h.usage("org", "org")))
 	mux.Handle("GET /usage/ips/{ip}", guard(h.usage("ip", "ip")))
@@ -160,7 +185,8 @@ func Handler(o Options) http.Handler {
 	mux.Handle("/", guard(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		writeError(w, http.StatusNotFound, "not_found", "Not found: no such admin endpoint.")
 	})))
-	return h.access.protect(mux, writes)
+	mux.writes = writes
+	return h.access.protect(mux.ServeMux, writes), mux
 }
 
 type handler struct {
