@@ -316,10 +316,7 @@ func (r *oaRun) opOf(req *http.Request) *oaOp {
 
 func pathMatches(tmpl, path string) bool {
 	re := "^" + regexp.MustCompile(`\\\{[^}]+\\\}`).ReplaceAllString(regexp.QuoteMeta(tmpl), `[^/]+`) + "$"
-	if !regexp.MustCompile(re).MatchString(path) {
-		return false
-	}
-	return true
+	return regexp.MustCompile(re).MatchString(path)
 }
 
 func (r *oaRun) do(c oaCall) {
