@@ -355,10 +355,26 @@ func TestLostReplyReleasesHolds(t *testing.T) {
 	hits := []Hit{{Rule: tok, ID: "acme"}, {Rule: st, ID: "acme"}}
 	busy := make(chan error, 1)
 	go func() {
-		// Busy for a few hundred ms: Redis reads nothing else meanwhile.
-		busy <- srv.Client(t).Eval(ctx, "local n = 0 for i = 1, 60000000 do n = n + 1 end return n", nil).Err()
+		// Busy for a second or so: Redis reads nothing else meanwhile.
+		busy <- srv.Client(t).Eval(ctx, "local n = 0 for i = 1, 200000000 do n = n + 1 end return n", nil).Err()
 	}()
-	time.Sleep(30 * time.Millisecond)
+	// The decision goes out once Redis is busy, not after a guess at how long the script
+	// takes to get there (on a loaded machine it may not have started after 30 ms): a PING
+	// on another connection then goes unanswered.
+	probe := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true, MaxRetries: -1})
+	t.Cleanup(func() { probe.Close() })
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		pctx, pcancel := context.WithTimeout(ctx, 100*time.Millisecond)
+		err := probe.Ping(pctx).Err()
+		pcancel()
+		if err != nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("Redis never got busy with the script")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 	tctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 	var d Decision
 	err := s.Take(tctx, hits, &d)
