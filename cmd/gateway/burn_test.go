@@ -286,6 +286,22 @@ func TestBurnOneRequest(t *testing.T) {
 	}
 }
 
+// visitorAsk sends an assistant request of acme for the visitor at ip (through a trusted
+// proxy's X-Forwarded-For) and returns the response unread.
+func visitorAsk(t *testing.T, p *proc, ip, fp string) *http.Response {
+	t.Helper()
+	req, _ := http.NewRequest("POST", "http://"+p.public+"/discovery/v1/assistant/acme-docs/message",
+		strings.NewReader(`{"fp":"`+fp+`","messages":[{"id":"1","role":"user","content":"hi"}]}`))
+	req.Header.Set("Authorization", "Bearer svc_dsc_visitor")
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-Forwarded-For", ip)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
 // A per-visitor tokens budget: a tokens limit by ip, counted across replicas, IPv6 clients by
 // their /64 as for requests limits.
 func TestTokensPerIPAcrossReplicas(t *testing.T) {
@@ -302,15 +318,7 @@ routes:
 	a, b := startGateway(t, up, "  transport: pool\n"+cfg), startGateway(t, up, "  transport: standard\n"+cfg)
 	ask := func(p *proc, ip string) int {
 		t.Helper()
-		req, _ := http.NewRequest("POST", "http://"+p.public+"/discovery/v1/assistant/acme-docs/message",
-			strings.NewReader(`{"fp":"u-10-20-1-full","messages":[{"id":"1","role":"user","content":"hi"}]}`))
-		req.Header.Set("Authorization", "Bearer svc_dsc_visitor")
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("X-Forwarded-For", ip)
-		res, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
+		res := visitorAsk(t, p, ip, "u-10-20-1-full")
 		_, _ = io.Copy(io.Discard, res.Body)
 		res.Body.Close()
 		return res.StatusCode
@@ -382,15 +390,7 @@ routes:
 	var open sync.WaitGroup
 	ask := func(p *proc, ip string) int {
 		t.Helper()
-		req, _ := http.NewRequest("POST", "http://"+p.public+"/discovery/v1/assistant/acme-docs/message",
-			strings.NewReader(`{"fp":"t-1-1","messages":[{"id":"1","role":"user","content":"hi"}]}`))
-		req.Header.Set("Authorization", "Bearer svc_dsc_visitor")
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("X-Forwarded-For", ip)
-		res, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
+		res := visitorAsk(t, p, ip, "t-1-1")
 		open.Add(1)
 		go func() { // an admitted answer runs until the gate opens
 			defer open.Done()
