@@ -101,23 +101,8 @@ func (m *Memory) Debit(ctx context.Context, hits []Hit, n int64) error {
 		return nil
 	}
 	sec := m.now().Unix()
-	for i := range hits {
-		cr, err := m.rules.get(hits[i].Rule)
-		if err != nil {
-			return fmt.Errorf("limits: debit: %w", err)
-		}
-		if !cr.enabled || hits[i].Rule.Unit != Tokens {
-			continue
-		}
-		h := memHit{cr: cr, key: memKey{cr.keyPre, hits[i].ID}}
-		h.shard = m.shardOf(h.key)
-		sh := &m.shards[h.shard]
-		sh.mu.Lock()
-		h.e = sh.m[h.key]
-		m.charge(&h, n, sec)
-		sh.mu.Unlock()
-	}
-	return nil
+	return m.eachLocked(ctx, "debit", hits, func(r *Rule, cr *compiled) bool { return cr.enabled && r.Unit == Tokens },
+		func(h *memHit) { m.charge(h, n, sec) })
 }
 
 // charge adds n tokens to h's counter in the window current at Unix second sec, the one an

@@ -188,18 +188,27 @@ func (m *Memory) Refresh(ctx context.Context, hold string, hits []Hit) ([]string
 // eachHeld calls f, under its shard's lock, for each hit that holds something under decision
 // hold (h.e: its entry, nil when there is none); op names the operation in errors.
 func (m *Memory) eachHeld(ctx context.Context, op, hold string, hits []Hit, f func(h *memHit)) error {
+	if hold == "" {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("limits: %s: %w", op, err)
+		}
+		return nil
+	}
+	return m.eachLocked(ctx, op, hits, func(r *Rule, _ *compiled) bool { return holds(r) }, f)
+}
+
+// eachLocked calls f, under its shard's lock, with the entry of each hit whose rule want
+// accepts (op names the caller in errors).
+func (m *Memory) eachLocked(ctx context.Context, op string, hits []Hit, want func(r *Rule, cr *compiled) bool, f func(h *memHit)) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("limits: %s: %w", op, err)
-	}
-	if hold == "" {
-		return nil
 	}
 	for i := range hits {
 		cr, err := m.rules.get(hits[i].Rule)
 		if err != nil {
 			return fmt.Errorf("limits: %s: %w", op, err)
 		}
-		if !holds(hits[i].Rule) {
+		if !want(hits[i].Rule, cr) {
 			continue
 		}
 		h := memHit{cr: cr, key: memKey{cr.keyPre, hits[i].ID}}

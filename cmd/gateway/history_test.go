@@ -62,17 +62,8 @@ func inWindow(t *testing.T, ws time.Time) {
 	}
 }
 
-type historyT struct {
-	Limit   string `json:"limit"`
-	ID      string `json:"id"`
-	Unit    string `json:"unit"`
-	Windows []struct {
-		Start time.Time `json:"start"`
-		End   time.Time `json:"end"`
-		Used  int64     `json:"used"`
-		Limit int64     `json:"limit"`
-	} `json:"windows"`
-}
+// historyT is an answer of GET /usage/history (the CLI reads the same shape).
+type historyT = historyAnswer
 
 func historyOf(t *testing.T, p *proc, limit, id string) historyT {
 	t.Helper()
