@@ -168,10 +168,10 @@ func (down) Top(context.Context, string, int) ([]limits.TopList, error)    { ret
 func (down) Add(context.Context, auth.Entry) error                         { return errDown }
 func (down) Revoke(context.Context, string) error                          { return errDown }
 func (down) List(context.Context) ([]auth.Entry, error)                    { return nil, errDown }
-func (down) History(context.Context, string, string) (limits.TenantHistory, error) {
+func (down) History(context.Context, string, string, string) (limits.TenantHistory, error) {
 	return limits.TenantHistory{}, errDown
 }
-func (down) Export(context.Context, string, string) (limits.Export, error) {
+func (down) Export(context.Context, string, string, string) (limits.Export, error) {
 	return limits.Export{}, errDown
 }
 func (down) Grant(context.Context, string, string, int64, limits.Who) (limits.Grant, limits.AuditEntry, error) {
