@@ -31,9 +31,9 @@ import (
 // counts and 13 for token-sized ones (below 2^31: 4-byte integers, as window starts are until
 // 2038). One field more and the hash becomes a hashtable for good, about 70 bytes per window.
 // At most, the hash holds the kept windows, the one a window end adds before it drops the
-// oldest (keep_past), s, n and w, a tokens limit's hs, hc and hx, and one h:<id> per answer in
-// flight (hold.go): 400 + 1 + 3 + 3 = 407 fields leave room for 105 answers in flight per
-// tenant at once. Past that the tenant's hash (only it) becomes a hashtable.
+// oldest (keep_past), s, n, w and m (after a change of window), a tokens limit's hs, hc and
+// hx, and one h:<id> per answer in flight (hold.go): 400 + 1 + 4 + 3 = 408 fields leave room
+// for 104 answers in flight per tenant at once. Past that the tenant's hash (only it) becomes a hashtable.
 const MaxHistory = 400
 
 // DefaultHistory is the number of ended windows a limit keeps unless configured: 48 hours,
@@ -203,8 +203,8 @@ func (e *memEntry) current(w Window, ws int64) (n int64, same bool) {
 func (e *memEntry) roll(r *Rule, ws, we int64) { e.rollIn(r.Window, keepOf(r), ws, we) }
 
 // rollIn is roll in window w keeping keep ended windows (keep_past in history_redis.go): an
-// entry that counted in another window first re-keys its kept windows into w's (realign) and
-// carries its count over when its window began inside ws's.
+// entry that counted in another window carries its count over when its window began inside
+// ws's, else keeps it under its own start (readers bill it by byWindow).
 func (e *memEntry) rollIn(w Window, keep int, ws, we int64) {
 	changed := !e.win.IsZero() && e.win != w
 	if changed || e.ws != ws {
@@ -212,13 +212,10 @@ func (e *memEntry) rollIn(w Window, keep int, ws, we int64) {
 		live := e.expires != 0
 		switch {
 		case changed:
-			if keep > 0 {
-				e.realign(w)
-			}
 			if from, _ := w.boundsUnix(e.ws); from == ws {
 				carry = e.n
 			} else if keep > 0 && e.n > 0 && live {
-				e.addPast(from, e.n)
+				e.addPast(e.ws, e.n)
 			}
 		case keep > 0 && e.n > 0 && e.ws < ws && live:
 			e.past = append([]pastUse{{e.ws, e.n}}, e.past...)
@@ -232,17 +229,6 @@ func (e *memEntry) rollIn(w Window, keep int, ws, we int64) {
 	e.win = w
 	// Never sooner than before: the entry may hold holds of answers in flight (hold_memory.go).
 	e.expires = max(e.expires, w.Shift(we, keep)*1e6)
-}
-
-// realign re-keys the kept windows into the windows of w containing them (realign in
-// history_redis.go).
-func (e *memEntry) realign(w Window) {
-	past := e.past
-	e.past = nil
-	for _, p := range past {
-		from, _ := w.boundsUnix(p.ws)
-		e.addPast(from, p.n)
-	}
 }
 
 // addPast adds n to the kept window starting at ws, keeping past newest first.
@@ -368,9 +354,12 @@ func (e *memEntry) usedIn(w Window, ws int64) int64 {
 // r keeps it at Unix second now; never below 0 (the caller holds the lock).
 func (e *memEntry) giveBack(r *Rule, ws, now int64) {
 	w := r.Window
-	if !e.win.IsZero() { // where the entry keeps it now (re-keyed by a change of window)
+	if !e.win.IsZero() {
 		w = e.win
-		ws, _ = w.boundsUnix(ws)
+		// Carried into the current window by a change of the limit's window (rollIn).
+		if from, _ := w.boundsUnix(ws); e.ws != ws && from == e.ws && !slices.ContainsFunc(e.past, func(p pastUse) bool { return p.ws == ws }) {
+			ws = e.ws
+		}
 	}
 	if e.ws == ws {
 		e.n = max(e.n-1, 0)

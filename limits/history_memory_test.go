@@ -19,8 +19,8 @@ const listpackEntries = 512
 // holdRoom is how many answers in flight a tenant of a tokens limit with a reserve may have at
 // once while its hash keeps MaxHistory windows and stays a listpack through a window end: the
 // fields left beside the kept windows, the one a window end adds before it drops the oldest, s,
-// n and w, and hs, hc and hx (see MaxHistory).
-const holdRoom = listpackEntries - MaxHistory - 1 - 3 - 3
+// n, w and m, and hs, hc and hx (see MaxHistory).
+const holdRoom = listpackEntries - MaxHistory - 1 - 4 - 3
 
 // requestCounts and tokenCounts are a tenant's counts of window k (0: the current one) as the
 // memory measurements fill them: requests 1 to 100, tokens 10^5 to 10^7.

@@ -14,8 +14,8 @@ import (
 // historyLua (which ends windowLua, so every script has it) is what the scripts run when a
 // tenant's counter enters a new window (see history.go): keep_past(key, win, keep, ws) moves
 // the ended window's count into the field named by its start, drops the window that left the
-// kept range (the spec's " k<n>" word, keep_of, says how many are kept) and re-keys the kept
-// windows when the limit's window changed (realign); kept_until(we, win, keep) is when the
+// kept range (the spec's " k<n>" word, keep_of, says how many are kept) and carries the count
+// over when the limit's window changed; kept_until(we, win, keep) is when the
 // hash may go: once its newest window has left the range, and keep_until sets that expiry,
 // never shortening it. give_back_kept is a refund's way into a kept window (refund.go).
 const historyLua = `
@@ -40,28 +40,13 @@ local function win_keep(spec)
   return win, keep_of(spec)
 end
 
--- realign re-keys the kept windows of a hash that counted in another window into the windows
--- of win containing them (a change of the limit's window): every unit stays counted once, in
--- the window of the limit in force that contains the window that counted it.
-local function realign(key, win)
-  local f = redis.call('HGETALL', key)
-  for i = 1, #f, 2 do
-    local ws = tonumber(f[i])
-    if ws then
-      local to = bounds(win, ws)
-      if to ~= ws then
-        redis.call('HDEL', key, f[i])
-        redis.call('HINCRBY', key, tostring(to), f[i + 1])
-      end
-    end
-  end
-end
-
 -- keep_past ends the window a hash counts in, as window ws of win begins: the ended count
 -- moves into the field named by its start, the window that left the kept range goes, and the
 -- hash is marked as counting in win. It returns the count the new window carries over: 0,
 -- but for a hash that counted in another window (the limit's window changed) whose window
--- began inside ws's (those units were used in it; count agrees).
+-- began inside ws's (those units were used in it; count agrees). Kept windows of another
+-- length keep their starts (readers bill each to the window containing its start, byWindow),
+-- and m marks the hash as holding some, so an export reads it whole.
 local function keep_past(key, win, keep, ws)
   local v = redis.call('HMGET', key, 's', 'n', 'w')
   local s, n = tonumber(v[1]), tonumber(v[2]) or 0
@@ -69,12 +54,11 @@ local function keep_past(key, win, keep, ws)
   if not s then return 0 end -- a new tenant: nothing to keep or drop
   local carry = 0
   if v[3] and v[3] ~= win then
-    if keep > 0 then realign(key, win) end
-    local from = bounds(win, s)
-    if from == ws then
+    if keep > 0 then redis.call('HSET', key, 'm', 1) end
+    if bounds(win, s) == ws then
       carry = n
     elseif keep > 0 and n > 0 then
-      redis.call('HINCRBY', key, tostring(from), n)
+      redis.call('HINCRBY', key, v[1], n)
     end
   elseif keep > 0 and n > 0 and s < ws then
     redis.call('HSET', key, v[1], v[2])
@@ -225,13 +209,14 @@ func (r *Redis) Export(ctx context.Context, rule *Rule, start int64, visit func(
 }
 
 // exportBatch reads one SCAN batch: one HMGET per counter of the export's window, and the
-// whole hash of the few counting in another window (a plan with another window, or a change
-// of the limit's window that no unit has re-keyed yet), whose windows are summed by byWindow.
+// whole hash of the few counting in another window (a plan with another window) or keeping
+// windows of another length (m: the limit's window changed), whose windows are summed by
+// byWindow.
 func exportBatch(ctx context.Context, c redis.Cmdable, cr *compiled, keys []string, field string, found func(string, int64)) error {
 	pipe := c.Pipeline()
 	cmds := make([]*redis.SliceCmd, len(keys))
 	for i, k := range keys {
-		cmds[i] = pipe.HMGet(ctx, k, "s", "n", "w", field)
+		cmds[i] = pipe.HMGet(ctx, k, "s", "n", "w", "m", field)
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return fmt.Errorf("limits: export: read: %w", err)
@@ -242,10 +227,10 @@ func exportBatch(ctx context.Context, c redis.Cmdable, cr *compiled, keys []stri
 	for i, k := range keys {
 		id, ok := idOf(cr.keyPre, k)
 		v := cmds[i].Val()
-		if !ok || len(v) != 4 {
+		if !ok || len(v) != 5 {
 			continue
 		}
-		if kw, ok := windowOfSpec(str(v[2])); ok && kw != w {
+		if kw, ok := windowOfSpec(str(v[2])); ok && kw != w || v[3] != nil {
 			other = append(other, k)
 			continue
 		}
@@ -253,7 +238,7 @@ func exportBatch(ctx context.Context, c redis.Cmdable, cr *compiled, keys []stri
 		if str(v[0]) == field {
 			n, _ = strconv.ParseInt(str(v[1]), 10, 64)
 		} else {
-			n, _ = strconv.ParseInt(str(v[3]), 10, 64)
+			n, _ = strconv.ParseInt(str(v[4]), 10, 64)
 		}
 		if n > 0 {
 			found(id, n)

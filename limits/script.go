@@ -328,11 +328,14 @@ local gnow = (tonumber(t[1]) - jan_1_2017) + (tonumber(t[2]) / 1000000)
 for i = 1, #KEYS do
   local algo, limit, win = parse(ARGV[2 * i - 1])
   if algo == 'f' then
-    -- The window the unit was counted in, as the hash now keeps it (re-keyed into the window
-    -- containing it when the limit's window changed since).
+    -- The window the unit was counted in: the current one, kept, or carried into the current
+    -- one by a change of the limit's window (keep_past).
     local v = redis.call('HMGET', KEYS[i], 's', 'n', 'w')
     local ws = tonumber(ARGV[2 * i])
-    if ws and v[3] then ws = bounds(v[3], ws) end
+    if ws and v[3] and tonumber(v[1]) ~= ws and bounds(v[3], ws) == tonumber(v[1])
+        and redis.call('HEXISTS', KEYS[i], ARGV[2 * i]) == 0 then
+      ws = tonumber(v[1])
+    end
     if tonumber(v[1]) == ws then
       if (tonumber(v[2]) or 0) > 0 then redis.call('HINCRBY', KEYS[i], 'n', -1) end
     elseif ws then

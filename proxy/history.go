@@ -109,8 +109,8 @@ func (g *Gateway) Export(ctx context.Context, name, window, unit string) (limits
 			}
 			t := g.tenantOf(ctx, sn, pl.by, id)
 			row := limits.ExportRow{ID: id, Used: used, Plan: t.plan, Label: t.label, Org: t.org}
-			if r := pl.ruleFor(t); r != nil {
-				row.Limit = r.Limit
+			if r := pl.ruleFor(t); r != nil && r.Unit == ref.Unit {
+				row.Limit = r.Limit // a limit of another unit is no bound on these counts
 			}
 			if !yield(row, nil) {
 				return
