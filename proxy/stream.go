@@ -31,8 +31,8 @@ type streamOutcome struct {
 	// usage: the stream reported token usage, prompt and completion.
 	usage              bool
 	prompt, completion int64
-	// textBytes is the UTF-8 length of the answer text that passed (v4 0: parts, UI stream
-	// text-delta chunks), for the estimate of a stream that reports no usage.
+	// textBytes is the UTF-8 length of the answer text that passed (data stream 0: parts,
+	// UI message stream text-delta chunks), for the estimate of a stream that reports no usage.
 	textBytes int64
 }
 
