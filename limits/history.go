@@ -18,7 +18,7 @@ import (
 // count into a field of the same hash named by the window's start, drops fields older than
 // the kept range and lets the hash live until its newest window leaves the range:
 //
-//	gw:assistant_per_org:hour:{acme} = {s: 1764090000, n: 17, 1764086400: 250, 1764082800: 3}
+//	gw:assistant_per_org:{acme} = {s: 1764090000, n: 17, w: h, 1764086400: 250, 1764082800: 3}
 //
 // So the request path keeps its one script call (the move happens inside it, once per tenant
 // and window), the history lives in the key's own slot (any Cluster layout), and /usage/top

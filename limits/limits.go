@@ -172,8 +172,9 @@ type Store interface {
 	Debit(ctx context.Context, hits []Hit, n int64) error
 	// Scan reads back every counter of rule r (its name, window and algorithm) in the current
 	// window, without consuming anything, and calls visit for each one in use. resolve gives
-	// the rule that applies to an id (its plan's); ids whose rule has another window or
-	// algorithm are counted under other keys and skipped, as are ids resolve returns nil for.
+	// the rule that applies to an id (its plan's); ids whose rule has another window, unit or
+	// algorithm are skipped (counted in other windows or under other keys), as are ids resolve
+	// returns nil for.
 	// It reads in bounded batches (no KEYS), so its cost falls on the caller, not on Redis.
 	Scan(ctx context.Context, r *Rule, resolve func(id string) *Rule, visit func(id string, u Usage)) error
 	// Settle ends the holds and slots of decision hold for hits (Decision.Held): a tokens

@@ -38,7 +38,7 @@ type memShard struct {
 }
 
 type memKey struct {
-	rule string // "<name>:<window>:{" or "<name>:<window>:gcra:{" from compiled.keyPre
+	rule string // compiled.keyPre: "<name>:{", "<name>:tokens:{", "<name>:<window>:gcra:{", ...
 	id   string
 }
 
