@@ -22,6 +22,12 @@ import (
 // before it is set, so the listing never misses one; what the index holds beyond the hashes
 // (an override ended or lapsed) is skipped and swept.
 
+// WithReadsOnly makes a store that only reads (usage history, exports): it does not watch
+// which limits have run-time quotas, which only its Takes would need.
+func WithReadsOnly() RedisOption {
+	return func(r *Redis) { r.readsOnly = true }
+}
+
 // WithRedisAuditMax makes the store keep the newest n audit entries (default DefaultAuditMax).
 func WithRedisAuditMax(n int) RedisOption {
 	return func(r *Redis) {

@@ -26,6 +26,7 @@ type Redis struct {
 	pool    sync.Pool // *scratch, reused buffers of the hot path
 
 	auditMax     int        // see WithRedisAuditMax
+	readsOnly    bool       // see WithReadsOnly
 	flags        quotaFlags // which limits have run-time quotas (quota_redis.go)
 	waitReplicas int        // see WithWaitReplicas
 	waitTimeout  time.Duration
@@ -74,7 +75,9 @@ func NewRedis(client redis.UniversalClient, prefix string, opts ...RedisOption) 
 	if err := r.startCoalescing(); err != nil {
 		return nil, err
 	}
-	r.flags.start(r)
+	if !r.readsOnly {
+		r.flags.start(r)
+	}
 	return r, nil
 }
 

@@ -277,7 +277,7 @@ for i = 1, n do
         local win, keep = win_keep(ARGV[i])
         local carry = keep_past(KEYS[i], win, keep, h.ws)
         redis.call('HSET', KEYS[i], 's', h.ws, 'n', carry + 1)
-        redis.call('PEXPIREAT', KEYS[i], kept_until(h.we, win, keep) * 1000)
+        keep_until(KEYS[i], kept_until(h.we, win, keep) * 1000, now_us) -- never shorter (w: its window may have been longer)
       end
       rem = h.limit - h.cnt - 1
     else

@@ -22,6 +22,34 @@ func newRedisClient(c config.Redis, log *zap.Logger) redis.UniversalClient {
 	if len(c.Addrs) == 0 {
 		return nil
 	}
+	// go-redis keeps its logger in a package variable; the process has one logger anyway.
+	redis.SetLogger(redisLogger{log.Named("redis").Sugar()})
+	return redis.NewUniversalClient(redisOptions(c))
+}
+
+// readerTimeout bounds one command of the operators' reads (usage history, exports). They
+// have deadlines of their own (admin_usage_timeout, admin_top_timeout); this only keeps a
+// dead connection from waiting forever.
+const readerTimeout = 30 * time.Second
+
+// newReaderClient is a second, small client to the same Redis for the operators' reads: an
+// export reads a thousand counters per pipeline, which on a busy Redis takes longer than the
+// request path's redis.timeout (100 ms), the bound of every command on the limiter's client.
+// nil when redis.addrs is empty.
+func newReaderClient(c config.Redis) redis.UniversalClient {
+	if len(c.Addrs) == 0 {
+		return nil
+	}
+	opts := redisOptions(c)
+	opts.ReadTimeout, opts.WriteTimeout = readerTimeout, readerTimeout
+	opts.DialTimeout = max(opts.DialTimeout, time.Second)
+	opts.PoolTimeout = readerTimeout
+	opts.PoolSize = 4 // the admin listener runs few reads at once (admin_max_exports)
+	return redis.NewUniversalClient(opts)
+}
+
+// redisOptions are the limiter client's options for c.
+func redisOptions(c config.Redis) *redis.UniversalOptions {
 	opts := &redis.UniversalOptions{
 		Addrs:      c.Addrs,
 		MasterName: c.MasterName,
@@ -45,9 +73,7 @@ func newRedisClient(c config.Redis, log *zap.Logger) redis.UniversalClient {
 	if c.TLS {
 		opts.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
 	}
-	// go-redis keeps its logger in a package variable; the process has one logger anyway.
-	redis.SetLogger(redisLogger{log.Named("redis").Sugar()})
-	return redis.NewUniversalClient(opts)
+	return opts
 }
 
 // limiter is the store behind the limits: Redis behind a timeout and circuit breaker, or the
@@ -68,7 +94,7 @@ type limiter struct {
 	reachable bool
 }
 
-func newLimiter(client redis.UniversalClient, c config.Redis, q config.Quota, m *metrics.Metrics, log *zap.Logger) *limiter {
+func newLimiter(client, reader redis.UniversalClient, c config.Redis, q config.Quota, m *metrics.Metrics, log *zap.Logger) *limiter {
 	if client == nil {
 		mem := limits.NewMemory(limits.WithAuditMax(q.AuditMax))
 		return &limiter{Limiter: mem, quotas: mem, history: mem}
@@ -89,6 +115,12 @@ func newLimiter(client redis.UniversalClient, c config.Redis, q config.Quota, m 
 		store, _ = limits.NewRedis(client, c.KeyPrefix, opts[:len(opts)-1]...)
 	}
 	l := &limiter{client: client, store: store, quotas: store, history: store}
+	if reader != nil {
+		// Same keys, same prefix: only the client's bounds differ.
+		if hs, err := limits.NewRedis(reader, c.KeyPrefix, limits.WithReadsOnly()); err == nil {
+			l.history = hs
+		}
+	}
 	l.guard = limits.NewGuard(l.store, limits.GuardOptions{
 		Timeout:          c.Timeout,
 		FailureThreshold: c.Breaker.Failures,

@@ -85,11 +85,12 @@ func serve(ctx context.Context, path string, cfg *config.Config, dev bool) error
 	}
 	reg := prometheus.NewRegistry()
 	p := &process{cfg: cfg, log: log, reg: reg, m: metrics.New(reg), started: time.Now()}
-	client := newRedisClient(cfg.Redis, log)
+	client, reader := newRedisClient(cfg.Redis, log), newReaderClient(cfg.Redis)
 	if client != nil {
 		defer client.Close()
+		defer reader.Close()
 	}
-	p.lim = newLimiter(client, cfg.Redis, cfg.Quota, p.m, log)
+	p.lim = newLimiter(client, reader, cfg.Redis, cfg.Quota, p.m, log)
 	keys, err := newRegistry(ctx, client, cfg, log)
 	if err != nil {
 		return err
