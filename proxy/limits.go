@@ -326,7 +326,7 @@ func (s *scope) account(set *limitSet, hits []limits.Hit, dec *limits.Decision, 
 // nearLimit is the one definition of "near the limit": 10% of it or less remains (90% or more
 // is spent), after this request if it was charged, of the tenant's allowance (its override
 // and grants included). gateway_ratelimit_near_limit_total counts
-// admissions that leave a limit there, gateway_token_limit_near_total every decision that
+// admissions that leave a limit there, gateway_ratelimit_tokens_near_limit_total every decision that
 // finds a tokens limit there. Inclusive, because operators read these as "at 90%", as the
 // usage page's marks are inclusive ("≥ 80%", "at limit"): a tenant that has spent exactly 90
 // of 100 is at 90%.

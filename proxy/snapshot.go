@@ -83,6 +83,7 @@ func (g *Gateway) compile(cfg *config.Config) (*snapshot, error) {
 	if sn.table, err = g.buildTable(sn, routes); err != nil {
 		return nil, err
 	}
+	g.knownSeries(sn, routes)
 	return sn, nil
 }
 

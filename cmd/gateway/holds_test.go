@@ -538,7 +538,7 @@ routes:
 	waitUsage(t, p, name, 259, 0, 5*time.Second)
 	slotBack("finished")
 	_, metrics := adminGet(t, p, "/metrics", "")
-	if !strings.Contains(metrics, `gateway_token_holds_expired_total{limit="assistant_tokens_per_org"} 0`) {
+	if !strings.Contains(metrics, `gateway_ratelimit_holds_expired_total{limit="assistant_tokens_per_org"} 0`) {
 		t.Fatalf("a refreshed hold counted as expired:\n%s", grepLines(metrics, "holds_expired"))
 	}
 }
