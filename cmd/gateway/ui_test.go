@@ -186,8 +186,9 @@ routes:
 			if r := lookup("key", auth.Digest("svc_dsc_acmekey"), "assistant_per_key"); !strings.Contains(r, "9") || !strings.Contains(r, "10,000 requests") {
 				t.Fatalf("lookup of acme's key digest: %q", r)
 			}
-			if c.token != "" {
-				t.Logf("credential prompts: %d before the lookups, %d after", prompts, page.AuthPrompts())
+			if c.token != "" && page.AuthPrompts() != prompts {
+				// The browser answers the API's challenges with the credentials it has.
+				t.Fatalf("credential prompts: %d before the lookups, %d after", prompts, page.AuthPrompts())
 			}
 			shot := filepath.Join(t.TempDir(), "usage-page.png")
 			if os.Getenv("UPDATE_SCREENSHOT") == "1" && c.token != "" {
@@ -206,6 +207,22 @@ routes:
 			}
 			if errs := page.Errors(); len(errs) > 0 {
 				t.Fatalf("console errors: %v", errs)
+			}
+			// The API's refusal is shown as it says it, as text.
+			page.Run(t,
+				chromedp.SetValue(`#lookup select[name="by"]`, "ip", chromedp.ByQuery),
+				chromedp.SetValue(`#lookup input[name="id"]`, "<b>nope</b>", chromedp.ByQuery),
+				chromedp.Click(`#lookup button[type="submit"]`, chromedp.ByQuery),
+			)
+			page.WaitFor(t, `document.querySelector('#lookup-result p.error') !== null`, 10*time.Second)
+			if e := page.Text(t, `#lookup-result p.error`); !strings.Contains(e, "Not an IP address: <b>nope</b>") {
+				t.Fatalf("lookup of a bad IP: %q", e)
+			}
+			// Chromium logs the 400 itself; nothing else went wrong.
+			for _, e := range page.Errors() {
+				if !strings.Contains(e, "status of 400") {
+					t.Fatalf("console error: %s", e)
+				}
 			}
 		})
 	}
