@@ -8,13 +8,13 @@ FUZZTIME  ?= 15s
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-8s %s\n", $$1, $$2}'
 
-demo: ## run the upstream simulator and the gateway with config.example.yaml (no Redis needed)
+demo: ## the upstream simulator and the gateway (bin/demo.yaml, from config.example.yaml) with examples to try; no Redis needed
 	scripts/demo.sh
 
 build: ## build static binaries into bin/ (scripts/build.sh: the line CI and the Dockerfile use)
 	GO=$(GO) VERSION=$(VERSION) scripts/build.sh bin
 
-test: ## the whole suite with -race (installs redis-server when missing and root)
+test: ## the whole suite with -race; installs redis-server, redis-tools, prometheus, chromium (apt-get, as root) and the AI SDK clients (npm ci) when missing
 	scripts/test.sh
 
 fuzz: ## run every fuzz target for FUZZTIME each (default 15s)

@@ -72,10 +72,11 @@ type exportRowJSON struct {
 	Org   string `json:"org"`
 }
 
-// export serves GET /usage/export?limit=NAME&window=START[&format=csv|json]. The store is read
-// whole first (a failure is a clean 503), then the rows stream out as they are written.
+// export serves GET /usage/export?limit=NAME&window=START[&format=csv|json][&unit=...]. The
+// store is read whole first (a failure is a clean 503), then the rows stream out as they are
+// written.
 func (h *handler) export(w http.ResponseWriter, r *http.Request) {
-	p, ferr := params(r, "limit", "window", "format?")
+	p, ferr := params(r, "limit", "window", "format?", "unit?")
 	if ferr != nil {
 		writeFieldError(w, ferr)
 		return
@@ -96,7 +97,7 @@ func (h *handler) export(w http.ResponseWriter, r *http.Request) {
 	defer h.exports.give()
 	ctx, cancel := context.WithTimeout(r.Context(), h.o.TopTimeout)
 	defer cancel()
-	ex, err := h.o.History.Export(ctx, p["limit"], p["window"])
+	ex, err := h.o.History.Export(ctx, p["limit"], p["window"], p["unit"])
 	if err != nil {
 		h.historyFail(w, err, p["limit"])
 		return

@@ -32,11 +32,11 @@ type fakeExports struct {
 	closed atomic.Int32
 }
 
-func (f *fakeExports) History(context.Context, string, string) (limits.TenantHistory, error) {
+func (f *fakeExports) History(context.Context, string, string, string) (limits.TenantHistory, error) {
 	return limits.TenantHistory{}, errors.New("unused")
 }
 
-func (f *fakeExports) Export(ctx context.Context, _, _ string) (limits.Export, error) {
+func (f *fakeExports) Export(ctx context.Context, _, _, _ string) (limits.Export, error) {
 	f.opened.Add(1)
 	n := f.n
 	if f.few.Load() {

@@ -15,11 +15,12 @@ import (
 // limit wraps limits.ErrUnknownLimit, a GCRA limit limits.ErrNoHistory, a window not kept
 // limits.ErrUnknownWindow; a bad id or window is a *limits.InvalidError naming the field.
 type HistoryReader interface {
-	// History is a tenant's use of a limit in each kept window, newest first.
-	History(ctx context.Context, limit, id string) (limits.TenantHistory, error)
+	// History is a tenant's use of a limit in each kept window, newest first, in unit (""
+	// for the limit's own; another reads what it counted before a change of its unit).
+	History(ctx context.Context, limit, id, unit string) (limits.TenantHistory, error)
 	// Export is every tenant with use of a limit in one window ("current", "previous" or a
-	// window's start in RFC 3339), sorted by id.
-	Export(ctx context.Context, limit, window string) (limits.Export, error)
+	// window's start in RFC 3339), sorted by id, in unit (as History).
+	Export(ctx context.Context, limit, window, unit string) (limits.Export, error)
 }
 
 type windowJSON struct {
@@ -29,16 +30,16 @@ type windowJSON struct {
 	Limit int64     `json:"limit"`
 }
 
-// history serves GET /usage/history?limit=NAME&id=ID.
+// history serves GET /usage/history?limit=NAME&id=ID[&unit=requests|tokens].
 func (h *handler) history(w http.ResponseWriter, r *http.Request) {
-	p, ferr := params(r, "limit", "id")
+	p, ferr := params(r, "limit", "id", "unit?")
 	if ferr != nil {
 		writeFieldError(w, ferr)
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), h.o.UsageTimeout)
 	defer cancel()
-	th, err := h.o.History.History(ctx, p["limit"], p["id"])
+	th, err := h.o.History.History(ctx, p["limit"], p["id"], p["unit"])
 	if err != nil {
 		h.historyFail(w, err, p["limit"])
 		return

@@ -23,11 +23,11 @@ type failingExport struct {
 	closed bool
 }
 
-func (f *failingExport) History(context.Context, string, string) (limits.TenantHistory, error) {
+func (f *failingExport) History(context.Context, string, string, string) (limits.TenantHistory, error) {
 	return limits.TenantHistory{}, errors.New("unused")
 }
 
-func (f *failingExport) Export(context.Context, string, string) (limits.Export, error) {
+func (f *failingExport) Export(context.Context, string, string, string) (limits.Export, error) {
 	return limits.Export{
 		Limit: "per_org", Unit: "requests", Start: time.Unix(0, 0), End: time.Unix(3600, 0), Tenants: f.rows + 1,
 		Rows: func(yield func(limits.ExportRow, error) bool) {

@@ -168,10 +168,10 @@ func (down) Top(context.Context, string, int) ([]limits.TopList, error)    { ret
 func (down) Add(context.Context, auth.Entry) error                         { return errDown }
 func (down) Revoke(context.Context, string) error                          { return errDown }
 func (down) List(context.Context) ([]auth.Entry, error)                    { return nil, errDown }
-func (down) History(context.Context, string, string) (limits.TenantHistory, error) {
+func (down) History(context.Context, string, string, string) (limits.TenantHistory, error) {
 	return limits.TenantHistory{}, errDown
 }
-func (down) Export(context.Context, string, string) (limits.Export, error) {
+func (down) Export(context.Context, string, string, string) (limits.Export, error) {
 	return limits.Export{}, errDown
 }
 func (down) Grant(context.Context, string, string, int64, limits.Who) (limits.Grant, limits.AuditEntry, error) {
@@ -535,6 +535,9 @@ func TestOpenAPIDrive(t *testing.T) {
 		{srv: main, method: "GET", target: "/usage/top?limit=nope", good: true, status: 404, code: "unknown_limit"},
 		{srv: main, method: "GET", target: "/usage/history?limit=agent_job_per_project&id=proj-1", good: true, status: 200},
 		{srv: main, method: "GET", target: "/usage/history?limit=agent_job_per_project", status: 400, code: "invalid_request"},
+		{srv: main, method: "GET", target: "/usage/history?limit=agent_job_per_project&id=proj-1&unit=tokens", good: true, status: 200},
+		{srv: main, method: "GET", target: "/usage/history?limit=agent_job_per_project&id=proj-1&unit=streams", status: 400, code: "invalid_request"},
+		{srv: main, method: "GET", target: "/usage/export?limit=agent_job_per_project&window=current&unit=requests", good: true, status: 200},
 		{srv: main, method: "GET", target: "/usage/history?limit=nope&id=proj-1", good: true, status: 404, code: "unknown_limit"},
 		{srv: main, method: "GET", target: "/usage/export?limit=agent_job_per_project&window=current&format=json", good: true, status: 200},
 		{srv: main, method: "GET", target: "/usage/export?limit=agent_job_per_project&window=previous&format=csv", good: true, status: 200},

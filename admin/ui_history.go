@@ -49,7 +49,7 @@ func (u *ui) charts(ctx context.Context, v *limitView, kept int) {
 	}
 	for i := range v.Tenants {
 		t := &v.Tenants[i]
-		h, err := u.o.History.History(ctx, v.Name, t.ID)
+		h, err := u.o.History.History(ctx, v.Name, t.ID, "")
 		switch {
 		case errors.Is(err, limits.ErrNoHistory): // this tenant's plan counts it with gcra
 			continue

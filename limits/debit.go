@@ -30,14 +30,18 @@ import (
 const chargeLua = `
 local function charge(key, spec, n, sec, now_us)
   local _, _, win = parse(spec)
+  -- The hash's own window: an answer admitted before a change of the limit's window is
+  -- charged where the counter counts now.
+  win = window_of(key, win)
   local ws, we = bounds(win, sec)
-  local _, same = count(key, ws)
+  local _, same = count(key, ws, win)
   if same then
     redis.call('HINCRBY', key, 'n', n)
     return
   end
-  local _, keep = keep_past(key, spec, ws)
-  redis.call('HSET', key, 's', ws, 'n', n)
+  local keep = keep_of(spec)
+  local carry = keep_past(key, win, keep, ws)
+  redis.call('HSET', key, 's', ws, 'n', carry + n)
   keep_until(key, kept_until(we, win, keep) * 1000, now_us)
 end
 `
@@ -109,9 +113,15 @@ func (m *Memory) Debit(ctx context.Context, hits []Hit, n int64) error {
 // answer ends in, first keeping the ended window for history (roll, which never shortens the
 // entry's life); Debit and Settle alike (the caller holds the shard lock).
 func (m *Memory) charge(h *memHit, n, sec int64) {
-	ws, we := h.cr.snap.Window.boundsUnix(sec)
 	e := m.entry(h)
-	e.roll(&h.cr.snap, ws, we)
+	// The entry's own window: an answer admitted before a change of the limit's window is
+	// charged where the counter counts now (as chargeLua).
+	w := e.win
+	if w.IsZero() {
+		w = h.cr.snap.Window
+	}
+	ws, we := w.boundsUnix(sec)
+	e.rollIn(w, keepOf(&h.cr.snap), ws, we)
 	e.n += n
 }
 

@@ -17,8 +17,9 @@
 //     Redis node (NodeRouter), so a dead Cluster master refuses only its own
 //     tenants' calls.
 //
-// Keys are "<prefix>:<rule name>:<window>:{<id>}" for fixed windows, hashes
-// {s: window start, n: count} expiring at the window end (with Rule.History,
+// Keys are "<prefix>:<rule name>:{<id>}" for fixed windows of requests
+// ("...:tokens:{<id>}" for tokens; counterKeyPart), hashes {s: window start,
+// n: count, w: window} expiring at the window end (with Rule.History,
 // also the counts of the last ended windows, by start, expiring when the newest
 // leaves the kept range: history.go), and
 // "<prefix>:<rule name>:<window>:gcra:{<id>}" for GCRA, strings holding the TAT

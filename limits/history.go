@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"slices"
 	"strconv"
 	"time"
 )
@@ -17,7 +18,7 @@ import (
 // count into a field of the same hash named by the window's start, drops fields older than
 // the kept range and lets the hash live until its newest window leaves the range:
 //
-//	gw:assistant_per_org:hour:{acme} = {s: 1764090000, n: 17, 1764086400: 250, 1764082800: 3}
+//	gw:assistant_per_org:{acme} = {s: 1764090000, n: 17, w: h, 1764086400: 250, 1764082800: 3}
 //
 // So the request path keeps its one script call (the move happens inside it, once per tenant
 // and window), the history lives in the key's own slot (any Cluster layout), and /usage/top
@@ -30,9 +31,9 @@ import (
 // counts and 13 for token-sized ones (below 2^31: 4-byte integers, as window starts are until
 // 2038). One field more and the hash becomes a hashtable for good, about 70 bytes per window.
 // At most, the hash holds the kept windows, the one a window end adds before it drops the
-// oldest (keep_past), s and n, a tokens limit's hs, hc and hx, and one h:<id> per answer in
-// flight (hold.go): 400 + 1 + 2 + 3 = 406 fields leave room for 106 answers in flight per
-// tenant at once. Past that the tenant's hash (only it) becomes a hashtable.
+// oldest (keep_past), s, n, w and m (after a change of window), a tokens limit's hs, hc and
+// hx, and one h:<id> per answer in flight (hold.go): 400 + 1 + 4 + 3 = 408 fields leave room
+// for 104 answers in flight per tenant at once. Past that the tenant's hash (only it) becomes a hashtable.
 const MaxHistory = 400
 
 // DefaultHistory is the number of ended windows a limit keeps unless configured: 48 hours,
@@ -172,25 +173,75 @@ func historyOf(r *Rule, now int64, used func(ws int64) int64) []WindowUse {
 // pastUse is one ended window of an in-process entry.
 type pastUse struct{ ws, n int64 }
 
+// keepOf is the number of ended windows r keeps (0 for GCRA, which has none).
+func keepOf(r *Rule) int {
+	if r.Algorithm == Fixed {
+		return r.History
+	}
+	return 0
+}
+
+// current is e's count in the window of w starting at ws, and whether e is in that window
+// already. An entry that counts in another window (the limit's window changed since) is not,
+// but its count carries over when the window it counted began inside ws's window (as count in
+// script.go).
+func (e *memEntry) current(w Window, ws int64) (n int64, same bool) {
+	if !e.win.IsZero() && e.win != w {
+		if from, _ := w.boundsUnix(e.ws); from == ws && e.ws != 0 {
+			return e.n, false
+		}
+		return 0, false
+	}
+	if e.ws == ws {
+		return e.n, true
+	}
+	return 0, false
+}
+
 // roll moves e to the window [ws, we) of r, keeping the ended window's count when r keeps
 // history, and sets how long e lives (the caller holds the lock).
-func (e *memEntry) roll(r *Rule, ws, we int64) {
-	keep := 0
-	if r.Algorithm == Fixed {
-		keep = r.History
-	}
-	if e.ws != ws {
-		if keep > 0 && e.n > 0 && e.ws < ws && e.expires != 0 {
+func (e *memEntry) roll(r *Rule, ws, we int64) { e.rollIn(r.Window, keepOf(r), ws, we) }
+
+// rollIn is roll in window w keeping keep ended windows (keep_past in history_redis.go): an
+// entry that counted in another window carries its count over when its window began inside
+// ws's, else keeps it under its own start (readers bill it by byWindow).
+func (e *memEntry) rollIn(w Window, keep int, ws, we int64) {
+	changed := !e.win.IsZero() && e.win != w
+	if changed || e.ws != ws {
+		var carry int64
+		live := e.expires != 0
+		switch {
+		case changed:
+			if from, _ := w.boundsUnix(e.ws); from == ws {
+				carry = e.n
+			} else if keep > 0 && e.n > 0 && live {
+				e.addPast(e.ws, e.n)
+			}
+		case keep > 0 && e.n > 0 && e.ws < ws && live:
 			e.past = append([]pastUse{{e.ws, e.n}}, e.past...)
 		}
-		cut := r.Window.Shift(ws, -keep)
+		cut := w.Shift(ws, -keep)
 		for len(e.past) > 0 && e.past[len(e.past)-1].ws < cut {
 			e.past = e.past[:len(e.past)-1]
 		}
-		e.ws, e.n = ws, 0
+		e.ws, e.n = ws, carry
 	}
+	e.win = w
 	// Never sooner than before: the entry may hold holds of answers in flight (hold_memory.go).
-	e.expires = max(e.expires, r.Window.Shift(we, keep)*1e6)
+	e.expires = max(e.expires, w.Shift(we, keep)*1e6)
+}
+
+// addPast adds n to the kept window starting at ws, keeping past newest first.
+func (e *memEntry) addPast(ws, n int64) {
+	i := 0
+	for i < len(e.past) && e.past[i].ws > ws {
+		i++
+	}
+	if i < len(e.past) && e.past[i].ws == ws {
+		e.past[i].n += n
+		return
+	}
+	e.past = slices.Insert(e.past, i, pastUse{ws, n})
 }
 
 // rollEnded moves the ended window of the counter of (cr, id) into its history, as the
@@ -205,8 +256,10 @@ func (m *Memory) rollEnded(cr *compiled, id string, now memTime) {
 	sh := &m.shards[m.shardOf(key)]
 	ws, we := r.Window.boundsUnix(now.sec)
 	sh.mu.Lock()
-	if e := sh.m[key]; e != nil && e.expires > now.us && e.ws < ws {
-		e.roll(r, ws, we)
+	if e := sh.m[key]; e != nil && e.expires > now.us {
+		if _, same := e.current(r.Window, ws); !same {
+			e.roll(r, ws, we)
+		}
 	}
 	sh.mu.Unlock()
 }
@@ -220,24 +273,28 @@ func (m *Memory) History(ctx context.Context, r *Rule, id string) ([]WindowUse, 
 	now := m.clock()
 	key := memKey{cr.keyPre, id}
 	sh := &m.shards[m.shardOf(key)]
-	var cur pastUse
-	var past []pastUse
+	var uses []pastUse
 	sh.mu.Lock()
 	if e := sh.m[key]; e != nil && e.expires > now.us {
-		cur, past = pastUse{e.ws, e.n}, append(past, e.past...)
+		uses = append(append(uses, pastUse{e.ws, e.n}), e.past...)
 	}
 	sh.mu.Unlock()
-	return historyOf(r, now.sec, func(ws int64) int64 {
-		if ws == cur.ws {
-			return cur.n
+	by := byWindow(r.Window, uses)
+	return historyOf(r, now.sec, func(ws int64) int64 { return by[ws] }), nil
+}
+
+// byWindow sums counts by the window of w containing each one's start: windows of another
+// length (counted before a change of the limit's window, or under a plan with another window)
+// are billed to the window of w that contains their start, as keep_past re-keys them.
+func byWindow(w Window, uses []pastUse) map[int64]int64 {
+	by := make(map[int64]int64, len(uses))
+	for _, u := range uses {
+		if u.n > 0 {
+			ws, _ := w.boundsUnix(u.ws)
+			by[ws] += u.n
 		}
-		for _, p := range past {
-			if p.ws == ws {
-				return p.n
-			}
-		}
-		return 0
-	}), nil
+	}
+	return by
 }
 
 // Export implements HistoryStore. Counts are copied under each shard's lock and visited
@@ -264,7 +321,7 @@ func (m *Memory) Export(ctx context.Context, r *Rule, start int64, visit func(id
 			if k.rule != cr.keyPre || e.expires <= nowUS {
 				continue
 			}
-			if n := e.usedIn(start); n > 0 {
+			if n := e.usedIn(r.Window, start); n > 0 {
 				batch = append(batch, found{k.id, n})
 			}
 		}
@@ -276,29 +333,40 @@ func (m *Memory) Export(ctx context.Context, r *Rule, start int64, visit func(id
 	return nil
 }
 
-// usedIn is the entry's count of the window starting at ws.
-func (e *memEntry) usedIn(ws int64) int64 {
-	if e.ws == ws {
-		return e.n
+// usedIn is the entry's count of the window of w starting at ws: what it counted in the
+// windows that began in it (byWindow).
+func (e *memEntry) usedIn(w Window, ws int64) int64 {
+	_, we := w.boundsUnix(ws)
+	var n int64
+	if e.ws >= ws && e.ws < we {
+		n += e.n
 	}
 	for _, p := range e.past {
-		if p.ws == ws {
-			return p.n
+		if p.ws >= ws && p.ws < we {
+			n += p.n
 		}
 	}
-	return 0
+	return n
 }
 
 // giveBack takes one unit off the window of r starting at ws, as giveBackLua does: the
 // current count while the entry is still in that window, else the window's kept count while
 // r keeps it at Unix second now; never below 0 (the caller holds the lock).
 func (e *memEntry) giveBack(r *Rule, ws, now int64) {
+	w := r.Window
+	if !e.win.IsZero() {
+		w = e.win
+		// Carried into the current window by a change of the limit's window (rollIn).
+		if from, _ := w.boundsUnix(ws); e.ws != ws && from == e.ws && !slices.ContainsFunc(e.past, func(p pastUse) bool { return p.ws == ws }) {
+			ws = e.ws
+		}
+	}
 	if e.ws == ws {
 		e.n = max(e.n-1, 0)
 		return
 	}
-	cur, _ := r.Window.boundsUnix(now)
-	if !keepsHistory(r) || ws >= cur || ws < r.Window.Shift(cur, -r.History) {
+	cur, _ := w.boundsUnix(now)
+	if !keepsHistory(r) || ws >= cur || ws < w.Shift(cur, -r.History) {
 		return
 	}
 	for i, p := range e.past {

@@ -18,9 +18,9 @@ const listpackEntries = 512
 
 // holdRoom is how many answers in flight a tenant of a tokens limit with a reserve may have at
 // once while its hash keeps MaxHistory windows and stays a listpack through a window end: the
-// fields left beside the kept windows, the one a window end adds before it drops the oldest, s
-// and n, and hs, hc and hx (see MaxHistory).
-const holdRoom = listpackEntries - MaxHistory - 1 - 2 - 3
+// fields left beside the kept windows, the one a window end adds before it drops the oldest, s,
+// n, w and m, and hs, hc and hx (see MaxHistory).
+const holdRoom = listpackEntries - MaxHistory - 1 - 4 - 3
 
 // requestCounts and tokenCounts are a tenant's counts of window k (0: the current one) as the
 // memory measurements fill them: requests 1 to 100, tokens 10^5 to 10^7.
@@ -74,7 +74,7 @@ func TestHistoryAtMaxStaysCompact(t *testing.T) {
 			// The hash as the previous window left it: that window's count in s and n, MaxHistory
 			// windows kept before it, and the holds of the answers in flight.
 			prev := r.Window.Shift(ws, -1)
-			fields := []any{"s", prev, "n", tc.count(0, 0)}
+			fields := []any{"s", prev, "n", tc.count(0, 0), "w", r.Window.luaSpec()}
 			for k := 1; k <= MaxHistory; k++ {
 				fields = append(fields, strconv.FormatInt(r.Window.Shift(prev, -k), 10), tc.count(0, k))
 			}
@@ -93,7 +93,7 @@ func TestHistoryAtMaxStaysCompact(t *testing.T) {
 				t.Fatalf("the window end's take: %v %+v", err, d)
 			}
 			n, enc := c.HLen(ctx, key).Val(), c.ObjectEncoding(ctx, key).Val()
-			want := int64(2 + MaxHistory)
+			want := int64(3 + MaxHistory)
 			if tc.holds > 0 {
 				want += int64(tc.holds) + 1 + 3
 			}

@@ -11,13 +11,13 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// historyLua (which ends windowLua, so every script has it) is what the take and debit
-// scripts run when a tenant's counter enters a new window (see history.go): keep_past(key,
-// spec, ws) moves the ended window's count into the field named by its start and drops the
-// window that left the kept range (the spec's " k<n>" word, keep_of, says how many are kept),
-// and returns the spec's window and keep; kept_until(we, win, keep) is when the hash may go:
-// once its newest window has left the range, and keep_until sets that expiry, never shortening
-// it. give_back_kept is a refund's way into a kept window (refund.go).
+// historyLua (which ends windowLua, so every script has it) is what the scripts run when a
+// tenant's counter enters a new window (see history.go): keep_past(key, win, keep, ws) moves
+// the ended window's count into the field named by its start, drops the window that left the
+// kept range (the spec's " k<n>" word, keep_of, says how many are kept) and carries the count
+// over when the limit's window changed; kept_until(we, win, keep) is when the
+// hash may go: once its newest window has left the range, and keep_until sets that expiry,
+// never shortening it. give_back_kept is a refund's way into a kept window (refund.go).
 const historyLua = `
 local function shift(win, ws, k)
   if win ~= 'm' then return ws + k * period_of(win) end
@@ -34,27 +34,49 @@ local function keep_of(spec)
   return tonumber(string.match(spec, ' k(%d+)$')) or 0
 end
 
-local function keep_past(key, spec, ws)
+-- win_keep reads a spec's window and the number of ended windows it keeps.
+local function win_keep(spec)
   local _, _, win = parse(spec)
-  local keep = keep_of(spec)
-  if keep == 0 then return win, 0 end
-  local v = redis.call('HMGET', key, 's', 'n')
-  local s, n = tonumber(v[1]), tonumber(v[2])
-  if not s then return win, keep end -- a new tenant: nothing to keep or drop
-  if n and n > 0 and s < ws then redis.call('HSET', key, v[1], v[2]) end
+  return win, keep_of(spec)
+end
+
+-- keep_past ends the window a hash counts in, as window ws of win begins: the ended count
+-- moves into the field named by its start, the window that left the kept range goes, and the
+-- hash is marked as counting in win. It returns the count the new window carries over: 0,
+-- but for a hash that counted in another window (the limit's window changed) whose window
+-- began inside ws's (those units were used in it; count agrees). Kept windows of another
+-- length keep their starts (readers bill each to the window containing its start, byWindow),
+-- and m marks the hash as holding some, so an export reads it whole.
+local function keep_past(key, win, keep, ws)
+  local v = redis.call('HMGET', key, 's', 'n', 'w')
+  local s, n = tonumber(v[1]), tonumber(v[2]) or 0
+  if v[3] ~= win then redis.call('HSET', key, 'w', win) end
+  if not s then return 0 end -- a new tenant: nothing to keep or drop
+  local carry = 0
+  if v[3] and v[3] ~= win then
+    if keep > 0 then redis.call('HSET', key, 'm', 1) end
+    if bounds(win, s) == ws then
+      carry = n
+    elseif keep > 0 and n > 0 then
+      redis.call('HINCRBY', key, v[1], n)
+    end
+  elseif keep > 0 and n > 0 and s < ws then
+    redis.call('HSET', key, v[1], v[2])
+  end
+  if keep == 0 then return carry end
   -- The window that just left the range goes. Only when more fields remain than the range
   -- holds (the history was shortened by a reload) are they all looked at: fields older than
   -- the range left by windows without use stay, bounded by that count, and no read asks for
   -- them.
   local cut = shift(win, ws, -keep)
   redis.call('HDEL', key, tostring(shift(win, cut, -1)))
-  if redis.call('HLEN', key) <= keep + 2 then return win, keep end
+  if redis.call('HLEN', key) <= keep + 3 then return carry end
   local f = redis.call('HKEYS', key)
   for i = 1, #f do
     local w = tonumber(f[i])
     if w and w < cut then redis.call('HDEL', key, f[i]) end
   end
-  return win, keep
+  return carry
 end
 
 local function kept_until(we, win, keep)
@@ -75,9 +97,7 @@ end
 -- give_back_kept takes one unit off the kept window starting at ws (a refund that arrives once
 -- a later window began: the unit goes back where it was counted), never below 0; nothing
 -- when the spec keeps no windows or ws has left the range (or is no ended window) at sec.
-local function give_back_kept(key, spec, ws, sec)
-  local _, _, win = parse(spec)
-  local keep = keep_of(spec)
+local function give_back_kept(key, win, keep, ws, sec)
   local cur = bounds(win, sec)
   if keep == 0 or ws >= cur or ws < shift(win, cur, -keep) then return end
   local f = tostring(ws)
@@ -117,19 +137,33 @@ func (r *Redis) History(ctx context.Context, rule *Rule, id string) ([]WindowUse
 	if len(v) != 2 || err != nil || len(kv)%2 != 0 {
 		return nil, withKey(fmt.Errorf("limits: history %s: %w %v", rule.Name, errMalformedReply, v), []string{key})
 	}
-	fields := make(map[string]int64, len(kv)/2)
-	for i := 0; i < len(kv); i += 2 {
+	by := byWindow(rule.Window, usesOf(kv))
+	return historyOf(rule, now, func(ws int64) int64 { return by[ws] }), nil
+}
+
+// usesOf reads the windows of a counter hash's fields and values (HGETALL): the current one
+// (s, n) and the kept ones (fields named by their start).
+func usesOf(kv []any) []pastUse {
+	uses := make([]pastUse, 0, len(kv)/2)
+	var cur pastUse
+	for i := 0; i+1 < len(kv); i += 2 {
+		f := str(kv[i])
 		n, err := strconv.ParseInt(str(kv[i+1]), 10, 64)
-		if err == nil {
-			fields[str(kv[i])] = n
+		if err != nil {
+			continue
+		}
+		switch f {
+		case "s":
+			cur.ws = n
+		case "n":
+			cur.n = n
+		default:
+			if ws, err := strconv.ParseInt(f, 10, 64); err == nil {
+				uses = append(uses, pastUse{ws, n})
+			}
 		}
 	}
-	return historyOf(rule, now, func(ws int64) int64 {
-		if s, ok := fields["s"]; ok && s == ws {
-			return max(fields["n"], 0)
-		}
-		return max(fields[strconv.FormatInt(ws, 10)], 0)
-	}), nil
+	return append(uses, cur)
 }
 
 // Export implements HistoryStore. Like Scan it walks every master's keyspace with SCAN MATCH
@@ -174,28 +208,60 @@ func (r *Redis) Export(ctx context.Context, rule *Rule, start int64, visit func(
 	return node(ctx, r.client)
 }
 
+// exportBatch reads one SCAN batch: one HMGET per counter of the export's window, and the
+// whole hash of the few counting in another window (a plan with another window) or keeping
+// windows of another length (m: the limit's window changed), whose windows are summed by
+// byWindow.
 func exportBatch(ctx context.Context, c redis.Cmdable, cr *compiled, keys []string, field string, found func(string, int64)) error {
 	pipe := c.Pipeline()
 	cmds := make([]*redis.SliceCmd, len(keys))
 	for i, k := range keys {
-		cmds[i] = pipe.HMGet(ctx, k, "s", "n", field)
+		cmds[i] = pipe.HMGet(ctx, k, "s", "n", "w", "m", field)
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return fmt.Errorf("limits: export: read: %w", err)
 	}
+	w := cr.snap.Window
+	start, _ := strconv.ParseInt(field, 10, 64)
+	var other []string
 	for i, k := range keys {
 		id, ok := idOf(cr.keyPre, k)
 		v := cmds[i].Val()
-		if !ok || len(v) != 3 {
+		if !ok || len(v) != 5 {
+			continue
+		}
+		if kw, ok := windowOfSpec(str(v[2])); ok && kw != w || v[3] != nil {
+			other = append(other, k)
 			continue
 		}
 		var n int64
 		if str(v[0]) == field {
 			n, _ = strconv.ParseInt(str(v[1]), 10, 64)
 		} else {
-			n, _ = strconv.ParseInt(str(v[2]), 10, 64)
+			n, _ = strconv.ParseInt(str(v[4]), 10, 64)
 		}
 		if n > 0 {
+			found(id, n)
+		}
+	}
+	if len(other) == 0 {
+		return nil
+	}
+	pipe = c.Pipeline()
+	all := make([]*redis.MapStringStringCmd, len(other))
+	for i, k := range other {
+		all[i] = pipe.HGetAll(ctx, k)
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return fmt.Errorf("limits: export: read: %w", err)
+	}
+	for i, k := range other {
+		id, _ := idOf(cr.keyPre, k)
+		kv := make([]any, 0, 2*len(all[i].Val()))
+		for f, v := range all[i].Val() {
+			kv = append(kv, f, v)
+		}
+		if n := byWindow(w, usesOf(kv))[start]; n > 0 {
 			found(id, n)
 		}
 	}

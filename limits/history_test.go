@@ -148,17 +148,17 @@ func TestHistoryLua(t *testing.T) {
 		}
 	}
 
-	keep := redis.NewScript(windowLua + `keep_past(KEYS[1], ARGV[2], tonumber(ARGV[1])) return redis.call('HGETALL', KEYS[1])`)
+	keep := redis.NewScript(windowLua + `keep_past(KEYS[1], 'h', 3, tonumber(ARGV[1])) return redis.call('HGETALL', KEYS[1])`)
 	w := mustWindow(t, "hour")
 	ws := int64(1_700_002_800) // an hour's start
 	prev := w.Shift(ws, -1)
 	key := "gw:h:hour:{acme}"
-	args := []any{"s", prev, "n", 5}
+	args := []any{"s", prev, "n", 5, "w", "h"}
 	for k := 1; k <= 4; k++ {
 		args = append(args, strconv.FormatInt(w.Shift(prev, -k), 10), k)
 	}
 	c.HSet(ctx, key, args...)
-	got, err := keep.Run(ctx, c, []string{key}, ws, "f 100 h k3").StringSlice()
+	got, err := keep.Run(ctx, c, []string{key}, ws).StringSlice()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,7 +166,7 @@ func TestHistoryLua(t *testing.T) {
 	for i := 0; i < len(got); i += 2 {
 		m[got[i]] = got[i+1]
 	}
-	want := map[string]string{"s": strconv.FormatInt(prev, 10), "n": "5",
+	want := map[string]string{"s": strconv.FormatInt(prev, 10), "n": "5", "w": "h",
 		strconv.FormatInt(prev, 10): "5", strconv.FormatInt(w.Shift(ws, -2), 10): "1", strconv.FormatInt(w.Shift(ws, -3), 10): "2"}
 	if fmt.Sprint(m) != fmt.Sprint(want) {
 		t.Fatalf("after keep_past: %v, want %v", m, want)

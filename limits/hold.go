@@ -78,7 +78,7 @@ func (c *ruleCache) compileStreams(cr *compiled) (*compiled, error) {
 	}
 	cr.keyPre = c.prefix + r.Name + ":streams:{"
 	cr.plainPre = !strings.ContainsAny(cr.keyPre[:len(cr.keyPre)-1], "{}")
-	cr.quotaPre = c.prefix + r.Name + ":quota:{"
+	cr.quotaPre = c.prefix + r.Name + ":" + unitKeyPart(Streams) + "quota:{"
 	cr.algo = "c"
 	if r.Shadow {
 		cr.algo += "s"

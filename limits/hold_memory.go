@@ -32,8 +32,8 @@ func (e *memEntry) liveHolds(nowUS int64) (sum, n int64) {
 // limit's counter moves to the current window first (the caller holds the shard lock).
 func (m *Memory) addHold(h *memHit, hid string, amount int64, now memTime) {
 	e := m.entry(h)
-	if h.cr.snap.Unit == Tokens && e.ws != h.ws {
-		e.roll(&h.cr.snap, h.ws, h.we) // the ended window is kept for history first
+	if h.cr.snap.Unit == Tokens {
+		e.roll(&h.cr.snap, h.ws, h.we) // an ended window is kept for history first
 	}
 	if e.holds == nil {
 		e.holds = map[string]memHold{}

@@ -172,8 +172,9 @@ type Store interface {
 	Debit(ctx context.Context, hits []Hit, n int64) error
 	// Scan reads back every counter of rule r (its name, window and algorithm) in the current
 	// window, without consuming anything, and calls visit for each one in use. resolve gives
-	// the rule that applies to an id (its plan's); ids whose rule has another window or
-	// algorithm are counted under other keys and skipped, as are ids resolve returns nil for.
+	// the rule that applies to an id (its plan's); ids whose rule has another window, unit or
+	// algorithm are skipped (counted in other windows or under other keys), as are ids resolve
+	// returns nil for.
 	// It reads in bounded batches (no KEYS), so its cost falls on the caller, not on Redis.
 	Scan(ctx context.Context, r *Rule, resolve func(id string) *Rule, visit func(id string, u Usage)) error
 	// Settle ends the holds and slots of decision hold for hits (Decision.Held): a tokens
@@ -217,9 +218,10 @@ func CheckLimit(limit int64, w Window, a Algorithm) error {
 // not rebuild key prefixes and script arguments per request.
 type compiled struct {
 	snap   Rule   // the fields this was built from; a mismatch means the Rule was edited
-	keyPre string // "<prefix>:<name>:<window>:{" (fixed windows), "<prefix>:<name>:<window>:gcra:{" (GCRA)
-	// quotaPre names the tenants' run-time quotas of the limit: "<prefix>:<name>:quota:{". A
-	// window is never "quota", so these never meet a counter's name.
+	keyPre string // "<prefix>:<name>:{" (requests), "<prefix>:<name>:tokens:{", "<prefix>:<name>:<window>:gcra:{" (counterKeyPart)
+	// quotaPre names the tenants' run-time quotas of the limit: "<prefix>:<name>:quota:{"
+	// ("<prefix>:<name>:tokens:quota:{" for tokens, ...). A window is never "quota", so these
+	// never meet a counter's name.
 	quotaPre string
 	spec     any    // script argument "f <limit> <window>" ("fs ..." when Shadow), boxed once to avoid an allocation per call
 	specQ    any    // spec with the q flag: the tenant's quota key follows the counters (see takeLua)
@@ -292,9 +294,9 @@ func (c *ruleCache) compile(r *Rule) (*compiled, error) {
 	if r.History < 0 || r.History > MaxHistory {
 		return nil, fmt.Errorf("%w: rule %q: history %d is not 0 to %d", ErrInvalidRule, r.Name, r.History, MaxHistory)
 	}
-	cr.keyPre = c.prefix + r.Name + ":" + r.Window.String() + ":" + algoKeyPart(r.Algorithm) + "{"
+	cr.keyPre = c.prefix + r.Name + ":" + counterKeyPart(r) + "{"
 	cr.plainPre = !strings.ContainsAny(cr.keyPre[:len(cr.keyPre)-1], "{}")
-	cr.quotaPre = c.prefix + r.Name + ":quota:{"
+	cr.quotaPre = c.prefix + r.Name + ":" + unitKeyPart(r.Unit) + "quota:{"
 	algo := "f"
 	switch {
 	case r.Algorithm == GCRA:
@@ -323,19 +325,36 @@ func (cr *compiled) specFor(base int64) any {
 	return cr.algo + " " + strconv.FormatInt(base, 10) + " " + cr.snap.Window.luaSpec()
 }
 
-// algoKeyPart is what a rule's algorithm adds to its key names. A fixed window is a hash and a
-// GCRA bucket a string: were they stored under one name, a reload or a plan that changes a
-// limit's algorithm would make the script meet a key of the other type (WRONGTYPE) for every
-// tenant with a counter in flight. Under names of their own the two never meet, and a tenant
-// whose limit changes algorithm continues on the new algorithm's counter (fresh, or what it
-// counted there earlier in the same window). Fixed windows keep the names they always had, so
-// the quotas counted in them (monthly ones too) survive an upgrade; GCRA buckets refill within
-// one period anyway.
-func algoKeyPart(a Algorithm) string {
-	if a == GCRA {
-		return "gcra:"
+// counterKeyPart is what names a rule's counters between its name and the tenant's id. A
+// counter is named by what it counts and how, never by the limit's window:
+//
+//   - the unit: "" for requests, "tokens:" for tokens (streams limits have keys of their own,
+//     hold.go). A reload or a plan that changes a limit's unit starts a counter of the new
+//     unit; the other unit's counts stay where they are (history and exports read them by
+//     unit), and no count of one unit is ever read as the other.
+//   - the algorithm: a fixed window is a hash and a GCRA bucket a string, so a GCRA bucket is
+//     named by its window too ("<window>:gcra:"): were the two under one name, a change of
+//     algorithm would make the script meet a key of the other type (WRONGTYPE). A bucket
+//     holds no history; a change of its window starts a fresh one, which never refuses more.
+//
+// A fixed window's hash keeps the window it counts in (its field w), so a reload or a plan
+// that changes the window keeps the tenant's counter, its kept windows and the holds of its
+// answers in flight: the next unit re-keys the kept windows into the new window's (see
+// keep_past in history_redis.go).
+func counterKeyPart(r *Rule) string {
+	if r.Algorithm == GCRA {
+		return r.Window.String() + ":gcra:"
 	}
-	return ""
+	return unitKeyPart(r.Unit)
+}
+
+// unitKeyPart names a unit in key names: "" for requests, "<unit>:" for the others. A
+// tenant's run-time quota (grants, overrides) is of its limit's unit, so it is named by it too.
+func unitKeyPart(u Unit) string {
+	if u == Requests {
+		return ""
+	}
+	return u.String() + ":"
 }
 
 var (

@@ -38,7 +38,7 @@ type memShard struct {
 }
 
 type memKey struct {
-	rule string // "<name>:<window>:{" or "<name>:<window>:gcra:{" from compiled.keyPre
+	rule string // compiled.keyPre: "<name>:{", "<name>:tokens:{", "<name>:<window>:gcra:{", ...
 	id   string
 }
 
@@ -47,6 +47,7 @@ type memEntry struct {
 	past []pastUse
 
 	ws, n   int64   // fixed: window start (Unix s) and count
+	win     Window  // fixed: the window ws is of (the Redis hash's w); zero until one began
 	tat     float64 // gcra: theoretical arrival time, seconds since 2017 (as redis_rate)
 	expires int64   // Unix µs after which the entry is garbage
 	// holds are the live holds (tokens limits with a reserve) or slots (streams limits) by
@@ -189,8 +190,8 @@ func (m *Memory) check(h *memHit, now memTime) bool {
 	if h.cr.snap.Algorithm == Fixed {
 		h.ws, h.we = h.cr.snap.Window.boundsUnix(now.sec)
 		h.terms(lim, now)
-		if h.e != nil && h.e.ws == h.ws {
-			h.cnt = h.e.n
+		if h.e != nil {
+			h.cnt, _ = h.e.current(h.cr.snap.Window, h.ws)
 		}
 		if h.cr.snap.Unit == Tokens && h.cr.snap.Reserve > 0 {
 			return m.checkHolds(h, now)
@@ -370,8 +371,8 @@ func (e memEntry) usage(cr *compiled, q quotaTerms, now memTime) Usage {
 		}
 		u.Reset = time.UnixMicro(now.us).UTC()
 	case r.Algorithm == Fixed:
-		if e.expires > now.us && e.ws == ws {
-			u.Used = e.n
+		if e.expires > now.us {
+			u.Used, _ = e.current(r.Window, ws)
 		}
 		u.Reset = time.Unix(we, 0).UTC()
 		if r.Unit == Tokens && r.Reserve > 0 {

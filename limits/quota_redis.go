@@ -414,13 +414,12 @@ local max_limit = 9007199254740991
 -- unit would, so a reset forgets the current window only and no action loses an ended one.
 if algo == 'f' or algo == 't' then
   local ws, we = bounds(win, sec)
-  local s = tonumber(read('HGET', ckey, 's'))
-  if s and s < ws then
-    local _, keep = keep_past(ckey, ARGV[1], ws)
-    if keep > 0 then
-      redis.call('HSET', ckey, 's', ws, 'n', 0)
-      keep_until(ckey, kept_until(we, win, keep) * 1000, now_us)
-    end
+  local _, same = count(ckey, ws, win)
+  if not same and redis.call('EXISTS', ckey) == 1 then
+    local keep = keep_of(ARGV[1])
+    local carry = keep_past(ckey, win, keep, ws)
+    redis.call('HSET', ckey, 's', ws, 'n', carry)
+    keep_until(ckey, kept_until(we, win, keep) * 1000, now_us)
   end
 end
 local b_allow, b_used, b_g, base, ends = state(ckey, qkey, algo, limit, win, sec, usec)

@@ -16,7 +16,7 @@ import (
 // the hits are grouped by hash slot and decided with at most one round trip
 // per node (see cluster.go).
 //
-// Keys are "<prefix>:<rule name>:<window>:{<id>}" ("...:<window>:gcra:{<id>}" for GCRA).
+// Keys are "<prefix>:<rule name>:{<id>}" ("...:tokens:{<id>}", "...:<window>:gcra:{<id>}": counterKeyPart).
 // The id is a hash tag, so all rules of one id share a slot.
 type Redis struct {
 	client  redis.UniversalClient

@@ -89,7 +89,7 @@ func TestKeysAndTTL(t *testing.T) {
 	now := time.Now()
 	for i, r := range rules {
 		key, _ := s.Key(r, "abc")
-		want := "gw:" + r.Name + ":" + r.Window.String() + ":{abc}"
+		want := "gw:" + r.Name + ":{abc}" // a fixed window's key names no window (counterKeyPart)
 		if r.Algorithm == GCRA {
 			want = "gw:" + r.Name + ":" + r.Window.String() + ":gcra:{abc}"
 		}

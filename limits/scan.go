@@ -54,6 +54,7 @@ func (r *Redis) Scan(ctx context.Context, rule *Rule, resolve func(id string) *R
 // its tenant's run-time quota.
 type rawCounter struct {
 	ws, n int64
+	win   Window // the window ws is of (the hash's w; zero when it has none)
 	tat   float64
 	q     quotaTerms
 	holds map[string]memHold // a limit with holds (see hold.go)
@@ -99,7 +100,7 @@ func readCounters(ctx context.Context, c redis.Cmdable, cr *compiled, keys []str
 		case withHolds:
 			all = append(all, pipe.HGetAll(ctx, k))
 		case fixed:
-			hm = append(hm, pipe.HMGet(ctx, k, "s", "n"))
+			hm = append(hm, pipe.HMGet(ctx, k, "s", "n", "w"))
 		default:
 			gets = append(gets, pipe.Get(ctx, k))
 		}
@@ -120,7 +121,7 @@ func readCounters(ctx context.Context, c redis.Cmdable, cr *compiled, keys []str
 			raw = rawOfHolds(all[i].Val())
 		} else if fixed {
 			v := hm[i].Val()
-			if len(v) != 2 {
+			if len(v) != 3 {
 				continue
 			}
 			ws, err1 := strconv.ParseInt(str(v[0]), 10, 64)
@@ -129,6 +130,7 @@ func readCounters(ctx context.Context, c redis.Cmdable, cr *compiled, keys []str
 				continue // expired between SCAN and HMGET
 			}
 			raw.ws, raw.n = ws, n
+			raw.win, _ = windowOfSpec(str(v[2]))
 		} else {
 			tat, err := strconv.ParseFloat(gets[i].Val(), 64)
 			if err != nil {
@@ -148,6 +150,7 @@ func rawOfHolds(h map[string]string) rawCounter {
 	var raw rawCounter
 	raw.ws, _ = strconv.ParseInt(h["s"], 10, 64)
 	raw.n, _ = strconv.ParseInt(h["n"], 10, 64)
+	raw.win, _ = windowOfSpec(h["w"])
 	for f, v := range h {
 		id, ok := strings.CutPrefix(f, "h:")
 		if !ok {
@@ -208,13 +211,8 @@ func (c rawCounter) usage(base, r *Rule, now time.Time) (Usage, bool) {
 		return Usage{}, false
 	}
 	mt := timeOf(now)
-	if r.Algorithm == Fixed && r.Unit != Streams {
-		if ws, _ := r.Window.boundsUnix(mt.sec); c.ws != ws {
-			c.ws, c.n = 0, 0 // a past window, whose holds may still live
-		}
-	}
 	// Interpreted as the in-process store's entry is: one arithmetic for both stores.
-	e := memEntry{ws: c.ws, n: c.n, tat: c.tat, expires: math.MaxInt64, holds: c.holds}
+	e := memEntry{ws: c.ws, n: c.n, win: c.win, tat: c.tat, expires: math.MaxInt64, holds: c.holds}
 	u := e.usage(&compiled{snap: *r, period: r.Window.Nominal().Seconds()}, c.q, mt)
 	return u, u.Used > 0 || u.Reserved > 0
 }
@@ -245,7 +243,7 @@ func (m *Memory) Scan(ctx context.Context, rule *Rule, resolve func(id string) *
 		sh.mu.Lock()
 		for k, e := range sh.m {
 			if k.rule == cr.keyPre && e.expires > nowUS {
-				batch = append(batch, found{k.id, rawCounter{ws: e.ws, n: e.n, tat: e.tat, holds: maps.Clone(e.holds)}})
+				batch = append(batch, found{k.id, rawCounter{ws: e.ws, n: e.n, win: e.win, tat: e.tat, holds: maps.Clone(e.holds)}})
 			}
 		}
 		sh.mu.Unlock()

@@ -76,15 +76,30 @@ local function read(cmd, key, ...)
   return v
 end
 
--- count reads a fixed window's hash: its count if it is of window ws, else 0.
-local function count(key, ws)
-  local v = read('HMGET', key, 's', 'n')
-  if tonumber(v[1]) ~= ws then return 0, false end
+-- count reads a fixed window's hash: its count if it is of window ws of win, else 0. same
+-- says the hash is in that window already; a hash counted in another window (w: the limit's
+-- window changed since) is not, but its count is carried over when the window it counted
+-- began inside ws's window (its units were all used there); keep_past moves it.
+local function count(key, ws, win)
+  local v = read('HMGET', key, 's', 'n', 'w')
+  local s = tonumber(v[1])
+  if not s then return 0, false end
   local n = tonumber(v[2])
   if v[2] and (not n or n ~= math.floor(n)) then
     error({err = 'ERR limits: the count is not an integer (key ' .. key .. ')'})
   end
+  if v[3] and v[3] ~= win then
+    if bounds(win, s) == ws then return n or 0, false end
+    return 0, false
+  end
+  if s ~= ws then return 0, false end
   return n or 0, true
+end
+
+-- window_of is the window a hash counts in: its w (the window of the limit that last began a
+-- window in it), else the spec's win.
+local function window_of(key, win)
+  return redis.call('HGET', key, 'w') or win
 end
 
 local function period_of(win)
@@ -184,7 +199,7 @@ for i = 1, n do
   local h = {algo = algo, limit = allowance(base, g), base = base, ends = ends, q = q}
   if algo == 'f' or algo == 't' then
     local ws, we = bounds(win, sec)
-    local cnt, same = count(KEYS[i], ws)
+    local cnt, same = count(KEYS[i], ws, win)
     h.ws, h.we, h.cnt, h.same = ws, we, cnt, same
     h.reset = we * 1000000 - now_us
     h.allowed = cnt < h.limit
@@ -229,8 +244,9 @@ for i = 1, n do
       local keep_ms = h.we * 1000
       if not h.same then
         -- A new window: the ended one's count is kept first (history_redis.go).
-        local win, keep = keep_past(KEYS[i], ARGV[i], h.ws)
-        redis.call('HSET', KEYS[i], 's', h.ws, 'n', 0)
+        local win, keep = win_keep(ARGV[i])
+        local carry = keep_past(KEYS[i], win, keep, h.ws)
+        redis.call('HSET', KEYS[i], 's', h.ws, 'n', carry)
         keep_ms = kept_until(h.we, win, keep) * 1000
       end
       hold(KEYS[i], hid, h.reserve, h.ttl, now_us, h.hst, keep_ms)
@@ -258,8 +274,9 @@ for i = 1, n do
       if h.same then
         redis.call('HINCRBY', KEYS[i], 'n', 1)
       else
-        local win, keep = keep_past(KEYS[i], ARGV[i], h.ws)
-        redis.call('HSET', KEYS[i], 's', h.ws, 'n', 1)
+        local win, keep = win_keep(ARGV[i])
+        local carry = keep_past(KEYS[i], win, keep, h.ws)
+        redis.call('HSET', KEYS[i], 's', h.ws, 'n', carry + 1)
         redis.call('PEXPIREAT', KEYS[i], kept_until(h.we, win, keep) * 1000)
       end
       rem = h.limit - h.cnt - 1
@@ -311,12 +328,18 @@ local gnow = (tonumber(t[1]) - jan_1_2017) + (tonumber(t[2]) / 1000000)
 for i = 1, #KEYS do
   local algo, limit, win = parse(ARGV[2 * i - 1])
   if algo == 'f' then
+    -- The window the unit was counted in: the current one, kept, or carried into the current
+    -- one by a change of the limit's window (keep_past).
+    local v = redis.call('HMGET', KEYS[i], 's', 'n', 'w')
     local ws = tonumber(ARGV[2 * i])
-    local v = redis.call('HMGET', KEYS[i], 's', 'n')
+    if ws and v[3] and tonumber(v[1]) ~= ws and bounds(v[3], ws) == tonumber(v[1])
+        and redis.call('HEXISTS', KEYS[i], ARGV[2 * i]) == 0 then
+      ws = tonumber(v[1])
+    end
     if tonumber(v[1]) == ws then
       if (tonumber(v[2]) or 0) > 0 then redis.call('HINCRBY', KEYS[i], 'n', -1) end
     elseif ws then
-      give_back_kept(KEYS[i], ARGV[2 * i - 1], ws, tonumber(t[1]))
+      give_back_kept(KEYS[i], v[3] or win, keep_of(ARGV[2 * i - 1]), ws, tonumber(t[1]))
     end
   elseif (algo == 't' or algo == 'c') and string.sub(ARGV[2 * i], 1, 1) == '@' then
     -- A hold or slot of the decision (see hold.go).
@@ -349,7 +372,7 @@ local function state(ckey, qkey, algo, limit, win, sec, usec)
     used, reset = live, sec * 1000000 + usec
   elseif algo == 'f' or algo == 't' then
     local ws, we = bounds(win, sec)
-    used = count(ckey, ws)
+    used = count(ckey, ws, win)
     reset = we * 1000000
   else
     local gnow = (sec - jan_1_2017) + (usec / 1000000)

@@ -129,6 +129,23 @@ func (w Window) luaSpec() string {
 	return strconv.FormatInt(max(w.secs, 1), 10)
 }
 
+// windowOfSpec is the inverse of luaSpec (a counter hash's w); false for anything else.
+func windowOfSpec(s string) (Window, bool) {
+	switch s {
+	case "h":
+		return Window{kind: kindHour}, true
+	case "d":
+		return Window{kind: kindDay}, true
+	case "m":
+		return Window{kind: kindMonth}, true
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n < 1 {
+		return Window{}, false
+	}
+	return Window{kind: kindDuration, secs: n}, true
+}
+
 // Algorithm selects how a rule counts.
 type Algorithm uint8
 

@@ -55,7 +55,7 @@ func TestHoldOutlivesShortWindow(t *testing.T) {
 }
 
 // Which window an answer is billed to, at a real month boundary on the in-process store's clock
-// (the README's worked example): a monthly tokens limit of 1,000 with a reserve of 100, and one
+// (the worked example of docs/operations.md): a monthly tokens limit of 1,000 with a reserve of 100, and one
 // without a reserve (debited), 600 used in January. An answer admitted on January 31 at
 // 23:59:50 holds 100 (300 remain). On February 1 January's 600 is final; February starts at 0
 // used with the hold still live (900 remain: 9 more reserves fit, not 10). The answer ends at

@@ -90,7 +90,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, []string{"route"}),
 		streamFinished: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gateway_stream_finished_total",
-			Help: "Streamed answers by finish reason: error when an error part passed (v4 3:, UI stream error), else the finish reason of the finish part (v4 d:, UI stream finish), incomplete when none passed.",
+			Help: "Streamed answers by finish reason: error when an error part passed (data stream 3: part, UI message stream error chunk), else the finish reason of the finish part (data stream d: part, UI message stream finish chunk), incomplete when none passed.",
 		}, []string{"route", "reason"}),
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gateway_ratelimit_decisions_total",
@@ -124,11 +124,11 @@ func New(reg prometheus.Registerer) *Metrics {
 	}
 	m.streamTokens = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "gateway_stream_tokens_total",
-		Help: "Tokens charged for streamed answers, by route, organization (configured orgs; all others are other) and kind (prompt or completion): the usage the upstream reported (v4 data stream: the d: part's, else the sum of the e: parts that passed; UI message stream: the last messageMetadata.usage), else an estimate (see gateway_stream_tokens_estimated_total).",
+		Help: "Tokens charged for streamed answers, by route, organization (configured orgs; all others are other) and kind (prompt or completion): the usage the upstream reported (data stream, v1: the d: part's, else the sum of the e: parts that passed; UI message stream, v2: the last messageMetadata.usage), else an estimate (see gateway_stream_tokens_estimated_total).",
 	}, []string{"route", "org", "kind"})
 	m.streamTokensEstim = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "gateway_stream_tokens_estimated_total",
-		Help: "Tokens charged by estimate for streamed answers that reported no usage (cut, or closed by the client, before it), by route and kind: prompt is the request body's bytes / 4, completion the answer text's UTF-8 bytes that passed / 4, rounded up. Also counted in gateway_stream_tokens_total.",
+		Help: "Tokens charged by estimate for streamed answers that reported no usage (cut, or closed by the client, before it), by route and kind: prompt is the conversation text's bytes / 4 (at most the limit's estimate_max), completion the answer text's UTF-8 bytes that passed / 4, rounded up. Also counted in gateway_stream_tokens_total.",
 	}, []string{"route", "kind"})
 	m.tokenLimitNear = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "gateway_ratelimit_tokens_near_limit_total",

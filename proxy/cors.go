@@ -9,8 +9,8 @@ import (
 )
 
 // exposedHeaders are the response headers a browser script may read from an assistant answer:
-// the thread it belongs to, the request id for support, the stream's protocol (v4 data
-// stream, or the UI message stream of AI SDK 5 and later), and the rate-limit state.
+// the thread it belongs to, the request id for support, the stream's protocol (the data
+// stream of AI SDK 4, or the UI message stream of AI SDK 5 and later), and the rate-limit state.
 const exposedHeaders = "X-Thread-Id, X-Thread-Key, X-Request-ID, X-Vercel-AI-Data-Stream, X-Vercel-AI-UI-Message-Stream, Retry-After, " +
 	"RateLimit, RateLimit-Policy, RateLimit-Limit, RateLimit-Remaining, RateLimit-Reset, " +
 	"Deprecation, Sunset, Link"

@@ -14,15 +14,19 @@ import (
 // an export asks for, and adds each tenant's plan, label and org. Its methods serve the admin
 // listener's /usage/history and /usage/export.
 
-// History answers a tenant's use of limit name in each kept window, newest first. An unknown
-// limit wraps limits.ErrUnknownLimit, a bad id is a *limits.InvalidError of field "id", a GCRA
-// limit wraps limits.ErrNoHistory.
-func (g *Gateway) History(ctx context.Context, name, id string) (limits.TenantHistory, error) {
+// History answers a tenant's use of limit name in each kept window, newest first, counted in
+// unit ("" for the limit's own: another reads what the limit counted before a change of its
+// unit). An unknown limit wraps limits.ErrUnknownLimit, a bad id or unit is a
+// *limits.InvalidError of field "id" or "unit", a GCRA limit wraps limits.ErrNoHistory.
+func (g *Gateway) History(ctx context.Context, name, id, unit string) (limits.TenantHistory, error) {
 	if g.history == nil {
 		return limits.TenantHistory{}, fmt.Errorf("proxy: history: %w: %q", limits.ErrUnknownLimit, name)
 	}
 	rule, id, err := g.quotaRule(ctx, name, id)
 	if err != nil {
+		return limits.TenantHistory{}, err
+	}
+	if rule, err = inUnit(rule, unit); err != nil {
 		return limits.TenantHistory{}, err
 	}
 	ws, err := g.history.History(ctx, rule, id)
@@ -35,22 +39,28 @@ func (g *Gateway) History(ctx context.Context, name, id string) (limits.TenantHi
 	return limits.TenantHistory{Limit: name, ID: id, Unit: rule.Unit.String(), Windows: ws}, nil
 }
 
-// Export answers every tenant with use of limit name in one window: window is "current",
-// "previous" or a window's start in RFC 3339. The window is the limit's as its default limits
-// count it (a plan that changes the window counts other windows; its tenants are not listed).
-// Besides History's errors: a window that is no window start is a *limits.InvalidError of
-// field "window", one that is not kept (or not begun) wraps limits.ErrUnknownWindow.
+// Export answers every tenant with use of limit name in one window, counted in unit (as
+// History): window is "current", "previous" or a window's start in RFC 3339. The window is the
+// limit's as its default limits count it. Every tenant that used the limit is listed, whatever
+// its plan: a tenant whose plan counts in other windows (or that counted in other windows
+// before a change of the limit's window) is listed with what it counted in the windows that
+// began in this one. Besides History's errors: a window that is no window start is a
+// *limits.InvalidError of field "window", one that is not kept (or not begun) wraps
+// limits.ErrUnknownWindow.
 //
 // The store is read whole before Export returns (so a failing store is an error, not a cut
 // answer) and sorts the tenants by id where it keeps them (limits.Tenants); plans, labels and
 // orgs are looked up as the rows are yielded.
-func (g *Gateway) Export(ctx context.Context, name, window string) (limits.Export, error) {
+func (g *Gateway) Export(ctx context.Context, name, window, unit string) (limits.Export, error) {
 	sn := g.snap.Load()
 	if g.history == nil || !slices.Contains(sn.enabledLimits(), name) {
 		return limits.Export{}, fmt.Errorf("proxy: export: %w: %q", limits.ErrUnknownLimit, name)
 	}
 	pl := sn.planLimits(name)
-	ref := pl.reference()
+	ref, err := inUnit(pl.reference(), unit)
+	if err != nil {
+		return limits.Export{}, err
+	}
 	if ref.Algorithm != limits.Fixed {
 		return limits.Export{}, fmt.Errorf("proxy: export %s: %w", name, limits.ErrNoHistory)
 	}
@@ -66,16 +76,19 @@ func (g *Gateway) Export(ctx context.Context, name, window string) (limits.Expor
 	if back >= 0 {
 		start = ref.Window.Shift(cur.Unix(), -back)
 	}
+	// A window is kept when some plan keeps a window that begins in it.
 	kept := func(r *limits.Rule) bool {
-		return r != nil && r.Window == ref.Window && r.Algorithm == limits.Fixed &&
-			start <= cur.Unix() && start >= r.Window.Shift(cur.Unix(), -r.History)
+		if r == nil || r.Algorithm != limits.Fixed {
+			return false
+		}
+		now, _ := r.Window.Bounds(now)
+		oldest := r.Window.Shift(now.Unix(), -r.History)
+		return start <= cur.Unix() && ref.Window.Shift(start, 1) > oldest
 	}
 	if !slices.ContainsFunc(pl.rules(), kept) {
 		return limits.Export{}, fmt.Errorf("proxy: export %s: %w: %s", name, limits.ErrUnknownWindow, window)
 	}
-	ts, err := g.history.ExportSorted(ctx, ref, start, func(id string) bool {
-		return kept(pl.ruleFor(g.tenantOf(ctx, sn, pl.by, id)))
-	})
+	ts, err := g.history.ExportSorted(ctx, ref, start, func(string) bool { return true })
 	if err != nil {
 		return limits.Export{}, fmt.Errorf("proxy: export %s: %w", name, err)
 	}
@@ -96,8 +109,8 @@ func (g *Gateway) Export(ctx context.Context, name, window string) (limits.Expor
 			}
 			t := g.tenantOf(ctx, sn, pl.by, id)
 			row := limits.ExportRow{ID: id, Used: used, Plan: t.plan, Label: t.label, Org: t.org}
-			if r := pl.ruleFor(t); r != nil {
-				row.Limit = r.Limit
+			if r := pl.ruleFor(t); r != nil && r.Unit == ref.Unit {
+				row.Limit = r.Limit // a limit of another unit is no bound on these counts
 			}
 			if !yield(row, nil) {
 				return
@@ -105,6 +118,24 @@ func (g *Gateway) Export(ctx context.Context, name, window string) (limits.Expor
 		}
 	}
 	return out, nil
+}
+
+// inUnit is r counting in unit ("" or r's own: r itself), to read the counters a limit kept
+// before a change of its unit; unit names requests or tokens.
+func inUnit(r *limits.Rule, unit string) (*limits.Rule, error) {
+	if unit == "" || unit == r.Unit.String() {
+		return r, nil
+	}
+	c := *r
+	switch unit {
+	case "requests":
+		c.Unit, c.Reserve, c.ReserveTTL, c.EstimateMax = limits.Requests, 0, 0, 0
+	case "tokens":
+		c.Unit, c.Algorithm = limits.Tokens, limits.Fixed
+	default:
+		return nil, &limits.InvalidError{Field: "unit", Reason: "must be requests or tokens (the units counted in windows)"}
+	}
+	return &c, nil
 }
 
 // exportStart reads an export's window: a window start in RFC 3339 (back -1), or "current"

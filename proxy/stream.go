@@ -8,9 +8,9 @@ import (
 )
 
 // streamTap watches a streamed answer's bytes on their way to the client, for the finish
-// reason and the token usage the upstream reports in it. There is one per protocol: the AI
-// SDK v4 data stream (dataStreamTap, tap.go) and the UI message stream of AI SDK 5 and later
-// (uiStreamTap, uistream.go); the response's headers choose (newTap). A tap never holds a
+// reason and the token usage the upstream reports in it. There is one per protocol: the data
+// stream protocol of AI SDK 4 (dataStreamTap, tap.go) and the UI message stream of AI SDK 5
+// and later (uiStreamTap, uistream.go); the response's headers choose (newTap). A tap never holds a
 // byte back: it sees each read after the upstream's body returned it and before the reverse
 // proxy writes it, and keeps no more than the part or event it is in.
 type streamTap interface {
@@ -27,12 +27,12 @@ type streamOutcome struct {
 	// another, "unknown" when it had none or could not be read); "" until one passed.
 	reason   string
 	finishAt time.Time // when the finish part passed (the span's finish event)
-	errored  bool      // an error part passed (v4 3:, UI stream error)
+	errored  bool      // an error part passed (data stream 3:, UI message stream error)
 	// usage: the stream reported token usage, prompt and completion.
 	usage              bool
 	prompt, completion int64
-	// textBytes is the UTF-8 length of the answer text that passed (v4 0: parts, UI stream
-	// text-delta chunks), for the estimate of a stream that reports no usage.
+	// textBytes is the UTF-8 length of the answer text that passed (data stream 0: parts,
+	// UI message stream text-delta chunks), for the estimate of a stream that reports no usage.
 	textBytes int64
 }
 
@@ -154,7 +154,7 @@ func (b *tappedBody) Read(p []byte) (int, error) {
 const uiStreamHeader = "X-Vercel-Ai-Ui-Message-Stream"
 
 // isUIMessageStream: the response is the UI message stream when it says so in its header or
-// is server-sent events; anything else is read as the v4 data stream. The response decides,
+// is server-sent events; anything else is read as the data stream. The response decides,
 // not the route, so a route serves whichever protocol its upstream speaks.
 func isUIMessageStream(h http.Header) bool {
 	if v := h[uiStreamHeader]; len(v) > 0 && strings.TrimSpace(v[0]) == "v1" {

@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// dataStreamTap reads the AI SDK v4 data stream (lines "<code>:<JSON>\n"): the finish reason
+// dataStreamTap reads the data stream protocol of AI SDK 4 (lines "<code>:<JSON>\n"): the finish reason
 // and usage of its d: part (finish message), the usage of its e: parts (finish step), the
 // text of its 0: parts and whether a 3: part (error) passed. d: and e: lines are kept (up to
 // maxPartLine) until they end; 0: text is counted as it passes, without being kept.

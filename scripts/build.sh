@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The one build line for release binaries: used by `make build`, by deploy/docker/Dockerfile and
-# by CI (deploy/deploy_test.go runs it and checks the result). Builds static (CGO_ENABLED=0),
+# by CI (TestBuildScript in deploy/live_test.go and scripts/test.sh run it and check the result). Builds static (CGO_ENABLED=0),
 # reproducible (-trimpath, -buildvcs=false) binaries of the gateway and the upstream simulator.
 #
 #   scripts/build.sh [OUTDIR]        # default OUTDIR: bin

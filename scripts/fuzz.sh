@@ -22,6 +22,7 @@ targets=(
   "./proxy FuzzDataStreamTap"
   "./h1 FuzzPoolAnswer"
   "./limits FuzzHoldsInvariant"
+  "./limits FuzzStoresAgree"
 )
 for t in "${targets[@]}"; do
   read -r pkg name <<<"$t"

@@ -22,7 +22,7 @@ import (
 )
 
 // The Cluster phase: a Redis Cluster of three masters with a replica each (full coverage off,
-// as the README asks), one gateway on it with every redis setting at its default but the
+// as docs/production.md asks), one gateway on it with every redis setting at its default but the
 // addresses (the default breaker: 5 failures, 1 s; timeout 100 ms; on_error deny; coalescing),
 // a steady load on tenants of every master, and one master killed every clusterKillEvery (its
 // replica takes over, the old master rejoins as a replica). It reports the errors of tenants

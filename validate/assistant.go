@@ -51,7 +51,7 @@ func AssistantMessageText(body []byte) (int, error) {
 //	                   parts: array of objects {type: string, ...}, ...}
 //	threadId, retrievalPageSize, filter, context, currentPath: as on v1
 //
-// A v4 message (content and no parts) is refused: parts is required. The
+// An AI SDK 4 message (content and no parts) is refused: parts is required. The
 // transport's own fields (id, trigger, messageId) and any other field are
 // allowed and forwarded. It returns a *Error for the first problem found, or
 // nil when the body is valid. The body is not modified.

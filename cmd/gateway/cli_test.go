@@ -71,7 +71,7 @@ func TestHelpVersionAndUsageErrorsCLI(t *testing.T) {
 		{[]string{"keys", "add", "--help"}, "gateway keys add"},
 		{[]string{"help", "quota"}, "-json        print the admin API's JSON answer"},
 		{[]string{"quota", "grant", "-h"}, "gateway quota grant"},
-		{[]string{"help", "usage"}, "gateway usage history [-admin URL] --limit NAME --id ID [-json]"},
+		{[]string{"help", "usage"}, "gateway usage history [-admin URL] --limit NAME --id ID [--unit requests|tokens] [-json]"},
 		{[]string{"usage", "--help"}, "gateway usage show"},
 		{[]string{"usage", "top", "-h"}, "-json prints the admin API's JSON answer"},
 		{[]string{"help", "version"}, "gateway version"},

@@ -35,7 +35,7 @@ func fillTenants(t *testing.T, c *redis.Client, n int) {
 	for i := range n {
 		sum := sha256.Sum256([]byte{byte(i), byte(i >> 8), byte(i >> 16)})
 		id := fmt.Sprintf("%06d-%s", i, hex.EncodeToString(sum[:])[:29])
-		key := "gw:agent_job_per_project:hour:{" + id + "}"
+		key := "gw:agent_job_per_project:{" + id + "}"
 		pipe.HSet(ctx, key, "s", ws, "n", i%100+1)
 		pipe.Expire(ctx, key, 2*time.Hour)
 		if pipe.Len() >= 2000 {

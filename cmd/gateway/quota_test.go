@@ -306,7 +306,7 @@ func TestPlantedKeyBesideHealthyTenants(t *testing.T) {
 			addrs := strings.TrimSuffix(strings.TrimPrefix(redisCfg, "redis: {addrs: ["), "]}\n")
 			client := redis.NewUniversalClient(&redis.UniversalOptions{Addrs: strings.Split(strings.ReplaceAll(addrs, `"`, ""), ", ")})
 			defer client.Close()
-			const key = "gw:agent_job_per_project:hour:{bad}"
+			const key = "gw:agent_job_per_project:{bad}"
 			if err := client.RPush(context.Background(), key, "not a counter").Err(); err != nil {
 				t.Fatal(err)
 			}

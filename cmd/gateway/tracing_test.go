@@ -273,7 +273,7 @@ orgs: {acme: [acme-docs]}
 			}
 
 			// An assistant stream: the span ends after the last part, with its events, the same
-			// on v1 (the v4 data stream) and v2 (the UI message stream).
+			// on v1 (the data stream) and v2 (the UI message stream).
 			for _, c := range []struct{ path, route, body string }{
 				{"/discovery/v1/assistant/acme-docs/message", "POST /discovery/v1/assistant/{domain}/message", `{"fp":"x","messages":[]}`},
 				{"/discovery/v2/assistant/acme-docs/message", "POST /discovery/v2/assistant/{domain}/message",

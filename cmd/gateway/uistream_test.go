@@ -13,7 +13,7 @@ import (
 	"time"
 )
 
-// Issue 22: streamed answers on v1 (the AI SDK v4 data stream) and v2 (the UI message stream
+// Issue 22: streamed answers on v1 (the data stream of AI SDK 4) and v2 (the UI message stream
 // of AI SDK 5+) against the binary: the bytes, their timing, the finish reasons, the tokens
 // (reported, or estimated when no usage passed), the tokens limit and /usage/top.
 

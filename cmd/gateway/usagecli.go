@@ -17,7 +17,7 @@ import (
 const usageUsage = `Usage:
   gateway usage top     [-admin URL] [--limit NAME] [-n 20] [-json]
   gateway usage show    [-admin URL] (--org ORG | --project ID | --ip IP | --key-stdin) [-json]
-  gateway usage history [-admin URL] --limit NAME --id ID [-json]
+  gateway usage history [-admin URL] --limit NAME --id ID [--unit requests|tokens] [-json]
 
 Reads usage through a running gateway's admin API. The admin token is read from
 GATEWAY_ADMIN_TOKEN, never from the command line.
@@ -28,7 +28,8 @@ GATEWAY_ADMIN_TOKEN, never from the command line.
            or an API key read from standard input (one line, never the command line; the
            gateway counts it by its digest)
   history  a tenant's use of one fixed-window limit in each window the gateway keeps, newest
-           first; ID is what top shows (a project id, an org, an IP or a key's digest)
+           first; ID is what top shows (a project id, an org, an IP or a key's digest);
+           --unit reads what the limit counted in another unit before a change of its unit
 
 Tables by default; -json prints the admin API's JSON answer as it came:
   top       {"limits": [{"limit", "window", "unit", "tenants": [{"id", "org", "label", "plan",
@@ -59,6 +60,7 @@ Examples:
 type usageArgs struct {
 	adminFlags
 	limit, id, org, project, ip string
+	unit                        string
 	n                           int
 	keyStdin                    bool
 }
@@ -84,6 +86,7 @@ func runUsage(ctx context.Context, args []string, getenv func(string) string, st
 	case "history":
 		fs.StringVar(&a.limit, "limit", "", "the limit's name")
 		fs.StringVar(&a.id, "id", "", "the tenant's id, as top shows it")
+		fs.StringVar(&a.unit, "unit", "", "requests or tokens: the counters of that unit (default: the limit's own)")
 	}
 	positional, code, done := parseCommand(fs, args, "usage", stdout, stderr)
 	if done {
@@ -101,7 +104,11 @@ func runUsage(ctx context.Context, args []string, getenv func(string) string, st
 		}
 		c.path = "/usage/top?" + q.Encode()
 	case "history":
-		c.path = "/usage/history?" + url.Values{"limit": {a.limit}, "id": {a.id}}.Encode()
+		q := url.Values{"limit": {a.limit}, "id": {a.id}}
+		if a.unit != "" {
+			q.Set("unit", a.unit)
+		}
+		c.path = "/usage/history?" + q.Encode()
 	case "show":
 		switch {
 		case a.org != "":
@@ -144,6 +151,9 @@ func (a *usageArgs) check(sub string, positional []string) error {
 	case "history":
 		if a.limit == "" || a.id == "" {
 			return errors.New("--limit and --id are required")
+		}
+		if a.unit != "" && a.unit != "requests" && a.unit != "tokens" {
+			return errors.New("--unit must be requests or tokens")
 		}
 	case "show":
 		given := 0

@@ -12,7 +12,7 @@ import (
 	"unicode/utf8"
 )
 
-// assistantService streams answers: on /discovery/v1 in the AI SDK v4 data stream format
+// assistantService streams answers: on /discovery/v1 in the data stream protocol of AI SDK 4
 // (dataStream), on /discovery/v2 in the UI message stream of AI SDK 5 and later (uiStream,
 // uistream.go). Both carry the same text, paced the same way: the parts before the text at
 // once, each text part after PartDelay, the finish at once after the last one.
@@ -39,7 +39,7 @@ type answerEnd struct {
 	threadID                       string
 }
 
-// dataStream is the AI SDK v4 data stream (v1):
+// dataStream is the data stream protocol of AI SDK 4 (v1):
 //
 //	f:{"messageId":"msg-..."}
 //	0:"text"            (AnswerParts times, paced by PartDelay)

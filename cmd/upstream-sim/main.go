@@ -53,8 +53,8 @@ Endpoints:
   POST /v2/agent/{projectId}/job                   create a job (Bearer svc_... required) -> 201
   GET  /v2/agent/{projectId}/job/{jobId}           poll a job -> 200 / 404
   POST /v2/agent/{projectId}/job/{jobId}/message   follow-up prompt -> 200 / 404
-  POST /discovery/v1/assistant/{domain}/message    streamed answer, AI SDK v4 data stream (Bearer svc_dsc_... required)
-  POST /discovery/v2/assistant/{domain}/message    the same answer as a UI message stream (AI SDK 5+: SSE, usage
+  POST /discovery/v1/assistant/{domain}/message    streamed answer, data stream protocol (AI SDK 4; Bearer svc_dsc_... required)
+  POST /discovery/v2/assistant/{domain}/message    the same answer as a UI message stream (AI SDK 5+; SSE, usage
                                                    and threadId in the finish chunk's messageMetadata)
   GET  /healthz                                    "ok"
 

@@ -149,7 +149,7 @@ func (r *report) markdown() string {
 			w("Half bad keys (gateway: 401 before reading the body), half a route limited to 1 per hour (gateway: 429 after one script call). " +
 				"direct and bare have neither check: they answer from the upstream (201 for the bad key, 404 for the unknown path), so their rows are a reference only.\n\n")
 		case "assistant_message":
-			w("20-message conversation as an AI SDK 4 client sends it (%d bytes), answer streamed in the v4 data stream: 2 text parts plus f:/e:/d: parts.\n\n", len(assistantBody))
+			w("20-message conversation as an AI SDK 4 client sends it (%d bytes), answer streamed in the data stream protocol: 2 text parts plus f:/e:/d: parts.\n\n", len(assistantBody))
 		case "assistant_message_v2":
 			w("The same conversation as an AI SDK 5+ client sends it to v2 (%d bytes), answer streamed in the UI message stream: 2 text-delta events plus start, start-step, text-start, text-end, finish-step, finish and [DONE], each its own write.\n\n", len(assistantBodyV2))
 		case "agent_job":

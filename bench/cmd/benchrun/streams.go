@@ -16,7 +16,7 @@ import (
 	"github.com/docsgate/gateway/bench/internal/child"
 )
 
-// Stream protocols measured: v1 (AI SDK v4 data stream) and v2 (UI message stream).
+// Stream protocols measured: v1 (AI SDK 4's data stream protocol) and v2 (UI message stream).
 var streamProtocols = []string{"v1", "v2"}
 
 func streamRequest(ctx context.Context, base, proto string) *http.Request {

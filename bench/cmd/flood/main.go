@@ -1,5 +1,5 @@
 // Command flood measures what a spray of invented assistant keys costs a gateway in registry
-// mode, and what a legitimate tenant sees meanwhile (README, "Invented keys").
+// mode, and what a legitimate tenant sees meanwhile (bench/README.md, "Invented-key flood").
 //
 // It starts a redis-server and one gateway replica (the binary given by -gateway, built
 // without the race detector), registers one legitimate key, and runs three scenarios, each on
