@@ -9,6 +9,7 @@ import (
 	"math"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"go.uber.org/zap"
@@ -18,8 +19,9 @@ import (
 
 // The usage page: one server-rendered page (html/template) with its stylesheet and script
 // embedded in the binary, so it works on an air-gapped cluster. It shows the busiest tenants
-// of every enabled limit, token use per org and the gateway's state, and refreshes itself by
-// fetching the page's content again and swapping it in (no full-page reload, no flash).
+// of every enabled limit (with its mode and this replica's count of its refusals) and the
+// gateway's state, refreshes itself by fetching the page's content again and swapping it in
+// (no full-page reload, no flash), and looks one tenant up through the usage API.
 
 //go:embed ui
 var uiFiles embed.FS
@@ -58,6 +60,7 @@ func newUI(o Options) *ui {
 		// Free text shown as it prints: entries stored before such characters were refused
 		// keep none of them on the page (bidi overrides, zero-width, separators).
 		"text": sanitize,
+		"join": strings.Join,
 	}
 	return &ui{o: o, tmpl: template.Must(template.New("page.html").Funcs(funcs).ParseFS(uiFiles, "ui/page.html"))}
 }
@@ -65,15 +68,49 @@ func newUI(o Options) *ui {
 type tenantView struct {
 	limits.TopTenant
 	Percent     float64    // for the bar, capped at 100
-	PercentText string     // "91.2%"
+	PercentText string     // "91.2%", "<0.1%"
 	Mark        string     // "", "near" (80% or more) or "over" (100% or more)
 	Chart       *chartView // its kept windows; nil without history
 }
 
 type limitView struct {
 	Name, Window, Unit, By string
+	Mode                   string // "enforce", "shadow" or "mixed" (shadow in some plans)
 	Tenants                []tenantView
 	Export                 string // the previous window's export; "" for a limit without history
+	Refusals               []refusalView
+}
+
+// refusalView is one line of a limit's refusals: those it made, or those it would have made
+// in shadow mode.
+type refusalView struct {
+	Shadow      bool
+	InWindow    int64
+	Total       int64
+	WindowStart time.Time // zero: the limit has no window (streams)
+	Since       time.Time // when this replica started counting
+}
+
+// refusals is what the page says of a limit's refusals: the refused line of an enforced limit,
+// the would-have-refused line of a shadow one, both for a limit in shadow in some plans only.
+func refusals(mode string, r limits.Refusals) []refusalView {
+	var out []refusalView
+	if mode != "shadow" {
+		out = append(out, refusalView{InWindow: r.InWindow, Total: r.Total, WindowStart: r.WindowStart, Since: r.Since})
+	}
+	if mode != "enforce" {
+		out = append(out, refusalView{Shadow: true, InWindow: r.ShadowInWindow, Total: r.ShadowTotal, WindowStart: r.WindowStart, Since: r.Since})
+	}
+	return out
+}
+
+// percentText writes a percentage with one decimal; one under 0.1% but not 0 is "<0.1%", so
+// that a tenant with some use never reads as none (nor rounds up to 0.1%).
+func percentText(pct float64) string {
+	if pct > 0 && pct < 0.1 {
+		return "<0.1%"
+	}
+	return strconv.FormatFloat(pct, 'f', 1, 64) + "%"
 }
 
 type pageData struct {
@@ -81,7 +118,9 @@ type pageData struct {
 	Refresh   int // seconds; 0 never
 	State     *State
 	Limits    []limitView
-	Tokens    []limitView // tokens limits that count by org
+	// KeyLimits are the limits that count by key: the tenant lookup reads a key digest's use
+	// of each of them.
+	KeyLimits []string
 	Error     string
 	// Quotas is set when run-time quotas are served: the overrides in force and the newest
 	// audit entries.
@@ -121,10 +160,13 @@ func (u *ui) data(ctx context.Context) pageData {
 		defer hcancel()
 	}
 	for _, l := range lists {
-		v := limitView{Name: l.Limit, Window: l.Window, Unit: l.Unit, By: l.By}
+		v := limitView{Name: l.Limit, Window: l.Window, Unit: l.Unit, By: l.By, Mode: l.Mode, Refusals: refusals(l.Mode, l.Refused)}
+		if l.By == "key" {
+			d.KeyLimits = append(d.KeyLimits, l.Limit)
+		}
 		for _, t := range l.Tenants {
 			pct := t.Fraction * 100
-			tv := tenantView{TopTenant: t, Percent: math.Min(pct, 100), PercentText: strconv.FormatFloat(pct, 'f', 1, 64) + "%"}
+			tv := tenantView{TopTenant: t, Percent: math.Min(pct, 100), PercentText: percentText(pct)}
 			switch {
 			case t.Fraction >= 1:
 				tv.Mark = "over"
@@ -137,9 +179,6 @@ func (u *ui) data(ctx context.Context) pageData {
 			u.charts(hctx, &v, l.History)
 		}
 		d.Limits = append(d.Limits, v)
-		if l.Unit == "tokens" && l.By == "org" {
-			d.Tokens = append(d.Tokens, v)
-		}
 	}
 	return d
 }

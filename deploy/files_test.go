@@ -17,6 +17,8 @@ import (
 	"testing"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/docsgate/gateway/metrics"
 )
 
 // decodeStrict decodes every document of a YAML file into a fresh value from newV, failing on
@@ -411,7 +413,7 @@ func TestDashboard(t *testing.T) {
 		"gateway_requests_total", "gateway_request_duration_seconds_bucket",
 		`gateway_ratelimit_decisions_total{route=~"$route",decision="denied"}`,
 		"gateway_ratelimit_near_limit_total", "topk(10, sum by (org, decision) (rate(gateway_org_requests_total",
-		"gateway_limiter_duration_seconds_bucket", "sum by (kind) (rate(gateway_limiter_errors_total", "gateway_breaker_open",
+		"gateway_ratelimit_decision_duration_seconds_bucket", "sum by (kind) (rate(gateway_ratelimit_decision_errors_total", "gateway_ratelimit_breaker_open",
 		"gateway_stream_first_byte_seconds_bucket", "gateway_stream_duration_seconds_bucket",
 		"sum by (route, kind) (rate(gateway_upstream_errors_total",
 	} {
@@ -486,5 +488,89 @@ func TestMetricNameExtraction(t *testing.T) {
 	want := []string{"gateway_x_bucket", "up", "foo_bar"}
 	if strings.Join(got, ",") != strings.Join(want, ",") {
 		t.Fatalf("metricNames = %v, want %v", got, want)
+	}
+}
+
+// selector is one metric selector of the alerts or the dashboard, e.g.
+// gateway_requests_total{code="429"}, with where it is used.
+type selector struct {
+	name, expr string
+	users      []string
+}
+
+var selectorOf = regexp.MustCompile(`\b((?:gateway|go|process)_[a-zA-Z0-9_:]+)(\{(?:[^}"]|"(?:[^"\\]|\\.)*")*\})?`)
+
+// selectors returns the selectors of the gateway's, Go's and the process collector's metrics
+// in a PromQL expression.
+func selectors(expr string) []selector {
+	var out []selector
+	for _, m := range selectorOf.FindAllStringSubmatch(expr, -1) {
+		out = append(out, selector{name: m[1], expr: m[0]})
+	}
+	return out
+}
+
+// usedSelectors lists every distinct selector the dashboard's panels and the alert rules read.
+func usedSelectors(t *testing.T) []selector {
+	t.Helper()
+	byExpr := map[string]*selector{}
+	var order []string
+	add := func(expr, user string) {
+		for _, s := range selectors(expr) {
+			if byExpr[s.expr] == nil {
+				byExpr[s.expr] = &selector{name: s.name, expr: s.expr}
+				order = append(order, s.expr)
+			}
+			byExpr[s.expr].users = append(byExpr[s.expr].users, user)
+		}
+	}
+	for _, q := range dashboardQueries(loadDashboard(t)) {
+		add(q.expr, "dashboard panel "+q.panel)
+	}
+	var rf ruleFile
+	decodeStrict(t, "prometheus/alerts.yaml", func() any { return &rf })
+	for _, g := range rf.Groups {
+		for _, r := range g.Rules {
+			add(r.Expr, "alert "+r.Alert)
+		}
+	}
+	out := make([]selector, 0, len(order))
+	for _, e := range order {
+		out = append(out, *byExpr[e])
+	}
+	return out
+}
+
+// notAtStart are the metrics whose series cannot exist before their first event.
+var notAtStart = map[string]string{
+	"gateway_validation_rejections_total": "its field label is the refused field's path in the request body (the validators' open vocabulary): a series appears with the first refusal of that field",
+}
+
+func TestSelectorExtraction(t *testing.T) {
+	got := selectors(`sum by (job) (rate(gateway_x_total{kind=~"a|b}", route="r"}[5m])) / on(job) gateway_y > 0 and up == 0`)
+	want := []string{`gateway_x_total{kind=~"a|b}", route="r"}`, `gateway_y`}
+	if len(got) != len(want) {
+		t.Fatalf("selectors = %v, want %v", got, want)
+	}
+	for i := range want {
+		if got[i].expr != want[i] {
+			t.Fatalf("selectors = %v, want %v", got, want)
+		}
+	}
+}
+
+// TestNoDeprecatedNames: the dashboard, the alerts and their tests read the current names of
+// renamed metrics, never the deprecated ones the gateway still exports for one release.
+func TestNoDeprecatedNames(t *testing.T) {
+	for _, path := range []string{"grafana/gateway.json", "prometheus/alerts.yaml", "prometheus/alerts_test.yaml"} {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range metrics.Renames() {
+			if regexp.MustCompile(`\b` + r.Old + `\b`).Match(data) {
+				t.Errorf("%s reads %s, deprecated: use %s", path, r.Old, r.New)
+			}
+		}
 	}
 }

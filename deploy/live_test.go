@@ -108,6 +108,18 @@ func TestBuildScript(t *testing.T) {
 	if err != nil || !strings.HasPrefix(string(out), "gateway "+buildVersion+" ") {
 		t.Errorf("gateway -version: %q, %v", out, err)
 	}
+	// The revision the build line stamps (gateway_build_info's revision label) is the commit.
+	rev, err := exec.Command("git", "rev-parse", "HEAD").Output()
+	if err != nil {
+		t.Skipf("no git checkout to compare the revision with: %v", err)
+	}
+	data, err := os.ReadFile(filepath.Join(dir, "gateway"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(data, bytes.TrimSpace(rev)) {
+		t.Errorf("the gateway binary does not carry the revision %s", bytes.TrimSpace(rev))
+	}
 }
 
 // TestGatewayConfigs: every gateway config shipped under deploy/ passes the binary's own
@@ -327,7 +339,7 @@ limits:
   agent_job_per_project: { limit: 1, window: hour, by: project }
   # One answer (3 tokens) spends it: the next acme request is near the limit (and shadow-denied).
   tokens_per_org: { limit: 3, window: month, by: org, unit: tokens, mode: shadow }
-  # Holds a reserve per answer (its gateway_token_holds_expired_total series exists from the
+  # Holds a reserve per answer (its gateway_ratelimit_holds_expired_total series exists from the
   # start); far from spent.
   held_tokens_per_org: { limit: 1000000, window: month, by: org, unit: tokens, reserve: 10 }
 `, s.public, s.admin, up.URL, srv.Addr)
@@ -452,6 +464,26 @@ var pending = map[string]string{
 func TestLive(t *testing.T) {
 	s := startGateway(t)
 	prom := startPrometheus(t, s)
+
+	t.Run("SeriesAtStart", func(t *testing.T) {
+		// Before any request: every selector of the alerts and the panels (its label values
+		// included) already finds series, at 0, so rate() and increase() see the first event
+		// and an alert on them evaluates from the first scrape.
+		for _, sel := range usedSelectors(t) {
+			if why, ok := notAtStart[sel.name]; ok {
+				t.Logf("%s: not checked at start: %s", sel.expr, why)
+				continue
+			}
+			var r queryResult
+			if err := prom.query("count("+substitute(sel.expr)+")", &r); err != nil {
+				t.Errorf("%s, used by %s: %v", sel.expr, strings.Join(sel.users, ", "), err)
+				continue
+			}
+			if len(r.Data.Result) == 0 {
+				t.Errorf("%s, used by %s: no series right after start", sel.expr, strings.Join(sel.users, ", "))
+			}
+		}
+	})
 	s.drive(t)
 
 	t.Run("MetricNames", func(t *testing.T) {

@@ -10,7 +10,7 @@ import (
 )
 
 // ErrorKind is what a failed limiter call says about Redis. It is the kind label of
-// gateway_limiter_errors_total, and it decides whether a failure moves the breaker: only a
+// gateway_ratelimit_decision_errors_total, and it decides whether a failure moves the breaker: only a
 // failing node does (MovesBreaker).
 type ErrorKind string
 

@@ -19,6 +19,26 @@ type TopList struct {
 	// History is how many ended windows the limit keeps (as its default limits count it; 0
 	// for a GCRA limit).
 	History int
+
+	// Mode is "enforce", "shadow" (in every plan that enables it: counted and reported, never
+	// refusing) or "mixed" (shadow in some plans only; see each tenant's Shadow).
+	Mode string
+	// Refused is what the process that answers counted of the limit's refusals.
+	Refused Refusals
+}
+
+// Refusals counts the requests one gateway process refused under a limit, and those a shadow
+// limit would have refused, in the limit's current window and since the process started. It
+// is counted in the process on the request path (no store write): each replica counts its
+// own, and gateway_ratelimit_decisions_total adds them up across replicas.
+type Refusals struct {
+	// WindowStart is the start of the window InWindow and ShadowInWindow count (the limit's
+	// window as its default limits count it); zero for a limit without a window (streams).
+	WindowStart     time.Time
+	InWindow, Total int64 // refused: denied by this limit
+	ShadowInWindow  int64 // would have been refused, by a shadow limit
+	ShadowTotal     int64
+	Since           time.Time // when this process started counting
 }
 
 // TopTenant is one tenant's use of a limit in its current window.
@@ -41,4 +61,7 @@ type TopTenant struct {
 	// hold.go); Remaining is net of it. Reserves says the limit has a reserve.
 	Reserved int64
 	Reserves bool
+
+	// Shadow says the limit is in shadow mode for this tenant's plan.
+	Shadow bool
 }

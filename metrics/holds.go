@@ -4,7 +4,7 @@ import "github.com/prometheus/client_golang/prometheus"
 
 func newHoldsExpired() *prometheus.CounterVec {
 	return prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "gateway_token_holds_expired_total",
+		Name: "gateway_ratelimit_holds_expired_total",
 		Help: "Token holds settled after their reserve_ttl had run out (their answer's tokens are charged all the same, possibly past the limit), by limit: answers longer than reserve_ttl, or a Redis that lost the hold.",
 	}, []string{"limit"})
 }

@@ -37,13 +37,15 @@ type Metrics struct {
 	refunds              *prometheus.CounterVec // refunds.go
 	holdsExpired         *prometheus.CounterVec // holds.go
 	streamsStalled       *prometheus.CounterVec // stalls.go
+	process              process                // build.go
 }
 
 // Latency buckets from 1 ms to 30 s: gateway overhead sits at the low end, streamed answers at
 // the high end.
 var latencyBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}
 
-// New registers the gateway's collectors, plus the Go and process collectors, on reg.
+// New registers the gateway's collectors, plus the Go and process collectors and the old names
+// of renamed metrics (see Renames), on reg.
 func New(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -99,16 +101,16 @@ func New(reg prometheus.Registerer) *Metrics {
 			Help: "Admitted requests that left 10% of a limit or less (90% or more spent).",
 		}, []string{"route", "limit"}),
 		limiterDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "gateway_limiter_duration_seconds",
+			Name:    "gateway_ratelimit_decision_duration_seconds",
 			Help:    "Time of one limiter decision (all limits of a request), round trip to Redis included.",
 			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25},
 		}),
 		limiterErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "gateway_limiter_errors_total",
-			Help: "Limiter calls that failed, by kind: node (the Redis node failed: refused or broken connections, LOADING, READONLY, CLUSTERDOWN, ...), timeout (no answer within redis.timeout), breaker_open (not called), data (Redis answered with an error about one key's data, e.g. WRONGTYPE; never moves the breaker), canceled (the request went away).",
+			Name: "gateway_ratelimit_decision_errors_total",
+			Help: "Limiter decisions that failed, by kind: node (the Redis node failed: refused or broken connections, LOADING, READONLY, CLUSTERDOWN, ...), timeout (no answer within redis.timeout), breaker_open (not called), data (Redis answered with an error about one key's data, e.g. WRONGTYPE; never moves the breaker), canceled (the request went away).",
 		}, []string{"kind"}),
 		breakerOpen: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "gateway_breaker_open",
+			Name: "gateway_ratelimit_breaker_open",
 			Help: "1 while the limiter's circuit breaker of a Redis node (host:port; a Cluster master, or the master of a standalone or Sentinel setup) is open: calls bound for that node are refused without calling it; else 0.",
 		}, []string{"node"}),
 		orgRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -129,7 +131,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		Help: "Tokens charged by estimate for streamed answers that reported no usage (cut, or closed by the client, before it), by route and kind: prompt is the conversation text's bytes / 4 (at most the limit's estimate_max), completion the answer text's UTF-8 bytes that passed / 4, rounded up. Also counted in gateway_stream_tokens_total.",
 	}, []string{"route", "kind"})
 	m.tokenLimitNear = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "gateway_token_limit_near_total",
+		Name: "gateway_ratelimit_tokens_near_limit_total",
 		Help: "Requests decided while their tokens limit was 90% or more spent (admitted, denied or shadow-denied), by route and limit.",
 	}, []string{"route", "limit"})
 	m.spansDropped = prometheus.NewCounter(prometheus.CounterOpts{
@@ -139,6 +141,9 @@ func New(reg prometheus.Registerer) *Metrics {
 	m.refunds = newRefunds()
 	m.holdsExpired = newHoldsExpired()
 	m.streamsStalled = newStreamsStalled()
+	m.process = newProcess()
+	reg.MustRegister(m.process.collectors()...)
+	reg.MustRegister(m.deprecatedCollectors()...)
 	reg.MustRegister(
 		m.refunds, m.holdsExpired, m.streamsStalled,
 		m.orgRequests, m.deprecated, m.streamTokens, m.streamTokensEstim, m.tokenLimitNear, m.spansDropped,
@@ -221,7 +226,7 @@ func (r *Route) StreamFinished(reason string) {
 	r.m.streamFinished.WithLabelValues(r.name, reason).Inc()
 }
 
-// LimiterErrorKinds creates the gateway_limiter_errors_total series of these kinds at 0, so
+// LimiterErrorKinds creates the gateway_ratelimit_decision_errors_total series of these kinds at 0, so
 // that rates and alerts see them before the first error.
 func (m *Metrics) LimiterErrorKinds(kinds ...string) {
 	for _, k := range kinds {
@@ -238,7 +243,7 @@ func (m *Metrics) LimiterCall(seconds float64, errKind string) {
 	}
 }
 
-// BreakerOpen sets gateway_breaker_open of node.
+// BreakerOpen sets gateway_ratelimit_breaker_open of node.
 func (m *Metrics) BreakerOpen(node string, open bool) {
 	g := m.breakerOpen.WithLabelValues(node)
 	if open {
@@ -248,7 +253,7 @@ func (m *Metrics) BreakerOpen(node string, open bool) {
 	g.Set(0)
 }
 
-// BreakerGone removes node's gateway_breaker_open: the node left the Redis layout.
+// BreakerGone removes node's gateway_ratelimit_breaker_open: the node left the Redis layout.
 func (m *Metrics) BreakerGone(node string) {
 	m.breakerOpen.DeleteLabelValues(node)
 }

@@ -1,7 +1,9 @@
 package metrics
 
 import (
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -32,6 +34,8 @@ func value(t *testing.T, reg *prometheus.Registry, name string, labels ...string
 				}
 			}
 			switch {
+			case m.Histogram != nil:
+				return float64(m.GetHistogram().GetSampleCount())
 			case m.Counter != nil:
 				return m.GetCounter().GetValue()
 			case m.Gauge != nil:
@@ -89,21 +93,21 @@ func TestSeries(t *testing.T) {
 		{"gateway_org_requests_total", []string{"org", "acme", "decision", "denied"}, 1},
 		{"gateway_deprecated_requests_total", []string{"route", "agent_job", "org", "other"}, 1},
 		{"gateway_stream_finished_total", []string{"route", "agent_job", "reason", "stop"}, 1},
-		{"gateway_breaker_open", []string{"node", "10.0.0.1:6379"}, 1},
-		{"gateway_breaker_open", []string{"node", "10.0.0.2:6379"}, 0},
-		{"gateway_breaker_open", []string{"node", "10.0.0.3:6379"}, -1}, // left the layout
-		{"gateway_token_limit_near_total", []string{"route", "agent_job", "limit", "tokens_per_org"}, 1},
-		{"gateway_token_limit_near_total", []string{"route", "agent_job", "limit", "agent_job_per_project"}, -1},
+		{"gateway_ratelimit_breaker_open", []string{"node", "10.0.0.1:6379"}, 1},
+		{"gateway_ratelimit_breaker_open", []string{"node", "10.0.0.2:6379"}, 0},
+		{"gateway_ratelimit_breaker_open", []string{"node", "10.0.0.3:6379"}, -1}, // left the layout
+		{"gateway_ratelimit_tokens_near_limit_total", []string{"route", "agent_job", "limit", "tokens_per_org"}, 1},
+		{"gateway_ratelimit_tokens_near_limit_total", []string{"route", "agent_job", "limit", "agent_job_per_project"}, -1},
 		{"gateway_stream_tokens_total", []string{"route", "agent_job", "org", "acme", "kind", "prompt"}, 15},
 		{"gateway_stream_tokens_total", []string{"route", "agent_job", "org", "acme", "kind", "completion"}, 30},
 		{"gateway_stream_tokens_estimated_total", []string{"route", "agent_job", "kind", "prompt"}, 8},
 		{"gateway_stream_tokens_estimated_total", []string{"route", "agent_job", "kind", "completion"}, 2},
-		{"gateway_limiter_errors_total", []string{"kind", "node"}, 1},
-		{"gateway_limiter_errors_total", []string{"kind", "data"}, 0}, // created at 0
+		{"gateway_ratelimit_decision_errors_total", []string{"kind", "node"}, 1},
+		{"gateway_ratelimit_decision_errors_total", []string{"kind", "data"}, 0}, // created at 0
 		{"gateway_ratelimit_refunds_total", []string{"limit", "agent_job_per_project", "reason", "upstream_401"}, 1},
-		{"gateway_streams_stalled_total", []string{"route", "assistant_message"}, 1},
-		{"gateway_streams_stalled_total", []string{"route", "assistant_message_v2"}, 0}, // created at 0
-		{"gateway_streams_stalled_total", []string{"route", "agent_job"}, -1},           // no stream route
+		{"gateway_stream_stalled_total", []string{"route", "assistant_message"}, 1},
+		{"gateway_stream_stalled_total", []string{"route", "assistant_message_v2"}, 0}, // created at 0
+		{"gateway_stream_stalled_total", []string{"route", "agent_job"}, -1},           // no stream route
 	} {
 		if got := value(t, reg, c.name, c.labels...); got != c.want {
 			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)
@@ -112,5 +116,97 @@ func TestSeries(t *testing.T) {
 	// The Go and process collectors are registered too.
 	if value(t, reg, "go_goroutines") <= 0 {
 		t.Error("go_goroutines missing")
+	}
+}
+
+// Each renamed metric is still exported under its old name, with the same labels and values,
+// and a help text that says what replaces it.
+func TestDeprecatedNames(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := New(reg)
+	r := m.Route("assistant_message")
+	m.LimiterCall(0.002, "timeout")
+	m.LimiterCall(0.001, "")
+	m.BreakerOpen("10.0.0.1:6379", true)
+	r.Limit("tokens_per_org", true).TokensNear.Add(3)
+	m.HoldExpired("tokens_per_org")
+	m.StreamRoutes("assistant_message")
+	r.StreamStalled()
+	renames := Renames()
+	want := [][]string{nil, {"kind", "timeout"}, {"node", "10.0.0.1:6379"}, {"route", "assistant_message", "limit", "tokens_per_org"}, {"limit", "tokens_per_org"}, {"route", "assistant_message"}}
+	wantValue := []float64{2, 1, 1, 3, 1, 1}
+	if len(renames) != len(want) {
+		t.Fatalf("%d renames, the test knows %d", len(renames), len(want))
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	help := map[string]string{}
+	for _, mf := range mfs {
+		help[mf.GetName()] = mf.GetHelp()
+	}
+	for i, rn := range renames {
+		oldV, newV := value(t, reg, rn.Old, want[i]...), value(t, reg, rn.New, want[i]...)
+		if oldV != wantValue[i] || newV != wantValue[i] {
+			t.Errorf("%s = %v and %s = %v, want %v for both", rn.Old, oldV, rn.New, newV, wantValue[i])
+		}
+		if h := help[rn.Old]; h != "Deprecated: use "+rn.New+"; removed in the next release." {
+			t.Errorf("%s help %q", rn.Old, h)
+		}
+		if strings.HasPrefix(help[rn.New], "Deprecated") {
+			t.Errorf("%s is the new name, but its help says deprecated", rn.New)
+		}
+	}
+}
+
+func TestBuildAndConfigSeries(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := New(reg)
+	m.Build("v1.2.3", "abc123", "go1.26.8")
+	m.Build("v1.2.4", "def456", "go1.26.8") // replaces, never adds a second series
+	if got := value(t, reg, "gateway_build_info", "version", "v1.2.4", "revision", "def456", "goversion", "go1.26.8"); got != 1 {
+		t.Errorf("gateway_build_info = %v, want 1", got)
+	}
+	if got := value(t, reg, "gateway_build_info", "version", "v1.2.3", "revision", "abc123", "goversion", "go1.26.8"); got != -1 {
+		t.Errorf("the replaced gateway_build_info is still there: %v", got)
+	}
+	start := time.Unix(1_800_000_000, 500_000_000)
+	m.ConfigLoaded(true, start)
+	if ok, at := value(t, reg, "gateway_config_last_reload_successful"), value(t, reg, "gateway_config_last_reload_success_timestamp_seconds"); ok != 1 || at != 1_800_000_000.5 {
+		t.Errorf("after a load: successful %v at %v", ok, at)
+	}
+	m.ConfigLoaded(false, start.Add(time.Hour))
+	if ok, at := value(t, reg, "gateway_config_last_reload_successful"), value(t, reg, "gateway_config_last_reload_success_timestamp_seconds"); ok != 0 || at != 1_800_000_000.5 {
+		t.Errorf("after a rejected reload: successful %v at %v (the config in force keeps its time)", ok, at)
+	}
+}
+
+func TestKnownSeriesStartAtZero(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := New(reg)
+	r := m.Route("assistant_message")
+	r.AuthReasons("missing")
+	r.UpstreamKinds("timeout")
+	r.FinishReasons("stop")
+	r.StreamOrgs("acme", "other")
+	r.DeprecatedOrgs("other")
+	m.RefundReasons("assistant_per_org", "upstream_401")
+	for _, c := range []struct {
+		name   string
+		labels []string
+	}{
+		{"gateway_auth_rejections_total", []string{"route", "assistant_message", "reason", "missing"}},
+		{"gateway_upstream_errors_total", []string{"route", "assistant_message", "kind", "timeout"}},
+		{"gateway_stream_finished_total", []string{"route", "assistant_message", "reason", "stop"}},
+		{"gateway_stream_tokens_total", []string{"route", "assistant_message", "org", "acme", "kind", "prompt"}},
+		{"gateway_stream_tokens_total", []string{"route", "assistant_message", "org", "other", "kind", "completion"}},
+		{"gateway_stream_tokens_estimated_total", []string{"route", "assistant_message", "kind", "completion"}},
+		{"gateway_deprecated_requests_total", []string{"route", "assistant_message", "org", "other"}},
+		{"gateway_ratelimit_refunds_total", []string{"limit", "assistant_per_org", "reason", "upstream_401"}},
+	} {
+		if got := value(t, reg, c.name, c.labels...); got != 0 {
+			t.Errorf("%s%v = %v, want 0", c.name, c.labels, got)
+		}
 	}
 }

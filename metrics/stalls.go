@@ -4,12 +4,12 @@ import "github.com/prometheus/client_golang/prometheus"
 
 func newStreamsStalled() *prometheus.CounterVec {
 	return prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "gateway_streams_stalled_total",
+		Name: "gateway_stream_stalled_total",
 		Help: "Streams ended because their client accepted no byte of them for server.write_stall_timeout (their slots and holds settled as for a client that went away, the upstream connection closed), by route.",
 	}, []string{"route"})
 }
 
-// StreamRoutes makes the gateway_streams_stalled_total series of routes (those that stream)
+// StreamRoutes makes the gateway_stream_stalled_total series of routes (those that stream)
 // exist at 0, so that increase() sees their first stall and alerts find them before it happens.
 func (m *Metrics) StreamRoutes(routes ...string) {
 	for _, r := range routes {

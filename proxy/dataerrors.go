@@ -17,7 +17,7 @@ const dataErrorEvery = time.Minute
 // with another type under a tenant's counter) at most once a minute: such a key fails every
 // request of its tenant, and one line a minute naming it and the error is what an operator
 // needs to delete it, where a line per request would flood the log. Each request is counted
-// in gateway_limiter_errors_total{kind="data"} all the same.
+// in gateway_ratelimit_decision_errors_total{kind="data"} all the same.
 type dataErrorLog struct {
 	mu         sync.Mutex
 	last       time.Time

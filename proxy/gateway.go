@@ -75,6 +75,7 @@ type Gateway struct {
 	authFailures        *auth.FailureBudget // failed authentications per client IP (auth.failure_limit)
 	tracing             *Tracing            // nil: off
 	dataErrors          dataErrorLog        // limiter replies about one key's data, logged once a minute
+	refusals            *refusalCounts      // each limit's refusals, for the usage page
 }
 
 var _ http.Handler = (*Gateway)(nil)
@@ -100,6 +101,7 @@ func New(o Options) (*Gateway, error) {
 		allowOnLimiterError: cfg.Redis.OnError == "allow",
 		limitStates:         sync.Pool{New: func() any { return new(limitState) }},
 		authFailures:        auth.NewFailureBudget(time.Now),
+		refusals:            newRefusalCounts(time.Now()),
 		tracing:             o.Tracing,
 		logFields:           sync.Pool{New: func() any { f := make([]zap.Field, 0, 20); return &f }},
 	}

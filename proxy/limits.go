@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -70,6 +71,7 @@ type routeLimit struct {
 	by      by
 	shadow  bool // counted and reported, never denies
 	metrics *metrics.Limit
+	refused *refusalCount // this process's count of its refusals (see refusals.go)
 }
 
 // limitSet is what one route applies for one plan, with its RateLimit-Policy value.
@@ -100,11 +102,12 @@ type compiledLimit struct {
 // keeps the limit's name, so its counters are the same keys: only the allowance differs, for
 // the tenants on that plan. It returns every enabled limit by plan ("" for the defaults), for
 // usage read-back.
-func compileLimits(cfg *config.Config, routes []*route) (map[string][]routeLimit, error) {
+func compileLimits(cfg *config.Config, routes []*route, refusals *refusalCounts) (map[string][]routeLimit, error) {
 	plans := []string{""}
 	for p := range cfg.Plans {
 		plans = append(plans, p)
 	}
+	slices.Sort(plans[1:])
 	byPlan := map[string]map[string]compiledLimit{}
 	all := map[string][]routeLimit{}
 	for _, plan := range plans {
@@ -138,6 +141,16 @@ func compileLimits(cfg *config.Config, routes []*route) (map[string][]routeLimit
 			}
 		}
 		byPlan[plan] = set
+	}
+	// Each limit's refusals are counted in the window the usage page lists it with: its
+	// default limits', else the first plan's that enables it.
+	refused := map[string]*refusalCount{}
+	for _, plan := range plans {
+		for name, c := range byPlan[plan] {
+			if _, ok := refused[name]; !ok && c.rule.Limit > 0 {
+				refused[name] = refusals.of(name, c.rule.Window)
+			}
+		}
 	}
 	lists := map[string][]string{}
 	for name, l := range builtinRouteLimits {
@@ -178,7 +191,7 @@ func compileLimits(cfg *config.Config, routes []*route) (map[string][]routeLimit
 				if c.rule.Limit <= 0 {
 					continue // disabled: never asked for, never in headers
 				}
-				set.limits = append(set.limits, routeLimit{rule: c.rule, by: c.by, shadow: c.shadow, metrics: rt.metrics.Limit(name, c.rule.Unit == limits.Tokens)})
+				set.limits = append(set.limits, routeLimit{rule: c.rule, by: c.by, shadow: c.shadow, metrics: rt.metrics.Limit(name, c.rule.Unit == limits.Tokens), refused: refused[name]})
 			}
 			set.policyValue = []string{policyHeader(set.limits)}
 			rt.sets[plan] = set
@@ -309,9 +322,11 @@ func (s *scope) account(set *limitSet, hits []limits.Hit, dec *limits.Decision, 
 			}
 		case dec.Allowed: // a shadow limit that would have denied
 			l.metrics.ShadowDenied.Inc()
+			l.refused.add(true, s.start)
 			s.shadowDenied = l.rule.Name
 		case !res.Allowed && !l.shadow: // a denied request counts only under its deniers
 			l.metrics.Denied.Inc()
+			l.refused.add(false, s.start)
 		}
 	}
 	if dec.Allowed {
@@ -326,7 +341,7 @@ func (s *scope) account(set *limitSet, hits []limits.Hit, dec *limits.Decision, 
 // nearLimit is the one definition of "near the limit": 10% of it or less remains (90% or more
 // is spent), after this request if it was charged, of the tenant's allowance (its override
 // and grants included). gateway_ratelimit_near_limit_total counts
-// admissions that leave a limit there, gateway_token_limit_near_total every decision that
+// admissions that leave a limit there, gateway_ratelimit_tokens_near_limit_total every decision that
 // finds a tokens limit there. Inclusive, because operators read these as "at 90%", as the
 // usage page's marks are inclusive ("≥ 80%", "at limit"): a tenant that has spent exactly 90
 // of 100 is at 90%.

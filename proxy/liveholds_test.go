@@ -68,7 +68,7 @@ func TestHoldKeeperRefreshesUntilStopped(t *testing.T) {
 }
 
 // A hold that expired all the same (its refreshes failed: here the store's clock jumps past
-// its reserve_ttl) is charged when the answer ends, and gateway_token_holds_expired_total
+// its reserve_ttl) is charged when the answer ends, and gateway_ratelimit_holds_expired_total
 // counts it.
 func TestHoldExpiredUnderAnswerCounted(t *testing.T) {
 	var skew atomic.Int64
@@ -103,7 +103,7 @@ func TestHoldExpiredUnderAnswerCounted(t *testing.T) {
 	close(release)
 	_, _ = io.Copy(io.Discard, res.Body)
 	res.Body.Close()
-	for deadline := time.Now().Add(5 * time.Second); g.counter(t, "gateway_token_holds_expired_total", "limit", "tok") != 1; time.Sleep(10 * time.Millisecond) {
+	for deadline := time.Now().Add(5 * time.Second); g.counter(t, "gateway_ratelimit_holds_expired_total", "limit", "tok") != 1; time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("a hold settled after it expired was not counted")
 		}

@@ -65,7 +65,7 @@ func (g *Gateway) compile(cfg *config.Config) (*snapshot, error) {
 			g.metrics.StreamRoutes(rt.name)
 		}
 	}
-	if sn.limits, err = compileLimits(cfg, routes); err != nil {
+	if sn.limits, err = compileLimits(cfg, routes, g.refusals); err != nil {
 		return nil, err
 	}
 	for _, plan := range append([]string{""}, slices.Collect(maps.Keys(cfg.Plans))...) {
@@ -83,6 +83,7 @@ func (g *Gateway) compile(cfg *config.Config) (*snapshot, error) {
 	if sn.table, err = g.buildTable(sn, routes); err != nil {
 		return nil, err
 	}
+	g.knownSeries(sn, routes)
 	return sn, nil
 }
 

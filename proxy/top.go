@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/docsgate/gateway/limits"
 )
@@ -105,6 +106,8 @@ func (g *Gateway) top(ctx context.Context, sn *snapshot, name string, n int) (li
 	if variants[0].Unit == limits.Streams {
 		list.Window = "" // answers in flight, in no window
 	}
+	list.Mode = modeOf(byPlan)
+	list.Refused = g.refusals.read(name, time.Now())
 	// A plan without this limit enabled (or unknown to the config by now) means the defaults.
 	ruleFor := func(t tenant) *limits.Rule {
 		if l, ok := byPlan[t.plan]; ok {
@@ -144,11 +147,30 @@ func (g *Gateway) top(ctx context.Context, sn *snapshot, name string, n int) (li
 			Used: e.u.Used, Limit: e.u.Limit, Remaining: e.u.Remaining, Fraction: e.fraction, Reset: e.u.Reset,
 			Granted: e.u.Granted, Override: e.u.Override, Reserved: e.u.Reserved, Reserves: e.u.Reserves,
 		}
+		if r := ruleFor(t); r != nil {
+			list.Tenants[i].Shadow = r.Shadow
+		}
 	}
 	if variants[0].Algorithm == limits.Fixed {
 		list.History = variants[0].History
 	}
 	return list, nil
+}
+
+// modeOf is a limit's mode over the plans that enable it: "enforce", "shadow" or "mixed".
+func modeOf(byPlan map[string]routeLimit) string {
+	shadow, enforced := false, false
+	for _, l := range byPlan {
+		shadow = shadow || l.shadow
+		enforced = enforced || !l.shadow
+	}
+	switch {
+	case shadow && enforced:
+		return "mixed"
+	case shadow:
+		return "shadow"
+	}
+	return "enforce"
 }
 
 // fraction is how much of its allowance a tenant used; a tenant whose override of 0

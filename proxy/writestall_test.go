@@ -203,8 +203,8 @@ func TestStalledClientEndsStream(t *testing.T) {
 				if res, data := g.do(t, "POST", stallPath, jsonHdr(assistantKey), assistantBody); res.StatusCode != 200 {
 					t.Fatalf("a stream after the stalled one: %d %s", res.StatusCode, data)
 				}
-				if n := g.counter(t, "gateway_streams_stalled_total", "route", "assistant_message_v2"); n != 1 {
-					t.Fatalf("gateway_streams_stalled_total %v, want 1", n)
+				if n := g.counter(t, "gateway_stream_stalled_total", "route", "assistant_message_v2"); n != 1 {
+					t.Fatalf("gateway_stream_stalled_total %v, want 1", n)
 				}
 				stalled := 0
 				for _, e := range g.logs.FilterMessage("request").All() {

@@ -175,7 +175,7 @@ func TestSentinelFailoverUnderLoad(t *testing.T) {
 	for {
 		m := scrape(t, p)
 		open, nodes := openBreakers(m)
-		_, promotedSeries := m[`gateway_breaker_open{node="`+g.Replica.Addr+`"}`]
+		_, promotedSeries := m[`gateway_ratelimit_breaker_open{node="`+g.Replica.Addr+`"}`]
 		if len(open) == 0 && nodes == 1 && promotedSeries {
 			break
 		}
@@ -264,8 +264,8 @@ func testClusterFailover(t *testing.T, breaker string) {
 	for {
 		m := scrape(t, p)
 		open, nodes := openBreakers(m)
-		_, victimSeries := m[`gateway_breaker_open{node="`+victim.Addr+`"}`]
-		_, replicaSeries := m[`gateway_breaker_open{node="`+replica.Addr+`"}`]
+		_, victimSeries := m[`gateway_ratelimit_breaker_open{node="`+victim.Addr+`"}`]
+		_, replicaSeries := m[`gateway_ratelimit_breaker_open{node="`+replica.Addr+`"}`]
 		if len(open) == 0 && !victimSeries && replicaSeries && nodes == 3 {
 			break
 		}

@@ -249,7 +249,7 @@ func TestRedisSlowed(t *testing.T) {
 		go func() { scriptDone <- blocker.Eval(context.Background(), busyScript, nil).Err() }()
 		time.Sleep(100 * time.Millisecond) // the script has started
 		check(t, p, "deny")
-		waitMetric(t, p, `gateway_breaker_open{node="`+srv.Addr+`"}`, 500*time.Millisecond, func(v float64) bool { return v == 1 })
+		waitMetric(t, p, `gateway_ratelimit_breaker_open{node="`+srv.Addr+`"}`, 500*time.Millisecond, func(v float64) bool { return v == 1 })
 		if err := <-scriptDone; err != nil {
 			t.Fatalf("busy script: %v", err)
 		}
@@ -261,7 +261,7 @@ func TestRedisSlowed(t *testing.T) {
 				upURL, _ := recordingUpstream(t)
 				p := startGateway(t, upURL, fmt.Sprintf("redis:\n  addrs: [%q]\n  timeout: 100ms\n  on_error: %s\n  breaker: {failures: 5, cooldown: 5s}\n", addr, mode))
 				check(t, p, mode)
-				waitMetric(t, p, `gateway_breaker_open{node="`+addr+`"}`, 500*time.Millisecond, func(v float64) bool { return v == 1 })
+				waitMetric(t, p, `gateway_ratelimit_breaker_open{node="`+addr+`"}`, 500*time.Millisecond, func(v float64) bool { return v == 1 })
 				// Redis trouble never takes the replica out of rotation (see TestReadyWhileRedisIsDown).
 				if code, body := adminGet(t, p, "/readyz", ""); code != 200 {
 					t.Fatalf("readyz with the breaker open: %d %s", code, body)

@@ -147,7 +147,25 @@ func newLimiter(client, reader redis.UniversalClient, c config.Redis, q config.Q
 	})
 	l.Limiter = l.guard
 	l.preload(c.Timeout*10, log)
+	l.closedBreakers(c.Timeout*10, m)
 	return l
+}
+
+// closedBreakers makes gateway_ratelimit_breaker_open exist at 0 for the nodes the store
+// knows at start (the master, or the Cluster's masters), so the dashboard and the breaker
+// alert see them before the first decision; a node first called later gets its series then.
+func (l *limiter) closedBreakers(timeout time.Duration, m *metrics.Metrics) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	nodes, err := l.store.Nodes(ctx)
+	if err != nil {
+		return // the layout is unknown yet: the first calls name the nodes
+	}
+	for _, n := range nodes {
+		if n != "" {
+			m.BreakerOpen(n, false)
+		}
+	}
 }
 
 // preload loads the limiter scripts, so the first decisions are one round trip each. A

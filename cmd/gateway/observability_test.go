@@ -91,11 +91,11 @@ func scrape(t *testing.T, p *proc) map[string]float64 {
 	return out
 }
 
-// openBreakers returns the nodes whose gateway_breaker_open is not 0 in a scrape, and how many
+// openBreakers returns the nodes whose gateway_ratelimit_breaker_open is not 0 in a scrape, and how many
 // nodes have the series at all.
 func openBreakers(m map[string]float64) (open []string, nodes int) {
 	for k, v := range m {
-		node, ok := strings.CutPrefix(k, `gateway_breaker_open{node="`)
+		node, ok := strings.CutPrefix(k, `gateway_ratelimit_breaker_open{node="`)
 		if !ok {
 			continue
 		}
@@ -171,12 +171,12 @@ routes:
 		`gateway_stream_first_byte_seconds_count{route="assistant_message"}`:                                           3,
 		`gateway_upstream_duration_seconds_count{route="agent_job"}`:                                                   2,
 		`gateway_request_duration_seconds_count{route="agent_job"}`:                                                    6,
-		`gateway_limiter_duration_seconds_count`:                                                                       8, // 3 agent + 5 assistant
-		`gateway_limiter_errors_total{kind="data"}`:                                                                    0,
-		`gateway_limiter_errors_total{kind="node"}`:                                                                    0,
-		`gateway_limiter_errors_total{kind="timeout"}`:                                                                 0,
-		`gateway_limiter_errors_total{kind="breaker_open"}`:                                                            0,
-		`gateway_limiter_errors_total{kind="canceled"}`:                                                                0,
+		`gateway_ratelimit_decision_duration_seconds_count`:                                                            8, // 3 agent + 5 assistant
+		`gateway_ratelimit_decision_errors_total{kind="data"}`:                                                         0,
+		`gateway_ratelimit_decision_errors_total{kind="node"}`:                                                         0,
+		`gateway_ratelimit_decision_errors_total{kind="timeout"}`:                                                      0,
+		`gateway_ratelimit_decision_errors_total{kind="breaker_open"}`:                                                 0,
+		`gateway_ratelimit_decision_errors_total{kind="canceled"}`:                                                     0,
 		`gateway_inflight_requests{route="agent_job"}`:                                                                 0,
 	}
 	for k, v := range want {
@@ -185,7 +185,7 @@ routes:
 		}
 	}
 	if _, nodes := openBreakers(m); nodes != 0 {
-		t.Errorf("gateway_breaker_open has %d series with the in-process store, which has no Redis node", nodes)
+		t.Errorf("gateway_ratelimit_breaker_open has %d series with the in-process store, which has no Redis node", nodes)
 	}
 	for k := range m {
 		for _, bad := range []string{"svc_", "p1", "127.0.0.1", "acme-docs"} {

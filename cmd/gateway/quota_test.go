@@ -165,7 +165,7 @@ func limiterHealthyButSlow(t *testing.T, p *proc) float64 {
 	m := scrape(t, p)
 	for k, v := range limiterErrors(m) {
 		if k != `{kind="timeout"}` && v != 0 {
-			t.Errorf("gateway_limiter_errors_total%s = %v, want 0", k, v)
+			t.Errorf("gateway_ratelimit_decision_errors_total%s = %v, want 0", k, v)
 		}
 	}
 	if open, _ := openBreakers(m); len(open) != 0 {
@@ -179,7 +179,7 @@ func limiterHealthy(t *testing.T, p *proc) {
 	t.Helper()
 	m := scrape(t, p)
 	for k, v := range m {
-		if strings.HasPrefix(k, "gateway_limiter_errors_total") && v != 0 {
+		if strings.HasPrefix(k, "gateway_ratelimit_decision_errors_total") && v != 0 {
 			t.Errorf("%s = %v, want 0", k, v)
 		}
 	}
@@ -416,12 +416,12 @@ func sendBody(t *testing.T, p *proc, path, key, body string) (*http.Response, st
 	return res, string(data)
 }
 
-// limiterErrors picks gateway_limiter_errors_total's series out of a scrape.
+// limiterErrors picks gateway_ratelimit_decision_errors_total's series out of a scrape.
 func limiterErrors(m map[string]float64) map[string]float64 {
 	out := map[string]float64{}
 	for k, v := range m {
-		if strings.HasPrefix(k, "gateway_limiter_errors_total") {
-			out[strings.TrimPrefix(k, "gateway_limiter_errors_total")] = v
+		if strings.HasPrefix(k, "gateway_ratelimit_decision_errors_total") {
+			out[strings.TrimPrefix(k, "gateway_ratelimit_decision_errors_total")] = v
 		}
 	}
 	return out

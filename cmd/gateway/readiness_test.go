@@ -16,7 +16,7 @@ import (
 // from the start, /readyz stays 200 while the limited routes answer 503 limiter_unavailable
 // with Retry-After and the routes that need no Redis answer as usual (a refused key, a bad
 // body, a CORS preflight, a route without limits); the trouble shows on /metrics (the node's
-// gateway_breaker_open), on the usage page (the open node) and in the log. Draining is what
+// gateway_ratelimit_breaker_open), on the usage page (the open node) and in the log. Draining is what
 // turns /readyz to 503.
 func TestReadyWhileRedisIsDown(t *testing.T) {
 	for _, when := range []string{"killed after the start", "down from the start"} {
@@ -44,7 +44,7 @@ func TestReadyWhileRedisIsDown(t *testing.T) {
 					t.Fatalf("limited request %d with Redis down: %d %s", i, r.status, r.body)
 				}
 			}
-			waitMetric(t, p, `gateway_breaker_open{node="`+srv.Addr+`"}`, time.Second, func(v float64) bool { return v == 1 })
+			waitMetric(t, p, `gateway_ratelimit_breaker_open{node="`+srv.Addr+`"}`, time.Second, func(v float64) bool { return v == 1 })
 			if res := send(t, p, "POST", "/v2/agent/p/job", "svc_ready", `{"prompt":"x"}`); res.StatusCode != 503 || res.Header.Get("Retry-After") != "1" {
 				t.Fatalf("with the breaker open: %d, Retry-After %q", res.StatusCode, res.Header.Get("Retry-After"))
 			}

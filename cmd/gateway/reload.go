@@ -15,6 +15,7 @@ import (
 
 	"github.com/docsgate/gateway/auth"
 	"github.com/docsgate/gateway/config"
+	"github.com/docsgate/gateway/metrics"
 	"github.com/docsgate/gateway/proxy"
 )
 
@@ -31,6 +32,7 @@ type reloader struct {
 	keys    auth.Registry // nil in prefix mode
 	dev     bool          // -dev pins the level at debug
 	log     *zap.Logger
+	m       *metrics.Metrics // the config reload series
 
 	outcome sync.Mutex // guards last and lastErr, read by the usage page
 	last    time.Time  // when the running config was loaded
@@ -49,9 +51,11 @@ func (rl *reloader) record(err error) {
 	defer rl.outcome.Unlock()
 	if err != nil {
 		rl.lastErr = err.Error()
+		rl.m.ConfigLoaded(false, time.Time{})
 		return
 	}
 	rl.last, rl.lastErr = time.Now(), ""
+	rl.m.ConfigLoaded(true, rl.last)
 }
 
 func (rl *reloader) reload() error {

@@ -140,7 +140,7 @@ func TestRedisKilledAndRestarted(t *testing.T) {
 				t.Fatalf("Redis down, on_error %s: %v, want all %d", mode, c, want)
 			}
 			// The node's breaker is open, and the replica stays ready either way.
-			waitMetric(t, p, `gateway_breaker_open{node="`+srv.Addr+`"}`, time.Second, func(v float64) bool { return v == 1 })
+			waitMetric(t, p, `gateway_ratelimit_breaker_open{node="`+srv.Addr+`"}`, time.Second, func(v float64) bool { return v == 1 })
 			res, err := http.Get("http://" + p.admin + "/readyz")
 			if err != nil || res.StatusCode != 200 {
 				t.Fatalf("readyz with the breaker open: %v %v", err, res)

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -85,6 +86,7 @@ func serve(ctx context.Context, path string, cfg *config.Config, dev bool) error
 	}
 	reg := prometheus.NewRegistry()
 	p := &process{cfg: cfg, log: log, reg: reg, m: metrics.New(reg), started: time.Now()}
+	p.m.Build(version, buildRevision(), runtime.Version())
 	client, reader := newRedisClient(cfg.Redis, log), newReaderClient(cfg.Redis)
 	if client != nil {
 		defer client.Close()
@@ -102,7 +104,8 @@ func serve(ctx context.Context, path string, cfg *config.Config, dev bool) error
 	if err != nil {
 		return err
 	}
-	p.rl = &reloader{path: path, running: cfg, gw: p.gw, level: level, keys: keys, dev: dev, log: log, last: time.Now()}
+	p.rl = &reloader{path: path, running: cfg, gw: p.gw, level: level, keys: keys, dev: dev, log: log, m: p.m, last: time.Now()}
+	p.m.ConfigLoaded(true, p.rl.last)
 
 	pubLn, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {

@@ -156,23 +156,14 @@ func TestReloadUnderLoad(t *testing.T) {
 	}
 
 	// POST /reload answers the outcome: the bad file is still in place.
-	req, _ := http.NewRequest("POST", "http://"+p.admin+"/reload", nil)
-	req.Header.Set("Authorization", "Bearer "+token)
-	r2, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r2.Body.Close()
-	if r2.StatusCode != 422 {
-		t.Fatalf("POST /reload with a bad file: %d", r2.StatusCode)
+	if code := postReload(t, p, token); code != 422 {
+		t.Fatalf("POST /reload with a bad file: %d", code)
 	}
 	if err := os.WriteFile(cfgPath, []byte(good), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	req = mustRequest(t, "POST", "http://"+p.admin+"/reload")
-	req.Header.Set("Authorization", "Bearer "+token)
-	if r3, err := http.DefaultClient.Do(req); err != nil || r3.StatusCode != 200 {
-		t.Fatalf("POST /reload with a good file: %v %v", err, r3)
+	if code := postReload(t, p, token); code != 200 {
+		t.Fatalf("POST /reload with a good file: %d", code)
 	}
 }
 

@@ -10,14 +10,19 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
+
+	"github.com/docsgate/gateway/auth"
 	"github.com/docsgate/gateway/internal/browsertest"
 	"github.com/docsgate/gateway/internal/redistest"
 )
 
 // The usage page as a person meets it: opened in headless Chromium on the admin listener,
 // through the browser's Basic auth prompt when admin_token is set, showing the tenants with
-// the store's numbers, the 80% and 100% marks, token use per org and the gateway's state,
-// refreshing itself in place, with no console error.
+// the store's numbers, the 80% and 100% marks, the shadow badge, this replica's refusals per
+// limit, a streams limit without a window, token use in one table, "<0.1%" for a tiny use and
+// the gateway's state; looking up any tenant (an org, an IP, a key digest) through the usage
+// API; refreshing itself in place, with no console error.
 func TestUsagePageInBrowser(t *testing.T) {
 	browser := browsertest.Start(t)
 	up := tokenUpstream(t)
@@ -33,10 +38,12 @@ plans:
     assistant_per_org: {limit: 40}
 limits:
   assistant_per_org: {limit: 10, window: hour}
+  assistant_per_ip: {limit: 100000, window: day}
   assistant_tokens_per_org: {limit: 2000000, window: month, by: org, unit: tokens, mode: shadow}
+  assistant_streams_per_org: {limit: 5, by: org, unit: streams}
 routes:
   - name: assistant_message
-    limits: [assistant_per_key, assistant_per_org, assistant_per_ip, assistant_tokens_per_org]
+    limits: [assistant_per_key, assistant_per_org, assistant_per_ip, assistant_tokens_per_org, assistant_streams_per_org]
 `
 	for _, c := range []struct {
 		name  string
@@ -54,6 +61,9 @@ routes:
 			}
 			for range 10 {
 				ask("initech", "plain") // 10 of 10: at the limit
+			}
+			for range 2 {
+				ask("initech", "plain") // refused: 429
 			}
 			for range 8 {
 				ask("globex", "plain") // 8 of 10: near it
@@ -110,14 +120,75 @@ routes:
 			if strings.Join(order, ",") != "initech,globex,acme" {
 				t.Fatalf("order %v", order)
 			}
-			if tok := page.Text(t, `table.tokens tr[data-tenant="acme"]`); !strings.Contains(tok, "41,400") {
+			// Token use is in one table: the tokens limit's own section.
+			if tok := row("assistant_tokens_per_org", "acme"); !strings.Contains(tok, "41,400") {
 				t.Fatalf("token use of acme: %q", tok)
+			}
+			var acmeTokenRows, tokenTables int
+			page.Eval(t, `document.querySelectorAll('#content tr[data-tenant="acme"]').length`, &acmeTokenRows)
+			page.Eval(t, `document.querySelectorAll('#content section[data-limit="assistant_tokens_per_org"] table, table.tokens').length`, &tokenTables)
+			if tokenTables != 1 || acmeTokenRows != 2 { // assistant_per_org and the tokens limit (no answer in flight)
+				t.Fatalf("%d token tables, acme in %d rows: want 1 table and acme once per by-org limit it uses", tokenTables, acmeTokenRows)
+			}
+			// The shadow limit says so, in its heading; the enforced ones do not.
+			if h := page.Text(t, `section.limit[data-limit="assistant_tokens_per_org"] h2`); !strings.Contains(h, "shadow") {
+				t.Fatalf("the shadow limit's heading lacks the badge: %q", h)
+			}
+			if h := page.Text(t, `section.limit[data-limit="assistant_per_org"] h2`); strings.Contains(h, "shadow") {
+				t.Fatalf("an enforced limit's heading shows a shadow badge: %q", h)
+			}
+			// Refusals: the 2 refused initech requests, counted by this replica in the window.
+			if r := page.Text(t, `section.limit[data-limit="assistant_per_org"] p.refusals`); !strings.Contains(r, "Refused on this replica: 2 in the current hour") || !strings.Contains(r, "2 since it started") {
+				t.Fatalf("refusals of assistant_per_org: %q", r)
+			}
+			if r := page.Text(t, `section.limit[data-limit="assistant_tokens_per_org"] p.refusals`); !strings.Contains(r, "Would have refused (shadow) on this replica: 0 in the current month") {
+				t.Fatalf("refusals of the shadow limit: %q", r)
+			}
+			// A streams limit has no window: none in its heading, no Resets column.
+			streams := page.Text(t, `section.limit[data-limit="assistant_streams_per_org"]`)
+			if !strings.Contains(streams, "streams in flight, by org") || strings.Contains(streams, " per ") || strings.Contains(streams, "window") || strings.Contains(streams, "Resets") {
+				t.Fatalf("the streams limit's section: %q", streams)
+			}
+			// 27 of 100,000 requests from this IP: under 0.1%, not 0.0%.
+			if r := page.Text(t, `section.limit[data-limit="assistant_per_ip"] tbody tr`); !strings.Contains(r, "<0.1%") {
+				t.Fatalf("a tiny use of assistant_per_ip reads %q, want <0.1%%", r)
 			}
 			state := page.Text(t, "section.state")
 			for _, s := range []string{"v0.0.0-test", "redis", "reachable", "closed"} {
 				if !strings.Contains(state, s) {
 					t.Fatalf("state %q lacks %q", state, s)
 				}
+			}
+			// The lookup: any tenant, through the usage API, with the page's credentials.
+			prompts := page.AuthPrompts()
+			lookup := func(by, id, limit string) string {
+				page.Run(t,
+					chromedp.SetValue(`#lookup select[name="by"]`, by, chromedp.ByQuery),
+					chromedp.SetValue(`#lookup input[name="id"]`, id, chromedp.ByQuery),
+					chromedp.Click(`#lookup button[type="submit"]`, chromedp.ByQuery),
+				)
+				sel := fmt.Sprintf(`#lookup-result tr[data-limit=%q]`, limit)
+				page.WaitFor(t, fmt.Sprintf(`document.querySelector(%q) !== null && document.querySelector('#lookup-result code').textContent === %q`, sel, id), 10*time.Second)
+				return page.Text(t, sel)
+			}
+			if r := lookup("org", "acme", "assistant_per_org"); !strings.Contains(r, "9") || !strings.Contains(r, "40 requests") {
+				t.Fatalf("lookup of acme, assistant_per_org: %q", r)
+			}
+			if r := page.Text(t, `#lookup-result tr[data-limit="assistant_tokens_per_org"]`); !strings.Contains(r, "41,400") || !strings.Contains(r, "shadow") {
+				t.Fatalf("lookup of acme, its tokens: %q", r)
+			}
+			if r := lookup("org", "umbrella", "assistant_per_org"); !strings.Contains(r, "0.0%") {
+				t.Fatalf("lookup of an org with no use: %q", r)
+			}
+			if r := lookup("ip", "127.0.0.1", "assistant_per_ip"); !strings.Contains(r, "<0.1%") {
+				t.Fatalf("lookup of this IP: %q", r)
+			}
+			if r := lookup("key", auth.Digest("svc_dsc_acmekey"), "assistant_per_key"); !strings.Contains(r, "9") || !strings.Contains(r, "10,000 requests") {
+				t.Fatalf("lookup of acme's key digest: %q", r)
+			}
+			if c.token != "" && page.AuthPrompts() != prompts {
+				// The browser answers the API's challenges with the credentials it has.
+				t.Fatalf("credential prompts: %d before the lookups, %d after", prompts, page.AuthPrompts())
 			}
 			shot := filepath.Join(t.TempDir(), "usage-page.png")
 			if os.Getenv("UPDATE_SCREENSHOT") == "1" && c.token != "" {
@@ -136,6 +207,22 @@ routes:
 			}
 			if errs := page.Errors(); len(errs) > 0 {
 				t.Fatalf("console errors: %v", errs)
+			}
+			// The API's refusal is shown as it says it, as text.
+			page.Run(t,
+				chromedp.SetValue(`#lookup select[name="by"]`, "ip", chromedp.ByQuery),
+				chromedp.SetValue(`#lookup input[name="id"]`, "<b>nope</b>", chromedp.ByQuery),
+				chromedp.Click(`#lookup button[type="submit"]`, chromedp.ByQuery),
+			)
+			page.WaitFor(t, `document.querySelector('#lookup-result p.error') !== null`, 10*time.Second)
+			if e := page.Text(t, `#lookup-result p.error`); !strings.Contains(e, "Not an IP address: <b>nope</b>") {
+				t.Fatalf("lookup of a bad IP: %q", e)
+			}
+			// Chromium logs the 400 itself; nothing else went wrong.
+			for _, e := range page.Errors() {
+				if !strings.Contains(e, "status of 400") {
+					t.Fatalf("console error: %s", e)
+				}
 			}
 		})
 	}

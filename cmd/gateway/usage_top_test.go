@@ -266,7 +266,7 @@ routes:
 				}
 			}
 			// The second umbrella request (950 of 1000 spent) and the denied third one.
-			if got := m[`gateway_token_limit_near_total{limit="assistant_tokens_per_org",route="assistant_message"}`]; got != 2 {
+			if got := m[`gateway_ratelimit_tokens_near_limit_total{limit="assistant_tokens_per_org",route="assistant_message"}`]; got != 2 {
 				t.Errorf("near-limit count of the tokens limit: %v, want 2", got)
 			}
 		})

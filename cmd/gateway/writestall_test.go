@@ -100,7 +100,7 @@ func ask(p *proc, fp string) (int, error) {
 // the default write_stall_timeout (10s), on both upstream transports, over HTTP/1.1 and h2c:
 // while the bound runs the slot is taken (429); the slot is back within the bound plus a
 // second of the client's last read (a new stream is admitted), the upstream connection is
-// closed, and gateway_streams_stalled_total counts it (its series exists at 0 before).
+// closed, and gateway_stream_stalled_total counts it (its series exists at 0 before).
 func TestStalledReaderFreesItsSlot(t *testing.T) {
 	const bound = 10 * time.Second // the default
 	for _, tr := range transports {
@@ -110,7 +110,7 @@ func TestStalledReaderFreesItsSlot(t *testing.T) {
 			t.Run(tr+"/"+proto, func(t *testing.T) {
 				up, gone := stallUpstream(t)
 				p := startGateway(t, up, stallConfig(tr, ""))
-				const series = `gateway_streams_stalled_total{route="assistant_message"}`
+				const series = `gateway_stream_stalled_total{route="assistant_message"}`
 				if v, ok := scrape(t, p)[series]; !ok || v != 0 {
 					t.Fatalf("%s before any stall: %v %t, want 0", series, v, ok)
 				}

@@ -525,7 +525,7 @@ func pprofTop(bin, path string, args ...string) string {
 	return strings.TrimSpace(string(out))
 }
 
-// waitBreakersClosed polls the gateway's metrics until no gateway_breaker_open series is 1,
+// waitBreakersClosed polls the gateway's metrics until no gateway_ratelimit_breaker_open series is 1,
 // or timeout passes.
 func waitBreakersClosed(url string, timeout time.Duration) {
 	c := &http.Client{Timeout: 500 * time.Millisecond}
@@ -537,7 +537,7 @@ func waitBreakersClosed(url string, timeout time.Duration) {
 			resp.Body.Close()
 			open := false
 			for _, line := range strings.Split(string(b), "\n") {
-				if strings.HasPrefix(line, "gateway_breaker_open{") && strings.HasSuffix(line, " 1") {
+				if strings.HasPrefix(line, "gateway_ratelimit_breaker_open{") && strings.HasSuffix(line, " 1") {
 					open = true
 				}
 			}

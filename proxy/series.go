@@ -1,0 +1,62 @@
+package proxy
+
+import (
+	"slices"
+
+	"github.com/docsgate/gateway/auth"
+)
+
+// The label values the request path can give the metrics, created at 0 for a compiled config
+// (see metrics/known.go): every route's refusal reasons and upstream error kinds, each stream
+// route's finish reasons and token series per org, each deprecated route's orgs, each limit's
+// refund reasons. A config that is rejected creates none.
+
+// upstreamErrorKinds are the kinds upstreamErrorKind and forward give.
+var upstreamErrorKinds = []string{"unavailable", "timeout", "reset", "canceled"}
+
+// finishReasons are the reasons streamOutcome.result gives: reasonLabel's and "incomplete".
+var finishReasons = []string{"stop", "length", "content-filter", "tool-calls", "error", "other", "unknown", "incomplete"}
+
+// refundReasons are the reasons a refund gives back units for.
+var refundReasons = []string{refundUpstream401, refundUpstream403}
+
+// authReasons are the auth rejection reasons of the mode: auth.Check's, too_many_failures
+// (auth.failure_limit) and, in registry mode, the registry's.
+func (g *Gateway) authReasons(sn *snapshot) []string {
+	var out []string
+	for _, r := range []auth.Reason{auth.Missing, auth.Malformed, auth.UnknownFamily, auth.WrongKind} {
+		out = append(out, r.String())
+	}
+	if sn.authFailLimit > 0 {
+		out = append(out, "too_many_failures")
+	}
+	if g.registry != nil {
+		out = append(out, "unknown_key", "revoked", "forbidden")
+	}
+	return out
+}
+
+// knownSeries creates the series of sn's routes and limits at 0.
+func (g *Gateway) knownSeries(sn *snapshot, routes []*route) {
+	orgs := make([]string, 0, len(sn.orgMetrics))
+	for org := range sn.orgMetrics { // the configured orgs and "other"
+		orgs = append(orgs, org)
+	}
+	slices.Sort(orgs)
+	reasons := g.authReasons(sn)
+	for _, rt := range routes {
+		m := rt.metrics
+		m.AuthReasons(reasons...)
+		m.UpstreamKinds(upstreamErrorKinds...)
+		if rt.stream {
+			m.FinishReasons(finishReasons...)
+			m.StreamOrgs(orgs...)
+		}
+		if rt.deprecation != nil {
+			m.DeprecatedOrgs(orgs...)
+		}
+	}
+	for _, name := range sn.enabledLimits() {
+		g.metrics.RefundReasons(name, refundReasons...)
+	}
+}
