@@ -61,9 +61,10 @@ fill() {
   BEGIN {
     nf = split(fields, f, " ")
     for (i = 0; i < n; i++) {
-      key = sprintf("gw:%s:%s:{tenant%06d}", name, window, i)
-      argc = 6 + 2 * nf
-      printf "*%d\r\n$4\r\nHSET\r\n$%d\r\n%s\r\n$1\r\ns\r\n$%d\r\n%s\r\n$1\r\nn\r\n", argc, length(key), key, length(s), s
+      key = sprintf("gw:%s:{tenant%06d}", name, i) # a counter names no window; its w does
+      w = substr(window, 1, 1) # hour, day, month: h, d, m (the window the hash counts in)
+      argc = 8 + 2 * nf
+      printf "*%d\r\n$4\r\nHSET\r\n$%d\r\n%s\r\n$1\r\nw\r\n$1\r\n%s\r\n$1\r\ns\r\n$%d\r\n%s\r\n$1\r\nn\r\n", argc, length(key), key, w, length(s), s
       v = count(i, 0); printf "$%d\r\n%d\r\n", length(v ""), v
       for (k = 1; k <= nf; k++) {
         v = count(i, k)
@@ -147,6 +148,6 @@ for counts in requests tokens; do
   m1=$(mem)
   fill "$name" hour "$hour" "$max_history" 3600 "$counts" "$MAX_TENANTS"
   m2=$(mem)
-  key="gw:$name:hour:{tenant000000}"
+  key="gw:$name:{tenant000000}"
   echo "history $max_history (the most accepted), ${counts%s}-sized counts, $MAX_TENANTS tenants: $(awk -v a="$m1" -v b="$m2" -v n="$MAX_TENANTS" -v k="$max_history" 'BEGIN {printf "%.1f", (b - a) / (n * k)}') bytes per tenant and kept window ($(( (m1 - m0) / MAX_TENANTS )) bytes per tenant without history; one tenant's hash: $(rc object encoding "$key"), MEMORY USAGE $(rc memory usage "$key" samples 0) bytes)"
 done
