@@ -1,6 +1,7 @@
 package check
 
 import (
+	"encoding/json"
 	"fmt"
 	"maps"
 	"path"
@@ -325,7 +326,9 @@ func TestChartMirrorsBase(t *testing.T) {
 	same := func(what string, b, c any) {
 		t.Helper()
 		if !equality.Semantic.DeepEqual(b, c) {
-			t.Errorf("%s differs:\nbase  %+v\nchart %+v", what, b, c)
+			bj, _ := json.Marshal(b)
+			cj, _ := json.Marshal(c)
+			t.Errorf("%s differs:\nbase  %s\nchart %s", what, bj, cj)
 		}
 	}
 	var bcfg, ccfg any
