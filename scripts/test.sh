@@ -22,8 +22,9 @@ go test -race -count=1 -timeout 15m ./...
 # standard) instead of the gateway's own pool, so both stay tested.
 echo "== go test -race ./proxy (upstream.transport: standard)"
 GATEWAY_TEST_UPSTREAM_TRANSPORT=standard go test -race -count=1 -timeout 5m ./proxy
-# deploy/kubernetes/check is its own module (Kubernetes API types stay out of the gateway's
-# go.mod): it decodes the manifests strictly.
+# deploy/kubernetes/check is its own module (Kubernetes API types and Helm stay out of the
+# gateway's go.mod): it decodes the kustomize base and the Helm chart (rendered and linted
+# with Helm's Go module) strictly and runs the same checks on both.
 echo "== deploy/kubernetes/check"
 (cd deploy/kubernetes/check && go vet ./... && go test -count=1 -timeout 5m ./...)
 # bench/ is its own module too (vegeta stays out of the gateway's go.mod): it must build, and
