@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -12,8 +13,9 @@ import (
 
 // FuzzStoresAgree drives the in-process store and Redis with the same random sequence of
 // admissions, settlements (charges up to the reserve, releases), refunds, run-time grants,
-// overrides and resets, reloads that change a limit's window, unit or algorithm (answers in
-// flight keep the rules they were admitted under, as the gateway's do) and window ends. After
+// overrides and resets, reloads that change a limit's window, unit or algorithm (an answer in
+// flight ends under the rule in force where it counts in the same counter, else under the one
+// it was admitted under, as the gateway's do) and window ends. After
 // every step both stores read back the same use, holds and history; used + live holds never
 // pass a tokens limit; and each counter's history plus its current window holds exactly the
 // units admitted into it, less refunds and what resets forgot: nothing lost, nothing counted
@@ -174,10 +176,10 @@ func (a *agreement) settle(k int, n int64) {
 	for s, st := range a.stores {
 		f := a.held[s][k]
 		a.held[s] = append(a.held[s][:k], a.held[s][k+1:]...)
-		if _, err := st.Settle(a.ctx, f.hold, f.held, n); err != nil {
+		if _, err := st.Settle(a.ctx, f.hold, a.inForce(f.held), n); err != nil {
 			a.t.Fatal(err)
 		}
-		if err := st.Debit(a.ctx, f.debit, n); err != nil {
+		if err := st.Debit(a.ctx, a.inForce(f.debit), n); err != nil {
 			a.t.Fatal(err)
 		}
 		if s == 0 && n > 0 {
@@ -189,6 +191,20 @@ func (a *agreement) settle(k int, n int64) {
 			}
 		}
 	}
+}
+
+// inForce maps hits to the rules in force that count in the same counter (same name, unit
+// and algorithm), as the gateway does when an answer ends after a reload.
+func (a *agreement) inForce(hits []Hit) []Hit {
+	out := slices.Clone(hits)
+	for i, h := range out {
+		for _, r := range []*Rule{a.r, a.tok} {
+			if r.Name == h.Rule.Name && r.Unit == h.Rule.Unit && r.Algorithm == h.Rule.Algorithm {
+				out[i].Rule = r
+			}
+		}
+	}
+	return out
 }
 
 func (a *agreement) refund(k int) {

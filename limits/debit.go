@@ -29,10 +29,9 @@ import (
 // window shorter than their ttl (a shadow limit debits the answers it had no room to hold).
 const chargeLua = `
 local function charge(key, spec, n, sec, now_us)
+  -- In the spec's window: the gateway settles an answer with the rule in force when it ends
+  -- (a change of window since its admission re-keys the counter here, as a take would).
   local _, _, win = parse(spec)
-  -- The hash's own window: an answer admitted before a change of the limit's window is
-  -- charged where the counter counts now.
-  win = window_of(key, win)
   local ws, we = bounds(win, sec)
   local _, same = count(key, ws, win)
   if same then
@@ -114,14 +113,8 @@ func (m *Memory) Debit(ctx context.Context, hits []Hit, n int64) error {
 // entry's life); Debit and Settle alike (the caller holds the shard lock).
 func (m *Memory) charge(h *memHit, n, sec int64) {
 	e := m.entry(h)
-	// The entry's own window: an answer admitted before a change of the limit's window is
-	// charged where the counter counts now (as chargeLua).
-	w := e.win
-	if w.IsZero() {
-		w = h.cr.snap.Window
-	}
-	ws, we := w.boundsUnix(sec)
-	e.rollIn(w, keepOf(&h.cr.snap), ws, we)
+	ws, we := h.cr.snap.Window.boundsUnix(sec)
+	e.roll(&h.cr.snap, ws, we) // in the rule's window, as chargeLua
 	e.n += n
 }
 

@@ -96,12 +96,6 @@ local function count(key, ws, win)
   return n or 0, true
 end
 
--- window_of is the window a hash counts in: its w (the window of the limit that last began a
--- window in it), else the spec's win.
-local function window_of(key, win)
-  return redis.call('HGET', key, 'w') or win
-end
-
 local function period_of(win)
   if win == 'h' then return 3600 elseif win == 'd' then return 86400
   elseif win == 'm' then return 2592000 end

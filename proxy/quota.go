@@ -37,16 +37,20 @@ func (g *Gateway) quotaRule(ctx context.Context, name, id string) (*limits.Rule,
 		return nil, "", err
 	}
 	t := g.tenantOf(ctx, sn, b, id)
-	ls, ok := sn.limits[t.plan]
-	if !ok {
-		ls = sn.limits[""] // a plan the config no longer has
-	}
-	for _, l := range ls {
+	for _, l := range sn.limitsOfPlan(t.plan) {
 		if l.rule.Name == name {
 			return l.rule, id, nil
 		}
 	}
 	return nil, "", fmt.Errorf("proxy: quota: %w: %q is disabled for this tenant's plan %q", limits.ErrUnknownLimit, name, t.plan)
+}
+
+// limitsOfPlan is every enabled limit of plan, the defaults' for a plan the config no longer has.
+func (sn *snapshot) limitsOfPlan(plan string) []routeLimit {
+	if ls, ok := sn.limits[plan]; ok {
+		return ls
+	}
+	return sn.limits[""]
 }
 
 // limitBy is what the limit name counts by (the same in every plan).

@@ -40,7 +40,7 @@ func (g *Gateway) countTokens(s *scope, out *streamOutcome) {
 			return
 		}
 		g.afterAnswer(func(ctx context.Context) {
-			if err := g.limiter.Debit(ctx, hits, n); err != nil {
+			if err := g.limiter.Debit(ctx, g.inForce(s, hits), n); err != nil {
 				// The tokens are lost to the limit (never double-counted): say so, with numbers.
 				g.log.Warn("token debit failed", zap.String("route", route), zap.Int64("tokens", n), zap.Error(err))
 			}
@@ -172,7 +172,7 @@ func (g *Gateway) settleHolds(s *scope, out *streamOutcome) {
 		n = max(n, -1) // slots alone: given back, nothing charged
 		g.afterAnswer(func(ctx context.Context) {
 			keeper.stop() // no refresh may follow the settle
-			expired, err := g.limiter.Settle(ctx, hold, held, n)
+			expired, err := g.limiter.Settle(ctx, hold, g.inForce(s, held), n)
 			if err != nil {
 				// The holds and slots come back when their reserve_ttl ends; the tokens are lost.
 				g.log.Warn("settling holds failed", zap.String("route", route), zap.Int64("tokens", n), zap.Error(err))
@@ -182,6 +182,27 @@ func (g *Gateway) settleHolds(s *scope, out *streamOutcome) {
 			}
 		})
 	})
+}
+
+// inForce maps the hits of an answer admitted under an earlier config to the rules of the
+// config in force where they count in the same counter (the same limit and plan, unit and
+// algorithm), so that an answer that ends after a reload changed the limit's window is charged
+// in the window the limit counts in now: the one it ends in. A hit whose limit changed its
+// unit or algorithm, or is gone, keeps its rule (its counter).
+func (g *Gateway) inForce(s *scope, hits []limits.Hit) []limits.Hit {
+	sn := g.snap.Load()
+	if sn == s.snap {
+		return hits
+	}
+	out := slices.Clone(hits)
+	for i, h := range out {
+		for _, l := range sn.limitsOfPlan(s.plan) {
+			if r := l.rule; r.Name == h.Rule.Name && r.Unit == h.Rule.Unit && r.Algorithm == h.Rule.Algorithm {
+				out[i].Rule = r
+			}
+		}
+	}
+	return out
 }
 
 // keepHeld records the token holds and stream slots an admitting decision took, to be

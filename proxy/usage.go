@@ -51,12 +51,8 @@ func (g *Gateway) Usage(ctx context.Context, what, subject string) ([]limits.Usa
 			}
 		}
 	}
-	applied, ok := sn.limits[plan]
-	if !ok {
-		applied = sn.limits[""] // a plan the config no longer has
-	}
 	out := []limits.Usage{}
-	for _, l := range applied {
+	for _, l := range sn.limitsOfPlan(plan) {
 		if l.by != b {
 			continue
 		}
