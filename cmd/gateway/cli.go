@@ -95,7 +95,7 @@ func runHelp(args []string, stdout, stderr io.Writer) int {
 }
 
 func printVersion(w io.Writer) {
-	fmt.Fprintf(w, "gateway %s (%s)\n", version, runtime.Version())
+	fmt.Fprintf(w, "gateway %s (%s, commit %s)\n", version, runtime.Version(), buildRevision())
 }
 
 // usageError prints one line, "gateway: MESSAGE; see 'gateway help TOPIC'", and returns the
