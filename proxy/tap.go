@@ -23,6 +23,9 @@ type dataStreamTap struct {
 	dUsage, eUsage       bool
 	dPrompt, dCompletion int64
 	ePrompt, eCompletion int64
+
+	// check, when set, runs after each part: true stops the read there (see cutoff).
+	check func() bool
 }
 
 var _ streamTap = (*dataStreamTap)(nil)
@@ -40,7 +43,8 @@ func (t *dataStreamTap) reset() {
 // isPart: the codes whose lines the tap reads.
 func isPart(c byte) bool { return c == 'd' || c == 'e' || c == '0' || c == '3' }
 
-func (t *dataStreamTap) feed(b []byte) {
+func (t *dataStreamTap) feed(b []byte) int {
+	n := len(b)
 	for len(b) > 0 {
 		if t.inPart != 0 {
 			i := bytes.IndexByte(b, '\n')
@@ -57,10 +61,13 @@ func (t *dataStreamTap) feed(b []byte) {
 				}
 			}
 			if i < 0 {
-				return
+				return n
 			}
 			t.endPart()
 			b = b[i+1:]
+			if t.check != nil && t.check() {
+				return n - len(b)
+			}
 			continue
 		}
 		if t.pending != 0 {
@@ -76,7 +83,7 @@ func (t *dataStreamTap) feed(b []byte) {
 		if t.atLineStart && isPart(b[0]) {
 			if len(b) == 1 { // "d" and ":" may arrive in different reads
 				t.pending = b[0]
-				return
+				return n
 			}
 			if b[1] == ':' {
 				t.beginPart(b[0])
@@ -87,11 +94,12 @@ func (t *dataStreamTap) feed(b []byte) {
 		i := bytes.IndexByte(b, '\n')
 		if i < 0 {
 			t.atLineStart = false
-			return
+			return n
 		}
 		t.atLineStart = true
 		b = b[i+1:]
 	}
+	return n
 }
 
 func (t *dataStreamTap) beginPart(code byte) {
