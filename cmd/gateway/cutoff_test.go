@@ -332,3 +332,46 @@ func resetAcme(t *testing.T, p *proc) {
 		t.Fatalf("reset: %d %s", res.StatusCode, body)
 	}
 }
+
+// The real AI SDK clients read a cut answer as the end of the answer with an error they can
+// show, not as a network failure: ai 4 on v1 (callChatApi, what useChat runs: the error part
+// ends it with an Error of the gateway's message), ai 5 and ai 7 on v2 (the SDK's own chat,
+// AbstractChat: status error, the gateway's message, isError and not isDisconnect), each
+// with the text that passed.
+func TestCutoffAISDKClients(t *testing.T) {
+	dir := aisdkClients(t)
+	up := newCutUpstream(t)
+	p := startGateway(t, up.url, `orgs: {ai4: [ai4-docs], ai5: [ai5-docs], ai7: [ai7-docs]}
+limits:
+  assistant_tokens_per_org: {limit: 300, window: month, by: org, unit: tokens, reserve: 50, cutoff: true}
+routes:
+  - name: assistant_message
+    limits: [assistant_tokens_per_org]
+  - name: assistant_message_v2
+    limits: [assistant_tokens_per_org]
+`)
+	for _, pkg := range []string{"ai4", "ai5", "ai7"} {
+		t.Run(pkg, func(t *testing.T) {
+			version := "v2"
+			if pkg == "ai4" {
+				version = "v1"
+			}
+			api := "http://" + p.public + "/discovery/" + version + "/assistant/" + pkg + "-docs/message"
+			got := runNode(t, dir, "cutoff-chat.mjs", pkg, api, "svc_dsc_"+pkg+"client", "p-100-40-1", "How do I rotate an API key?")[0]
+			e, _ := got["error"].(map[string]any)
+			text, _ := got["text"].(string)
+			t.Logf("%s: shows error %v after %d bytes of text (chat status %v, isError %v, isDisconnect %v)",
+				pkg, e, len(text), got["chatStatus"], got["isError"], got["isDisconnect"])
+			if got["status"] != float64(200) || e == nil || e["message"] != "The answer was cut off: the token budget ran out." || e["network"] != false {
+				t.Fatalf("%s must show the gateway's error, not a network failure: %v", pkg, got)
+			}
+			if len(text) == 0 || len(text) >= 100*40 || len(text)%40 != 0 || strings.Trim(text, "a") != "" {
+				t.Fatalf("%s: the text that passed, whole parts of it: %d bytes", pkg, len(text))
+			}
+			if pkg != "ai4" && (got["chatStatus"] != "error" || got["isError"] != true || got["isDisconnect"] != false || got["isAbort"] != false) {
+				t.Fatalf("%s: the chat must end in error, not a disconnect: %v", pkg, got)
+			}
+		})
+	}
+	up.waitCancelled(t, 3)
+}
