@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
+
 	"github.com/docsgate/gateway/internal/browsertest"
 )
 
@@ -409,4 +411,24 @@ func TestCutoffBrowserCrossOrigin(t *testing.T) {
 		t.Fatalf("the page read the end %q", end)
 	}
 	up.waitCancelled(t, 1)
+}
+
+// The request's span names the limit that cut its answer.
+func TestCutoffSpan(t *testing.T) {
+	rcv := startOTLPHTTP(t)
+	up := newCutUpstream(t)
+	p := startGateway(t, up.url, fmt.Sprintf("tracing: {enabled: true, protocol: http/protobuf, endpoint: %q, insecure: true}\n", "http://"+rcv.addr)+
+		fmt.Sprintf(cutoffConfig, 300, ", cutoff: true"))
+	if a := askCut(t, p, true, "svc_dsc_cut", "p-100-40-1"); a.status != 200 || !strings.Contains(strings.Join(a.parts, ""), "cut off") {
+		t.Fatalf("status %d, parts %q", a.status, a.parts)
+	}
+	span := rcv.waitSpan(t, "the cut answer's server span", func(s *tracepb.Span) bool {
+		return s.Kind == tracepb.Span_SPAN_KIND_SERVER && attrString(s, "gateway.route") == "assistant_message_v2"
+	})
+	if got := attrString(span, "gateway.cutoff"); got != "assistant_tokens_per_org" {
+		t.Fatalf("gateway.cutoff = %q", got)
+	}
+	if got := attrString(span, "gateway.ratelimit.decision"); got != "allowed" {
+		t.Fatalf("the admission stays allowed: %q", got)
+	}
 }
