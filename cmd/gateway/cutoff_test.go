@@ -16,6 +16,7 @@ import (
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 
 	"github.com/docsgate/gateway/internal/browsertest"
+	"github.com/docsgate/gateway/internal/redistest"
 )
 
 // cutUpstream speaks v1 or v2 by the path's version and answers with the text parts its
@@ -431,4 +432,31 @@ func TestCutoffSpan(t *testing.T) {
 	if got := attrString(span, "gateway.ratelimit.decision"); got != "allowed" {
 		t.Fatalf("the admission stays allowed: %q", got)
 	}
+}
+
+// An answer with cutoff asks the store once per reserve of tokens it runs past its admission,
+// never per part: 100 parts of 10 tokens (1,006 tokens with the prompt) against a reserve of
+// 100 are 1 admission, 9 growths and 1 settle: 11 script calls (INFO commandstats).
+func TestCutoffScriptCallsPerReserve(t *testing.T) {
+	srv := redistest.Start(t)
+	up := newCutUpstream(t)
+	p := startGateway(t, up.url, fmt.Sprintf("redis: {addrs: [%q], timeout: 2s}\n", srv.Addr)+fmt.Sprintf(cutoffConfig, 100000, ", cutoff: true"))
+	client := srv.Client(t)
+	before := redistest.ScriptCalls(t, client)
+	a := askCut(t, p, false, "svc_dsc_cut", "p-100-40-0")
+	if a.status != 200 || a.texts() != 100 || strings.Contains(strings.Join(a.parts, ""), "cut off") {
+		t.Fatalf("status %d, %d text parts", a.status, a.texts())
+	}
+	// The settle follows the answer off its path: wait until the count holds still.
+	calls := redistest.ScriptCalls(t, client) - before
+	for still := time.Now(); time.Since(still) < 300*time.Millisecond; time.Sleep(20 * time.Millisecond) {
+		if n := redistest.ScriptCalls(t, client) - before; n != calls {
+			calls, still = n, time.Now()
+		}
+	}
+	t.Logf("script calls for one answer of 100 parts and 1,006 tokens, reserve 100: %d", calls)
+	if calls != 11 {
+		t.Fatalf("%d script calls, want 11: 1 admission, 9 growths, 1 settle", calls)
+	}
+	waitUsage(t, p, "assistant_tokens_per_org", 1006, 0, 10*time.Second)
 }
