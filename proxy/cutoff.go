@@ -22,15 +22,47 @@ import (
 // takes it past, the hold is grown (limits.Grower: one store call, atomic with every other
 // decision and hold on the limit) to the running count plus another reserve, as far as the
 // tenant's allowance has room net of the used tokens and the other live holds. When it cannot
-// grow as far as the running count, the answer ends right after that part: the upstream
-// request is cancelled, the answer is charged what passed, and the client gets an error part
-// and the finish parts of its protocol.
+// grow as far as the running count, the answer ends at that part: before it when the part came
+// whole in the read at hand (it is dropped, never sent), else right after it (its beginning is
+// out already); the upstream request is cancelled, the answer is charged what passed, and the
+// client gets an error part and the finish parts of its protocol.
 //
 // So at every instant the tokens used plus the holds of the answers in flight stay within the
-// allowance, except that each answer's last part may run past its hold: the overshoot is at
-// most one streamed part's tokens per answer in flight, whatever the number of replicas. A
-// store call is made once per reserve of tokens an answer runs past its admission, never per
-// part.
+// allowance, except that an answer whose last part began in an earlier read than it ended in
+// may run past its hold by that part: the overshoot is at most one streamed part's tokens per
+// answer in flight, whatever the number of replicas, and none when parts come whole in a read
+// (as a part flushed on its own does). A store call is made once per reserve of tokens an
+// answer runs past its admission, never per part.
+
+// partCheck runs after each part a tap counts; whole says the part came whole in the read at
+// hand (the tap can drop it). Its answer: go on, end the read after the part, or before it
+// (only when whole: the tap then forgets what it counted of the part).
+type partCheck func(whole bool) cutAction
+
+// cutAt runs a tap's check at the end of a part, at offset at of the read at hand; mark is
+// where the read may end before the part (-1: nowhere) and saved the tap's counts there. When
+// the check cuts, it returns where the read ends, the counts back at saved for a cut before the
+// part; else it moves the mark to at.
+func cutAt[T any](check partCheck, mark *int, counts, saved *T, at int) (end int, cut bool) {
+	switch check(*mark >= 0) {
+	case cutAfter:
+		return at, true
+	case cutBefore:
+		*counts = *saved
+		return *mark, true
+	}
+	*mark, *saved = at, *counts
+	return 0, false
+}
+
+// cutAction is a partCheck's answer.
+type cutAction uint8
+
+const (
+	goOn      cutAction = iota
+	cutAfter            // the answer ends after the part
+	cutBefore           // the answer ends before the part, which is dropped
+)
 
 // cutLimit is one tokens limit with cutoff whose hold an answer in flight took.
 type cutLimit struct {
@@ -42,8 +74,18 @@ type cutLimit struct {
 type cutState struct {
 	limits []cutLimit // the held limits with cutoff (backed by buf)
 	buf    [2]cutLimit
-	by     string // the limit that ended the answer; "" while it runs
-	ending []byte // what is still to be written of the answer's end once it was cut
+	by     *limits.Rule // the limit that ended the answer; nil while it runs
+	failed bool         // the store could not be asked (redis.on_error: deny)
+	ending []byte       // what is still to be written of the answer's end once it was cut
+	begun  bool         // ending was built
+}
+
+// limit is the name of the limit that ended the answer, "" when none did.
+func (c *cutState) limit() string {
+	if c.by == nil {
+		return ""
+	}
+	return c.by.Name
 }
 
 // The texts of the error part that ends a cut answer: what a chat client shows.
@@ -69,14 +111,14 @@ func (s *scope) keepCutoffs(set *limitSet) {
 	}
 }
 
-// cutCheck runs after each part of an answer with cutoff limits (the tap's check): it grows
-// the holds the answer's running count has passed, and returns true, having prepared the
-// answer's end, when one cannot grow that far. An answer whose finish passed is never cut: it
-// has nothing more to cost.
-func (g *Gateway) cutCheck(s *scope) bool {
+// cutCheck runs after each part of an answer with cutoff limits (the tap's partCheck): it
+// grows the holds the answer's running count has passed, and ends the answer when one cannot
+// grow that far: before the part when it came whole in this read, else after it. An answer
+// whose finish passed is never cut: it has nothing more to cost.
+func (g *Gateway) cutCheck(s *scope, whole bool) cutAction {
 	out := s.tap.outcome()
-	if out.reason != "" || s.cut.by != "" {
-		return false
+	if out.reason != "" || s.cut.by != nil {
+		return goOn
 	}
 	c := chargeOf(out, s.promptBytes)
 	for i := range s.cut.limits {
@@ -104,14 +146,14 @@ func (g *Gateway) cutCheck(s *scope) bool {
 		if n <= got {
 			continue
 		}
-		s.cut.by = r.Name
-		out.errored = true // the client gets an error part: the stream's result is error
-		p, q, _ := c.split(r.EstimateMax, r.Reserve)
-		s.cut.ending = cutEnding(s.tap == &s.uiTap, r.Name, failed, p, q)
+		s.cut.by, s.cut.failed = r, failed
 		s.route.metrics.StreamCutoff(r.Name)
-		return true
+		if whole {
+			return cutBefore
+		}
+		return cutAfter
 	}
-	return false
+	return goOn
 }
 
 // cutEnding is the end of a cut answer in its protocol.
@@ -158,7 +200,17 @@ func cutEnding(ui bool, limit string, failed bool, prompt, completion int64) []b
 // closed (which ends the upstream request), and the answer's end follows.
 func (b *tappedBody) readCut(p []byte) (int, error) {
 	s := b.rw.scope
-	if s.cut.by != "" {
+	if s.cut.by != nil {
+		if !s.cut.begun {
+			// What the answer is charged: its counts as the tap left them, the dropped part
+			// forgotten.
+			s.cut.begun = true
+			out := s.tap.outcome()
+			out.errored = true // the client gets an error part: the stream's result is error
+			r := s.cut.by
+			p, q, _ := chargeOf(out, s.promptBytes).split(r.EstimateMax, r.Reserve)
+			s.cut.ending = cutEnding(s.tap == &s.uiTap, r.Name, s.cut.failed, p, q)
+		}
 		n := copy(p, s.cut.ending)
 		s.cut.ending = s.cut.ending[n:]
 		if len(s.cut.ending) > 0 {
@@ -172,12 +224,15 @@ func (b *tappedBody) readCut(p []byte) (int, error) {
 		return n, err
 	}
 	k := b.tap.feed(p[:n])
-	if s.cut.by == "" {
+	if s.cut.by == nil {
 		if err == io.EOF {
 			b.rw.ended.Store(true)
 		}
 		return n, err
 	}
 	_ = b.ReadCloser.Close() // the upstream request ends now
+	if k == 0 {
+		return b.readCut(p) // the part was the read's first: the end follows at once
+	}
 	return k, nil
 }

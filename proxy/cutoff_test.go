@@ -19,48 +19,73 @@ import (
 	"github.com/docsgate/gateway/metrics"
 )
 
-// A tap's check stops a read right after the part it ran for, whatever the split of the
-// bytes into reads: what the taps took is the stream up to that part's end, to the byte.
-func TestTapCheckStopsAfterPart(t *testing.T) {
-	v1 := "f:{\"messageId\":\"m\"}\n0:\"ab\"\n2:[1]\n0:\"cd\"\n0:\"ef\"\nd:{\"finishReason\":\"stop\"}\n"
-	v2 := "data: {\"type\":\"start\"}\n\ndata: {\"type\":\"text-delta\",\"id\":\"t\",\"delta\":\"ab\"}\r\n\r\n" +
-		": comment\n\ndata: {\"type\":\"text-delta\",\"id\":\"t\",\"delta\":\"cd\"}\n\ndata: [DONE]\n\n"
+// A tap's check ends a read at the part it ran for, whatever the split of the bytes into
+// reads: after the part, or before it when the part came whole in the read (then the tap
+// forgets it), never with a part that is partly out; what the taps took is the stream up to
+// there, to the byte.
+func TestTapCheckCutsAtPart(t *testing.T) {
+	v1 := []string{"f:{\"messageId\":\"m\"}\n", "0:\"ab\"\n", "2:[1]\n", "0:\"cd\"\n", "0:\"ef\"\n", "d:{\"finishReason\":\"stop\"}\n"}
+	v2 := []string{"data: {\"type\":\"start\"}\n\n", "data: {\"type\":\"text-delta\",\"id\":\"t\",\"delta\":\"ab\"}\r\n\r\n",
+		": comment\n\n", "data: {\"type\":\"text-delta\",\"id\":\"t\",\"delta\":\"cd\"}\n\n", "data: [DONE]\n\n"}
 	cases := []struct {
 		name   string
 		newTap func() streamTap
-		body   string
-		stopAt int    // the check returns true on its stopAt-th call
-		want   string // what the taps take
-		text   int64
+		parts  []string
+		part   int   // the index of the part at whose end the check cuts
+		calls  int   // the check's calls up to that part's end
+		before int64 // the text bytes counted before the part, and with it
+		with   int64
 	}{
-		{"v1 first text", newDataTap, v1, 1, "f:{\"messageId\":\"m\"}\n0:\"ab\"\n", 2},
-		{"v1 third text", newDataTap, v1, 3, strings.TrimSuffix(v1, "d:{\"finishReason\":\"stop\"}\n"), 6},
-		{"v2 first text", newUITap, v2, 2, "data: {\"type\":\"start\"}\n\ndata: {\"type\":\"text-delta\",\"id\":\"t\",\"delta\":\"ab\"}\r\n\r", 2},
-		{"v2 second text", newUITap, v2, 4, strings.TrimSuffix(v2, "data: [DONE]\n\n"), 4},
+		{"v1 first text", newDataTap, v1, 1, 1, 0, 2},
+		{"v1 third text", newDataTap, v1, 4, 3, 4, 6},
+		{"v2 first text", newUITap, v2, 1, 2, 0, 2},
+		{"v2 second text", newUITap, v2, 3, 4, 2, 4},
 	}
 	for _, c := range cases {
-		for size := 1; size <= len(c.body); size++ {
-			tap := c.newTap()
-			calls := 0
-			check := func() bool { calls++; return calls == c.stopAt }
-			switch tt := tap.(type) {
-			case *dataStreamTap:
-				tt.check = check
-			case *uiStreamTap:
-				tt.check = check
-			}
-			var took strings.Builder
-			for rest := c.body; rest != "" && calls < c.stopAt; {
-				chunk := rest[:min(size, len(rest))]
-				n := tap.feed([]byte(chunk))
-				took.WriteString(chunk[:n])
-				rest = rest[len(chunk):]
-				if n < len(chunk) && calls != c.stopAt {
-					t.Fatalf("%s, reads of %d: stopped without the check", c.name, size)
+		body := strings.Join(c.parts, "")
+		start := len(strings.Join(c.parts[:c.part], ""))
+		end := start + len(c.parts[c.part])
+		prevEnd := len(strings.Join(c.parts[:c.part-1], ""))
+		if strings.HasSuffix(c.parts[c.part], "\r\n") {
+			end-- // a CR ends the blank line: the LF after it is the next read's
+		}
+		for size := 1; size <= len(body); size++ {
+			for _, mode := range []string{"after", "before"} {
+				tap := c.newTap()
+				calls, whole := 0, false
+				check := func(w bool) cutAction {
+					calls++
+					switch {
+					case calls < c.calls:
+						return goOn
+					case mode == "before" && w:
+						whole = true
+						return cutBefore
+					}
+					return cutAfter
 				}
-			}
-			if took.String() != c.want || tap.outcome().textBytes != c.text {
-				t.Fatalf("%s, reads of %d: took %q (%d text bytes), want %q (%d)", c.name, size, took.String(), tap.outcome().textBytes, c.want, c.text)
+				switch tt := tap.(type) {
+				case *dataStreamTap:
+					tt.check = check
+				case *uiStreamTap:
+					tt.check = check
+				}
+				took, cut := 0, false
+				for took < len(body) && !cut {
+					chunk := body[took:min(took+size, len(body))]
+					n := tap.feed([]byte(chunk))
+					cut = n < len(chunk) || calls == c.calls
+					took += n
+				}
+				got := tap.outcome().textBytes
+				switch {
+				case whole && (took < prevEnd || took > start || got != c.before):
+					t.Fatalf("%s, reads of %d: cut before at %d with %d text bytes, want between %d and %d with %d", c.name, size, took, got, prevEnd, start, c.before)
+				case !whole && (took != end || got != c.with):
+					t.Fatalf("%s, reads of %d, %s: cut after at %d with %d text bytes, want %d with %d", c.name, size, mode, took, got, end, c.with)
+				case mode == "before" && size == len(body) && !whole:
+					t.Fatalf("%s: a part in one read with the rest must come whole", c.name)
+				}
 			}
 		}
 	}
@@ -123,9 +148,10 @@ func TestCutoffWhenTheStoreFails(t *testing.T) {
 					texts++
 				}
 			}
-			// 1 prompt token, then 10 a part: the 5th part (51) runs past the reserve of 50.
+			// 1 prompt token, then 10 a part: the 5th part (51) runs past the reserve of 50, and
+			// is dropped (it came whole in its read).
 			switch last := lines[len(lines)-3]; {
-			case onError == "deny" && (texts != 5 || last != `3:"The answer was cut off: its token budget could not be checked."`):
+			case onError == "deny" && (texts != 4 || last != `3:"The answer was cut off: its token budget could not be checked."`):
 				t.Fatalf("deny: %d text parts, then %q", texts, last)
 			case onError == "allow" && (texts != 20 || lines[len(lines)-1] != `d:{"finishReason":"stop"}`):
 				t.Fatalf("allow: %d text parts, ending %q", texts, lines[len(lines)-1])

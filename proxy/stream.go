@@ -16,7 +16,7 @@ import (
 type streamTap interface {
 	// feed looks at the next bytes of the answer, exactly as the upstream sent them, in
 	// reads of any size: any split of the same bytes gives the same outcome. It returns how
-	// many bytes it took: all of p, unless the tap's check stopped it after a part (cutoff).
+	// many bytes it took: all of p, unless the tap's check stopped it at a part (partCheck).
 	feed(p []byte) int
 	// outcome is what the stream reported up to now.
 	outcome() *streamOutcome
@@ -182,9 +182,9 @@ func isUIMessageStream(h http.Header) bool {
 // taps, so a stream allocates none; one with cutoff limits allocates its check).
 func (g *Gateway) startTap(s *scope, h http.Header, body io.ReadCloser) io.ReadCloser {
 	cut := len(s.cut.limits) > 0
-	var check func() bool
+	var check partCheck
 	if cut {
-		check = func() bool { return g.cutCheck(s) }
+		check = func(whole bool) cutAction { return g.cutCheck(s, whole) }
 	}
 	if isUIMessageStream(h) {
 		s.uiTap.reset()

@@ -11,21 +11,28 @@ import (
 // text of its 0: parts and whether a 3: part (error) passed. d: and e: lines are kept (up to
 // maxPartLine) until they end; 0: text is counted as it passes, without being kept.
 type dataStreamTap struct {
-	out         streamOutcome
+	dataCounts
 	atLineStart bool
 	pending     byte   // a part's code began a line at the end of the previous read
 	inPart      byte   // inside a part this tap reads: its code
 	line        []byte // a d: or e: line so far, capped
 	text        jsonTextLen
 
+	// check, when set, runs after each part it counts (see partCheck): mark is where the
+	// current read may be cut before the part that just ended, saved the counts there.
+	check partCheck
+	mark  int
+	saved dataCounts
+}
+
+// dataCounts is what a dataStreamTap has counted.
+type dataCounts struct {
+	out streamOutcome
 	// Usage: the d: part's (the answer's total) when it had one, else the sum of the e:
 	// parts that passed, because those tokens were spent upstream even if the stream broke.
 	dUsage, eUsage       bool
 	dPrompt, dCompletion int64
 	ePrompt, eCompletion int64
-
-	// check, when set, runs after each part: true stops the read there (see cutoff).
-	check func() bool
 }
 
 var _ streamTap = (*dataStreamTap)(nil)
@@ -45,6 +52,12 @@ func isPart(c byte) bool { return c == 'd' || c == 'e' || c == '0' || c == '3' }
 
 func (t *dataStreamTap) feed(b []byte) int {
 	n := len(b)
+	if t.check != nil {
+		t.mark = -1 // a part under way began in an earlier read: it is out already
+		if t.atLineStart && t.inPart == 0 && t.pending == 0 {
+			t.mark, t.saved = 0, t.dataCounts
+		}
+	}
 	for len(b) > 0 {
 		if t.inPart != 0 {
 			i := bytes.IndexByte(b, '\n')
@@ -65,8 +78,10 @@ func (t *dataStreamTap) feed(b []byte) int {
 			}
 			t.endPart()
 			b = b[i+1:]
-			if t.check != nil && t.check() {
-				return n - len(b)
+			if t.check != nil {
+				if end, cut := cutAt(t.check, &t.mark, &t.dataCounts, &t.saved, n-len(b)); cut {
+					return end
+				}
 			}
 			continue
 		}

@@ -86,8 +86,8 @@ func (g *Gateway) endSpan(s *scope, status int, out *streamOutcome) {
 	if s.deniedBy != "" {
 		attrs = append(attrs, attribute.String("gateway.denied_by", s.deniedBy))
 	}
-	if s.cut.by != "" {
-		attrs = append(attrs, attribute.String("gateway.cutoff", s.cut.by))
+	if s.cut.by != nil {
+		attrs = append(attrs, attribute.String("gateway.cutoff", s.cut.limit()))
 	}
 	errType := s.code
 	if s.upstreamKind != "" {

@@ -38,8 +38,11 @@ type uiStreamTap struct {
 	size    int    // its whole length
 	buf     [256]byte
 
-	// check, when set, runs after each event: true stops the read there (see cutoff).
-	check func() bool
+	// check, when set, runs after each event (see partCheck): mark is where the current read
+	// may be cut before the event that just ended, saved the outcome there.
+	check partCheck
+	mark  int
+	saved streamOutcome
 }
 
 var _ streamTap = (*uiStreamTap)(nil)
@@ -56,6 +59,12 @@ func (t *uiStreamTap) outcome() *streamOutcome { return &t.out }
 
 func (t *uiStreamTap) feed(b []byte) int {
 	n := len(b)
+	if t.check != nil {
+		t.mark = -1 // an event under way began in an earlier read: it is out already
+		if t.fieldLen == 0 && !t.inValue && !t.skip && !t.hasData {
+			t.mark, t.saved = 0, t.out
+		}
+	}
 	for len(b) > 0 {
 		if t.afterCR {
 			t.afterCR = false
@@ -105,8 +114,10 @@ func (t *uiStreamTap) feed(b []byte) int {
 				t.beginData() // "data" alone: an empty data line
 			}
 			t.endLine(c)
-			if blank && t.check != nil && t.check() {
-				return n - len(b)
+			if blank && t.check != nil {
+				if end, cut := cutAt(t.check, &t.mark, &t.out, &t.saved, n-len(b)); cut {
+					return end
+				}
 			}
 		case ':':
 			t.inValue = true

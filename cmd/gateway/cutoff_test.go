@@ -21,7 +21,8 @@ import (
 
 // cutUpstream speaks v1 or v2 by the path's version and answers with the text parts its
 // request's fp names, "p-N-B-D": N parts of B ASCII bytes (B/4 tokens by estimate) D ms
-// apart, then the finish with the usage that matches the estimate (the prompt's bytes / 4,
+// apart ("p-N-B-D-split": each part in two writes 1 ms apart, so that the gateway reads it
+// in two), then the finish with the usage that matches the estimate (the prompt's bytes / 4,
 // rounded up, and the text's). It counts the answers it finished and those whose client (the
 // gateway) went away before the end.
 type cutUpstream struct {
@@ -37,7 +38,8 @@ func newCutUpstream(t *testing.T) *cutUpstream {
 		}
 		_ = json.NewDecoder(r.Body).Decode(&body)
 		var n, b, d int
-		if _, err := fmt.Sscanf(strings.ReplaceAll(body.FP, "-", " "), "p %d %d %d", &n, &b, &d); err != nil {
+		split := strings.HasSuffix(body.FP, "-split")
+		if _, err := fmt.Sscanf(strings.ReplaceAll(strings.TrimSuffix(body.FP, "-split"), "-", " "), "p %d %d %d", &n, &b, &d); err != nil {
 			t.Errorf("bad fp %q", body.FP)
 			return
 		}
@@ -62,7 +64,16 @@ func newCutUpstream(t *testing.T) *cutUpstream {
 		}
 		text := strings.Repeat("a", b)
 		for range n {
-			if !send(f.text(text)) {
+			part := f.text(text)
+			if split {
+				if !send(part[:len(part)/2]) {
+					u.cancelled.Add(1)
+					return
+				}
+				time.Sleep(time.Millisecond)
+				part = part[len(part)/2:]
+			}
+			if !send(part) {
 				u.cancelled.Add(1)
 				return
 			}
@@ -178,7 +189,9 @@ func TestCutoffEndsAnswer(t *testing.T) {
 					t.Fatalf("the cutoff series of %s must exist at 0: %v %v", route, v, ok)
 				}
 			}
-			// 6 prompt tokens, then 10 per part: the 100th part takes the answer to 1,006.
+			// 6 prompt tokens, then 10 per part: the 100th part would take the answer to 1,006,
+			// past the limit; it comes whole in its read, so it is dropped and the answer ends
+			// after the 99th, at 996.
 			prompt := int64(ceil4(len(scenarioQuestion)))
 			for i, v2 := range []bool{false, true} {
 				if i == 1 { // a new budget for the second protocol
@@ -189,8 +202,8 @@ func TestCutoffEndsAnswer(t *testing.T) {
 				if a.status != 200 || a.err != nil {
 					t.Fatalf("v2=%v: status %d, end %v", v2, a.status, a.err)
 				}
-				if n := a.texts(); n != 100 {
-					t.Fatalf("v2=%v: %d text parts passed, want 100", v2, n)
+				if n := a.texts(); n != 99 {
+					t.Fatalf("v2=%v: %d text parts passed, want 99", v2, n)
 				}
 				tail := strings.Join(a.parts[len(a.parts)-3:], "")
 				var want string
@@ -200,15 +213,15 @@ func TestCutoffEndsAnswer(t *testing.T) {
 						"data: [DONE]\n\n"
 				} else {
 					want = "3:\"The answer was cut off: the token budget ran out.\"\n" +
-						fmt.Sprintf("e:{\"finishReason\":\"error\",\"usage\":{\"promptTokens\":%d,\"completionTokens\":1000},\"isContinued\":false}\n", prompt) +
-						fmt.Sprintf("d:{\"finishReason\":\"error\",\"usage\":{\"promptTokens\":%d,\"completionTokens\":1000}}\n", prompt)
+						fmt.Sprintf("e:{\"finishReason\":\"error\",\"usage\":{\"promptTokens\":%d,\"completionTokens\":990},\"isContinued\":false}\n", prompt) +
+						fmt.Sprintf("d:{\"finishReason\":\"error\",\"usage\":{\"promptTokens\":%d,\"completionTokens\":990}}\n", prompt)
 				}
 				if tail != want {
 					t.Fatalf("v2=%v: the answer ends with\n%q\nwant\n%q", v2, tail, want)
 				}
 				up.waitCancelled(t, int64(i+1))
-				u := waitUsage(t, ps[0], "assistant_tokens_per_org", 1000+prompt, 0, 10*time.Second)
-				t.Logf("%s v2=%v: charged %d of %d (overshoot %d, one part is 10)", st.name, v2, u.Used, u.Limit, u.Used-u.Limit)
+				u := waitUsage(t, ps[0], "assistant_tokens_per_org", 990+prompt, 0, 10*time.Second)
+				t.Logf("%s v2=%v: charged %d of %d", st.name, v2, u.Used, u.Limit)
 				if a := askCut(t, ps[0], v2, "svc_dsc_cut", "p-10-40-0"); a.status != 429 {
 					t.Fatalf("v2=%v: a spent budget admitted: %d", v2, a.status)
 				}
@@ -258,50 +271,54 @@ func TestCutoffOffRunsToTheEnd(t *testing.T) {
 // 40 concurrent answers over two replicas (one on the in-process store) against 10,000
 // tokens with a reserve of 100 and cutoff: every answer wants 1,006 tokens, 40,240 in all.
 // Each answer is cut once its hold cannot grow past its running count, so the tenant's use
-// ends at most one part (10 tokens) per answer in flight past the limit.
+// ends at most one part (10 tokens) per answer in flight past the limit: none past it when
+// each part comes whole in a read (the part that would cross is dropped), and with parts
+// split over two reads (the crossing part is half out already) at most one part each.
 func TestCutoffOvershootUnderConcurrency(t *testing.T) {
 	const limit, answers, part = 10000, 40, 10
 	for _, st := range holdStores() {
-		t.Run(st.name, func(t *testing.T) {
-			up := newCutUpstream(t)
-			ps := startReplicas(t, up.url, st, fmt.Sprintf(cutoffConfig, limit, ", cutoff: true"))
-			var wg sync.WaitGroup
-			res := make([]cutAnswer, answers)
-			for i := range answers {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					res[i] = askCut(t, ps[i%len(ps)], i%2 == 1, fmt.Sprintf("svc_dsc_key%d", i), "p-100-40-2")
-				}()
-			}
-			wg.Wait()
-			var whole, cut, refused int
-			for i, a := range res {
-				switch {
-				case a.status == 429:
-					refused++
-				case a.status != 200 || a.err != nil:
-					t.Fatalf("answer %d: status %d, end %v", i, a.status, a.err)
-				case strings.Contains(strings.Join(a.parts, ""), "cut off"):
-					cut++
-				case a.texts() == 100:
-					whole++
-				default:
-					t.Fatalf("answer %d: %d text parts and no cutoff", i, a.texts())
+		for _, split := range []string{"", "-split"} {
+			t.Run(st.name+split, func(t *testing.T) {
+				up := newCutUpstream(t)
+				ps := startReplicas(t, up.url, st, fmt.Sprintf(cutoffConfig, limit, ", cutoff: true"))
+				var wg sync.WaitGroup
+				res := make([]cutAnswer, answers)
+				for i := range answers {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						res[i] = askCut(t, ps[i%len(ps)], i%2 == 1, fmt.Sprintf("svc_dsc_key%d", i), "p-100-40-2"+split)
+					}()
 				}
-			}
-			u := waitUsageSettled(t, ps[0], "assistant_tokens_per_org", 10*time.Second)
-			over := u.Used - limit
-			t.Logf("%s: %d replicas, %d answers: %d whole, %d cut, %d refused; used %d of %d: overshoot %d tokens (bound: %d in flight × %d)",
-				st.name, len(ps), answers, whole, cut, refused, u.Used, limit, over, whole+cut, part)
-			if over > int64((whole+cut)*part) {
-				t.Fatalf("overshoot %d is more than one part per answer in flight (%d × %d)", over, whole+cut, part)
-			}
-			if cut == 0 || u.Used < limit-100 {
-				t.Fatalf("the budget was not spent: %d cut, %d used", cut, u.Used)
-			}
-			up.waitCancelled(t, int64(cut))
-		})
+				wg.Wait()
+				var whole, cut, refused int
+				for i, a := range res {
+					switch {
+					case a.status == 429:
+						refused++
+					case a.status != 200 || a.err != nil:
+						t.Fatalf("answer %d: status %d, end %v", i, a.status, a.err)
+					case strings.Contains(strings.Join(a.parts, ""), "cut off"):
+						cut++
+					case a.texts() == 100:
+						whole++
+					default:
+						t.Fatalf("answer %d: %d text parts and no cutoff", i, a.texts())
+					}
+				}
+				u := waitUsageSettled(t, ps[0], "assistant_tokens_per_org", 10*time.Second)
+				over := u.Used - limit
+				t.Logf("%s%s: %d replicas, %d answers: %d whole, %d cut, %d refused; used %d of %d: overshoot %d tokens (bound: %d in flight × %d)",
+					st.name, split, len(ps), answers, whole, cut, refused, u.Used, limit, over, whole+cut, part)
+				if over > int64((whole+cut)*part) {
+					t.Fatalf("overshoot %d is more than one part per answer in flight (%d × %d)", over, whole+cut, part)
+				}
+				if cut == 0 || u.Used < limit-100 {
+					t.Fatalf("the budget was not spent: %d cut, %d used", cut, u.Used)
+				}
+				up.waitCancelled(t, int64(cut))
+			})
+		}
 	}
 }
 
