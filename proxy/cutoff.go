@@ -195,9 +195,9 @@ func cutEnding(ui bool, limit string, failed bool, prompt, completion int64) []b
 	return append(b, "}\n"...)
 }
 
-// readCut is tappedBody.Read for an answer with cutoff limits: the tap stops after the part
-// that ends the answer; what came after it in the same read is dropped, the upstream's body
-// closed (which ends the upstream request), and the answer's end follows.
+// readCut is tappedBody.Read for an answer with cutoff limits: the tap stops at the part that
+// ends the answer (before or after it: cutCheck); the rest of that read is dropped, the
+// upstream's body closed (which ends the upstream request), and the answer's end follows.
 func (b *tappedBody) readCut(p []byte) (int, error) {
 	s := b.rw.scope
 	if s.cut.by != nil {
