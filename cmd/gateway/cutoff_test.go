@@ -477,3 +477,24 @@ func TestCutoffScriptCallsPerReserve(t *testing.T) {
 	}
 	waitUsage(t, p, "assistant_tokens_per_org", 1006, 0, 10*time.Second)
 }
+
+// Usage the stream reports as it goes counts as it arrives: finish-step parts of 100
+// completion tokens each against 1,000 tokens are cut at the one that would pass the limit,
+// which is dropped (it came whole), and the answer is charged the 1,000 reported before it.
+func TestCutoffOnReportedUsage(t *testing.T) {
+	p := startGateway(t, tokenUpstream(t), fmt.Sprintf(cutoffConfig, 1000, ", cutoff: true"))
+	a := askCut(t, p, false, "svc_dsc_cut", "u-0-100-20-full")
+	steps := 0
+	for _, part := range a.parts {
+		if strings.HasPrefix(part, `e:{"finishReason":"stop"`) {
+			steps++
+		}
+	}
+	if a.status != 200 || a.err != nil || steps != 10 || !strings.HasPrefix(a.parts[len(a.parts)-3], `3:"The answer was cut off`) {
+		t.Fatalf("status %d, end %v, %d steps passed, parts %q", a.status, a.err, steps, a.parts)
+	}
+	if got := a.parts[len(a.parts)-1]; got != `d:{"finishReason":"error","usage":{"promptTokens":0,"completionTokens":1000}}`+"\n" {
+		t.Fatalf("the finish says %q", got)
+	}
+	waitUsage(t, p, "assistant_tokens_per_org", 1000, 0, 10*time.Second)
+}
