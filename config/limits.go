@@ -83,6 +83,10 @@ type Limit struct {
 	// (fixed windows; a GCRA limit keeps none); absent: 48 for hour, 35 for day, 13 for month,
 	// 10 for a duration; 0 keeps none.
 	History *int `yaml:"history"`
+	// Cutoff (tokens limits with a reserve, enforced) ends an answer in flight, as a valid
+	// stream of its protocol, when its tokens would take the tenant past the limit: each
+	// answer's hold grows with its running count while the allowance has room. Absent: false.
+	Cutoff *bool `yaml:"cutoff"`
 }
 
 // LimitSpec is a limit with every field resolved.
@@ -100,6 +104,7 @@ type LimitSpec struct {
 	// EstimateMax: see Limit; DefaultEstimateMax unless set.
 	EstimateMax int64
 	History     *int // nil: limits.DefaultHistory of the window
+	Cutoff      bool // see Limit
 }
 
 // DefaultEstimateMax is a tokens limit's estimate_max when it sets none: a long conversation's
@@ -184,6 +189,9 @@ func (s *LimitSpec) override(l Limit) {
 	}
 	if l.History != nil {
 		s.History = l.History
+	}
+	if l.Cutoff != nil {
+		s.Cutoff = *l.Cutoff
 	}
 }
 
@@ -276,11 +284,12 @@ func (v *validator) limits(c *Config) {
 			if l.Unit != "" && l.Unit != b.Unit {
 				v.fail(key+".unit", "a plan cannot change what %s counts (%s)", name, b.Unit)
 			}
-			v.limit(key, name, Limit{Limit: l.Limit, Window: l.Window, By: b.By, Algorithm: l.Algorithm, Mode: l.Mode, Reserve: l.Reserve, ReserveTTL: l.ReserveTTL, EstimateMax: l.EstimateMax, History: l.History}, true)
+			v.limit(key, name, Limit{Limit: l.Limit, Window: l.Window, By: b.By, Algorithm: l.Algorithm, Mode: l.Mode, Reserve: l.Reserve, ReserveTTL: l.ReserveTTL, EstimateMax: l.EstimateMax, History: l.History, Cutoff: l.Cutoff}, true)
 		}
 	}
 	v.tokensLimits(c)
 	v.holdLimits(c)
+	v.cutoffLimits(c)
 	v.exactLimits(c)
 	names := map[string]bool{}
 	for _, s := range c.ResolvedLimits() {
@@ -457,5 +466,33 @@ func (v *validator) holdLimits(c *Config) {
 	check("limits.", c.ResolvedLimits())
 	for plan := range c.Plans {
 		check("plans."+plan+".", c.PlanLimits(plan))
+	}
+}
+
+// cutoffLimits checks, as resolved (defaults and every plan), what cutoff needs: a tokens
+// limit (only tokens run out in the middle of an answer), with a reserve (the hold that grows
+// with the answer's running count), enforced (a shadow limit never ends anything). A plan's
+// problem is reported under the plan's entry.
+func (v *validator) cutoffLimits(c *Config) {
+	check := func(prefix string, specs []LimitSpec, own func(name string) bool) {
+		for _, s := range specs {
+			if !s.Cutoff || !own(s.Name) {
+				continue
+			}
+			key := prefix + s.Name + ".cutoff"
+			switch {
+			case s.Unit != "tokens":
+				v.fail(key, "only a tokens limit ends an answer in flight (%s counts %s)", s.Name, s.Unit)
+			case s.Reserve <= 0:
+				v.fail(key, "needs a reserve: an answer's hold grows with its tokens from the reserve on")
+			case s.Shadow:
+				v.fail(key, "a shadow limit never ends an answer: set cutoff: false where mode is shadow")
+			}
+		}
+	}
+	check("limits.", c.ResolvedLimits(), func(string) bool { return true })
+	for plan, overrides := range c.Plans {
+		// The plan's own entries: the others are the defaults, checked above.
+		check("plans."+plan+".", c.PlanLimits(plan), func(name string) bool { _, ok := overrides[name]; return ok })
 	}
 }

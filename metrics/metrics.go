@@ -37,6 +37,7 @@ type Metrics struct {
 	refunds              *prometheus.CounterVec // refunds.go
 	holdsExpired         *prometheus.CounterVec // holds.go
 	streamsStalled       *prometheus.CounterVec // stalls.go
+	streamCutoffs        *prometheus.CounterVec // cutoffs.go
 	process              process                // build.go
 }
 
@@ -141,11 +142,12 @@ func New(reg prometheus.Registerer) *Metrics {
 	m.refunds = newRefunds()
 	m.holdsExpired = newHoldsExpired()
 	m.streamsStalled = newStreamsStalled()
+	m.streamCutoffs = newStreamCutoffs()
 	m.process = newProcess()
 	reg.MustRegister(m.process.collectors()...)
 	reg.MustRegister(m.deprecatedCollectors()...)
 	reg.MustRegister(
-		m.refunds, m.holdsExpired, m.streamsStalled,
+		m.refunds, m.holdsExpired, m.streamsStalled, m.streamCutoffs,
 		m.orgRequests, m.deprecated, m.streamTokens, m.streamTokensEstim, m.tokenLimitNear, m.spansDropped,
 		m.decisions, m.nearLimit, m.limiterDuration, m.limiterErrors, m.breakerOpen,
 		m.requests, m.requestDuration, m.inflight, m.authRejections, m.validationRejections,

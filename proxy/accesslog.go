@@ -83,6 +83,9 @@ func (g *Gateway) finish(s *scope, r *http.Request) {
 	if s.stalled {
 		fields = append(fields, zap.Bool("stalled", true))
 	}
+	if s.cut.by != nil {
+		fields = append(fields, zap.String("cutoff", s.cut.limit()))
+	}
 	if finish != "" {
 		fields = append(fields, zap.String("finish_reason", finish))
 	}

@@ -218,7 +218,7 @@ func (g *Gateway) modifyResponse(res *http.Response) error {
 		res.Header.Set("X-Accel-Buffering", "no")
 		if res.StatusCode/100 == 2 {
 			s.rw.firstFlushAside = true
-			res.Body = s.startTap(res.Header, res.Body)
+			res.Body = g.startTap(s, res.Header, res.Body)
 		}
 	}
 	return nil

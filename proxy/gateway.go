@@ -63,6 +63,7 @@ type Gateway struct {
 	upstream            *url.URL
 	readTimeout         time.Duration
 	writeStall          time.Duration // server.write_stall_timeout; 0: off
+	growTimeout         time.Duration // redis.timeout: bounds the growth of a hold (cutoff.go)
 	limiter             Limiter
 	quotas              limits.QuotaStore
 	history             limits.HistoryStore
@@ -94,6 +95,7 @@ func New(o Options) (*Gateway, error) {
 		upstream:            up,
 		readTimeout:         cfg.Server.ReadBodyTimeout,
 		writeStall:          cfg.Server.WriteStallTimeout,
+		growTimeout:         cfg.Redis.Timeout,
 		limiter:             o.Limiter,
 		quotas:              o.Quotas,
 		history:             o.History,

@@ -33,6 +33,7 @@ type Limiter interface {
 	Scan(ctx context.Context, r *limits.Rule, resolve func(id string) *limits.Rule, visit func(id string, u limits.Usage)) error
 	Settle(ctx context.Context, hold string, hits []limits.Hit, n int64) ([]string, error)
 	Refresh(ctx context.Context, hold string, hits []limits.Hit) ([]string, error)
+	Grow(ctx context.Context, hold string, h limits.Hit, want int64) (int64, error)
 }
 
 // by says what a limit counts.
@@ -70,6 +71,7 @@ type routeLimit struct {
 	rule    *limits.Rule
 	by      by
 	shadow  bool // counted and reported, never denies
+	cutoff  bool // ends a streamed answer when the tenant's tokens run out (cutoff.go)
 	metrics *metrics.Limit
 	refused *refusalCount // this process's count of its refusals (see refusals.go)
 }
@@ -96,6 +98,7 @@ type compiledLimit struct {
 	rule   *limits.Rule
 	by     by
 	shadow bool
+	cutoff bool
 }
 
 // compileLimits builds each route's limit sets, one per plan plus the default. A plan's rule
@@ -132,7 +135,7 @@ func compileLimits(cfg *config.Config, routes []*route, refusals *refusalCounts)
 			if err != nil {
 				return nil, fmt.Errorf("limits.%s.unit: %w", s.Name, err)
 			}
-			c := compiledLimit{rule: &limits.Rule{Name: s.Name, Limit: s.Limit, Window: w, Algorithm: a, Unit: u, Shadow: s.Shadow, History: s.HistoryOf(w)}, by: b, shadow: s.Shadow}
+			c := compiledLimit{rule: &limits.Rule{Name: s.Name, Limit: s.Limit, Window: w, Algorithm: a, Unit: u, Shadow: s.Shadow, History: s.HistoryOf(w)}, by: b, shadow: s.Shadow, cutoff: s.Cutoff}
 			set[s.Name] = c
 			c.rule.Reserve, c.rule.ReserveTTL = s.Reserve, s.ReserveTTL // holds (tokens with a reserve, streams)
 			c.rule.EstimateMax = s.EstimateMax
@@ -191,7 +194,7 @@ func compileLimits(cfg *config.Config, routes []*route, refusals *refusalCounts)
 				if c.rule.Limit <= 0 {
 					continue // disabled: never asked for, never in headers
 				}
-				set.limits = append(set.limits, routeLimit{rule: c.rule, by: c.by, shadow: c.shadow, metrics: rt.metrics.Limit(name, c.rule.Unit == limits.Tokens), refused: refused[name]})
+				set.limits = append(set.limits, routeLimit{rule: c.rule, by: c.by, shadow: c.shadow, cutoff: c.cutoff, metrics: rt.metrics.Limit(name, c.rule.Unit == limits.Tokens), refused: refused[name]})
 			}
 			set.policyValue = []string{policyHeader(set.limits)}
 			rt.sets[plan] = set
@@ -332,6 +335,7 @@ func (s *scope) account(set *limitSet, hits []limits.Hit, dec *limits.Decision, 
 	if dec.Allowed {
 		s.keepTaken(hits, dec) // every enforced limit, and the shadow limits that had room
 		s.keepHeld(hits, dec)
+		s.keepCutoffs(set)
 		s.countOrg(orgAllowed)
 		return
 	}

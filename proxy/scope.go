@@ -70,6 +70,7 @@ type scope struct {
 	heldBuf [2]limits.Hit
 	hold    string
 	keeper  holdKeeper // refreshes held while the answer lives
+	cut     cutState   // the held limits with cutoff, and whether one ended the answer
 	span    trace.Span // the server span; nil when tracing is off
 
 	// Storage that lives as long as the request, so the hot path allocates less: the

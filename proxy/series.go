@@ -51,6 +51,13 @@ func (g *Gateway) knownSeries(sn *snapshot, routes []*route) {
 		if rt.stream {
 			m.FinishReasons(finishReasons...)
 			m.StreamOrgs(orgs...)
+			for _, set := range rt.sets {
+				for _, l := range set.limits {
+					if l.cutoff {
+						g.metrics.CutoffSeries(rt.name, l.rule.Name)
+					}
+				}
+			}
 		}
 		if rt.deprecation != nil {
 			m.DeprecatedOrgs(orgs...)

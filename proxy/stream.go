@@ -15,8 +15,9 @@ import (
 // proxy writes it, and keeps no more than the part or event it is in.
 type streamTap interface {
 	// feed looks at the next bytes of the answer, exactly as the upstream sent them, in
-	// reads of any size: any split of the same bytes gives the same outcome.
-	feed(p []byte)
+	// reads of any size: any split of the same bytes gives the same outcome. It returns how
+	// many bytes it took: all of p, unless the tap's check stopped it at a part (partCheck).
+	feed(p []byte) int
 	// outcome is what the stream reported up to now.
 	outcome() *streamOutcome
 }
@@ -135,9 +136,13 @@ type tappedBody struct {
 	io.ReadCloser
 	tap streamTap
 	rw  *responseWriter
+	cut bool // the answer has limits with cutoff (see readCut)
 }
 
 func (b *tappedBody) Read(p []byte) (int, error) {
+	if b.cut {
+		return b.readCut(p)
+	}
 	n, err := b.ReadCloser.Read(p)
 	if n > 0 {
 		b.tap.feed(p[:n])
@@ -174,15 +179,22 @@ func isUIMessageStream(h http.Header) bool {
 }
 
 // startTap puts the tap the response's protocol calls for on body (the scope holds both
-// taps, so a stream allocates none).
-func (s *scope) startTap(h http.Header, body io.ReadCloser) io.ReadCloser {
+// taps, so a stream allocates none; one with cutoff limits allocates its check).
+func (g *Gateway) startTap(s *scope, h http.Header, body io.ReadCloser) io.ReadCloser {
+	cut := len(s.cut.limits) > 0
+	var check partCheck
+	if cut {
+		check = func(whole bool) cutAction { return g.cutCheck(s, whole) }
+	}
 	if isUIMessageStream(h) {
 		s.uiTap.reset()
+		s.uiTap.check = check
 		s.tap = &s.uiTap
 	} else {
 		s.dataTap.reset()
+		s.dataTap.check = check
 		s.tap = &s.dataTap
 	}
-	s.tapBody = tappedBody{ReadCloser: body, tap: s.tap, rw: &s.rw}
+	s.tapBody = tappedBody{ReadCloser: body, tap: s.tap, rw: &s.rw, cut: cut}
 	return &s.tapBody
 }

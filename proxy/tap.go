@@ -11,13 +11,23 @@ import (
 // text of its 0: parts and whether a 3: part (error) passed. d: and e: lines are kept (up to
 // maxPartLine) until they end; 0: text is counted as it passes, without being kept.
 type dataStreamTap struct {
-	out         streamOutcome
+	dataCounts
 	atLineStart bool
 	pending     byte   // a part's code began a line at the end of the previous read
 	inPart      byte   // inside a part this tap reads: its code
 	line        []byte // a d: or e: line so far, capped
 	text        jsonTextLen
 
+	// check, when set, runs after each part it counts (see partCheck): mark is where the
+	// current read may be cut before the part that just ended, saved the counts there.
+	check partCheck
+	mark  int
+	saved dataCounts
+}
+
+// dataCounts is what a dataStreamTap has counted.
+type dataCounts struct {
+	out streamOutcome
 	// Usage: the d: part's (the answer's total) when it had one, else the sum of the e:
 	// parts that passed, because those tokens were spent upstream even if the stream broke.
 	dUsage, eUsage       bool
@@ -40,7 +50,14 @@ func (t *dataStreamTap) reset() {
 // isPart: the codes whose lines the tap reads.
 func isPart(c byte) bool { return c == 'd' || c == 'e' || c == '0' || c == '3' }
 
-func (t *dataStreamTap) feed(b []byte) {
+func (t *dataStreamTap) feed(b []byte) int {
+	n := len(b)
+	if t.check != nil {
+		t.mark = -1 // a part under way began in an earlier read: it is out already
+		if t.atLineStart && t.inPart == 0 && t.pending == 0 {
+			t.mark, t.saved = 0, t.dataCounts
+		}
+	}
 	for len(b) > 0 {
 		if t.inPart != 0 {
 			i := bytes.IndexByte(b, '\n')
@@ -57,10 +74,15 @@ func (t *dataStreamTap) feed(b []byte) {
 				}
 			}
 			if i < 0 {
-				return
+				return n
 			}
 			t.endPart()
 			b = b[i+1:]
+			if t.check != nil {
+				if end, cut := cutAt(t.check, &t.mark, &t.dataCounts, &t.saved, n-len(b)); cut {
+					return end
+				}
+			}
 			continue
 		}
 		if t.pending != 0 {
@@ -76,7 +98,7 @@ func (t *dataStreamTap) feed(b []byte) {
 		if t.atLineStart && isPart(b[0]) {
 			if len(b) == 1 { // "d" and ":" may arrive in different reads
 				t.pending = b[0]
-				return
+				return n
 			}
 			if b[1] == ':' {
 				t.beginPart(b[0])
@@ -87,11 +109,12 @@ func (t *dataStreamTap) feed(b []byte) {
 		i := bytes.IndexByte(b, '\n')
 		if i < 0 {
 			t.atLineStart = false
-			return
+			return n
 		}
 		t.atLineStart = true
 		b = b[i+1:]
 	}
+	return n
 }
 
 func (t *dataStreamTap) beginPart(code byte) {

@@ -86,6 +86,9 @@ func (g *Gateway) endSpan(s *scope, status int, out *streamOutcome) {
 	if s.deniedBy != "" {
 		attrs = append(attrs, attribute.String("gateway.denied_by", s.deniedBy))
 	}
+	if s.cut.by != nil {
+		attrs = append(attrs, attribute.String("gateway.cutoff", s.cut.limit()))
+	}
 	errType := s.code
 	if s.upstreamKind != "" {
 		errType = "upstream_" + s.upstreamKind

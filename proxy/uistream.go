@@ -37,6 +37,12 @@ type uiStreamTap struct {
 	data    []byte // its data lines joined, up to maxEventData (backed by buf at first)
 	size    int    // its whole length
 	buf     [256]byte
+
+	// check, when set, runs after each event (see partCheck): mark is where the current read
+	// may be cut before the event that just ended, saved the outcome there.
+	check partCheck
+	mark  int
+	saved streamOutcome
 }
 
 var _ streamTap = (*uiStreamTap)(nil)
@@ -51,7 +57,14 @@ func (t *uiStreamTap) reset() {
 
 func (t *uiStreamTap) outcome() *streamOutcome { return &t.out }
 
-func (t *uiStreamTap) feed(b []byte) {
+func (t *uiStreamTap) feed(b []byte) int {
+	n := len(b)
+	if t.check != nil {
+		t.mark = -1 // an event under way began in an earlier read: it is out already
+		if t.fieldLen == 0 && !t.inValue && !t.skip && !t.hasData {
+			t.mark, t.saved = 0, t.out
+		}
+	}
 	for len(b) > 0 {
 		if t.afterCR {
 			t.afterCR = false
@@ -74,7 +87,7 @@ func (t *uiStreamTap) feed(b []byte) {
 			}
 			t.appendData(seg)
 			if i < 0 {
-				return
+				return n
 			}
 			t.endLine(b[i])
 			b = b[i+1:]
@@ -83,7 +96,7 @@ func (t *uiStreamTap) feed(b []byte) {
 		if t.skip {
 			i := lineEnd(b)
 			if i < 0 {
-				return
+				return n
 			}
 			t.endLine(b[i])
 			b = b[i+1:]
@@ -94,12 +107,18 @@ func (t *uiStreamTap) feed(b []byte) {
 		b = b[1:]
 		switch c {
 		case '\r', '\n':
-			if t.fieldLen == 0 {
+			blank := t.fieldLen == 0
+			if blank {
 				t.dispatch() // a blank line ends the event
 			} else if t.isData() {
 				t.beginData() // "data" alone: an empty data line
 			}
 			t.endLine(c)
+			if blank && t.check != nil {
+				if end, cut := cutAt(t.check, &t.mark, &t.out, &t.saved, n-len(b)); cut {
+					return end
+				}
+			}
 		case ':':
 			t.inValue = true
 			if t.isData() {
@@ -116,6 +135,7 @@ func (t *uiStreamTap) feed(b []byte) {
 			t.fieldLen++
 		}
 	}
+	return n
 }
 
 // lineEnd is the index of the first CR or LF in b, or -1.
