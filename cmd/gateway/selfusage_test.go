@@ -1,0 +1,326 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/docsgate/gateway/auth"
+)
+
+// selfLimit is one limit of a GET /gateway/usage answer (and of the admin listener's).
+type selfLimit struct {
+	Name         string  `json:"name"`
+	Unit         string  `json:"unit"`
+	Window       *string `json:"window"`
+	Limit        int64   `json:"limit"`
+	Used         int64   `json:"used"`
+	Reserved     int64   `json:"reserved"`
+	Remaining    int64   `json:"remaining"`
+	Reset        string  `json:"reset"`
+	ResetSeconds int64   `json:"reset_seconds"`
+	Forecast     *struct {
+		RatePerHour float64 `json:"rate_per_hour"`
+		RunsOutAt   *string `json:"runs_out_at"`
+	} `json:"forecast"`
+	Granted  int64           `json:"granted,omitempty"`
+	Override json.RawMessage `json:"override,omitempty"`
+}
+
+type selfAnswer struct {
+	Route  string      `json:"route"`
+	Limits []selfLimit `json:"limits"`
+}
+
+func (a selfAnswer) limit(t *testing.T, name string) selfLimit {
+	t.Helper()
+	for _, l := range a.Limits {
+		if l.Name == name {
+			return l
+		}
+	}
+	t.Fatalf("no %s in %+v", name, a)
+	return selfLimit{}
+}
+
+// selfUsage asks p's usage endpoint with key; it fails unless the status is want, and decodes
+// a 200 strictly (no field beyond the documented ones).
+func selfUsage(t *testing.T, p *proc, query, key string, want int) (selfAnswer, string, http.Header) {
+	t.Helper()
+	req, _ := http.NewRequest("GET", "http://"+p.public+"/gateway/usage?"+query, nil)
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	data, _ := io.ReadAll(res.Body)
+	if res.StatusCode != want {
+		t.Fatalf("GET /gateway/usage?%s: %d %s, want %d", query, res.StatusCode, data, want)
+	}
+	var a selfAnswer
+	if want == 200 {
+		dec := json.NewDecoder(strings.NewReader(string(data)))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&a); err != nil {
+			t.Fatalf("%s: %v", data, err)
+		}
+		for _, l := range a.Limits {
+			if l.Granted != 0 || l.Override != nil {
+				t.Fatalf("the tenant's answer shows the operators' quota terms: %s", data)
+			}
+		}
+	}
+	return a, string(data), res.Header
+}
+
+// adminCallOK is an admin write with the token that must answer want.
+func adminCallOK(t *testing.T, p *proc, method, path, body string, want int) string {
+	t.Helper()
+	req, _ := http.NewRequest(method, "http://"+p.admin+path, strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+adminToken)
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	data, _ := io.ReadAll(res.Body)
+	if res.StatusCode != want {
+		t.Fatalf("%s %s: %d %s, want %d", method, path, res.StatusCode, data, want)
+	}
+	return string(data)
+}
+
+// heldAnswers sends n assistant answers of key to domain on p and returns once each has its
+// headers; the answers stay open at the upstream's gate until release is called.
+func heldAnswers(t *testing.T, up *gatedUpstream, p *proc, key, domain string, n int) (release func()) {
+	t.Helper()
+	var wg sync.WaitGroup
+	statuses := make(chan int, n)
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			req, _ := http.NewRequest("POST", "http://"+p.public+"/discovery/v1/assistant/"+domain+"/message", strings.NewReader(`{"fp":"t-40-60","messages":[]}`))
+			req.Header.Set("Authorization", "Bearer "+key)
+			req.Header.Set("Content-Type", "application/json")
+			res, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Error(err)
+				statuses <- 0
+				return
+			}
+			statuses <- res.StatusCode
+			_, _ = io.Copy(io.Discard, res.Body)
+			res.Body.Close()
+		}()
+	}
+	for range n {
+		if s := <-statuses; s != 200 {
+			t.Fatalf("an answer was refused: %d", s)
+		}
+	}
+	return func() { up.open(); wg.Wait() }
+}
+
+const selfUsageConfig = `admin_token: %q
+%s
+orgs:
+  acme: {domains: [acme-docs], plan: gold}
+  globex: [globex-docs]
+plans:
+  gold:
+    assistant_per_org: {limit: 80}
+limits:
+  assistant_per_org: {limit: 50, window: hour}
+  assistant_per_ip: {limit: 1000, window: day, mode: shadow}
+  assistant_tokens_per_org: {limit: 1000, window: hour, by: org, unit: tokens, reserve: 100}
+  assistant_streams_per_org: {limit: 5, by: org, unit: streams}
+  agent_burst_per_project: {limit: 60, window: 1h, by: project, algorithm: gcra}
+routes:
+  - name: assistant_message
+    limits: [assistant_per_key, assistant_per_org, assistant_per_ip, assistant_tokens_per_org, assistant_streams_per_org]
+  - name: agent_job
+    limits: [agent_job_per_project, agent_burst_per_project]
+self_usage: {per_key_per_minute: 12}
+`
+
+// The endpoint against the binary on each store, in registry mode: every limit kind
+// (requests, tokens with holds, streams, GCRA) after plans, grants and overrides, the same view
+// as the admin listener's for the same counters, read by another replica than the one that
+// counted, and the isolation rules.
+func TestSelfUsageBinary(t *testing.T) {
+	const (
+		keyA       = "svc_dsc_selfusageacme0123456789abcd" // acme (gold plan), acme-docs
+		keyG       = "svc_dsc_selfusageglobex0123456789ab" // globex, globex-docs
+		keyP       = "svc_selfusageadmin0123456789abcdefg" // acme, project p1
+		keyRevoked = "svc_dsc_selfusagerevoked0123456789a"
+	)
+	for _, st := range holdStores() {
+		t.Run(st.name, func(t *testing.T) {
+			up := newGatedUpstream(t)
+			store := st.redis(t)
+			authCfg := "auth: {mode: registry}"
+			if store == "" {
+				authCfg = fmt.Sprintf("auth: {mode: registry, keys_file: %q}", filepath.Join(t.TempDir(), "keys.yaml"))
+			}
+			var ps []*proc
+			for range st.replicas {
+				ps = append(ps, startGateway(t, up.url, store+fmt.Sprintf(selfUsageConfig, adminToken, authCfg)))
+			}
+			counter, reader := ps[0], ps[len(ps)-1]
+			for _, k := range []string{
+				`{"key":"` + keyA + `","kind":"assistant","org":"acme","domains":["acme-docs"]}`,
+				`{"key":"` + keyG + `","kind":"assistant","org":"globex","domains":["globex-docs"]}`,
+				`{"key":"` + keyP + `","kind":"admin","org":"acme","projects":["p1"]}`,
+				`{"key":"` + keyRevoked + `","kind":"assistant","org":"acme","domains":["acme-docs"]}`,
+			} {
+				adminCallOK(t, counter, "POST", "/keys", k, 201)
+			}
+			adminCallOK(t, counter, "DELETE", "/keys/"+auth.Digest(keyRevoked), "", 200)
+
+			// Three answers of 100 tokens each end; two more stay in flight, holding 100 each.
+			heldAnswers(t, up, counter, keyA, "acme-docs", 3)()
+			waitUsage(t, counter, "assistant_tokens_per_org", 300, 0, 10*time.Second)
+			release := heldAnswers(t, up, counter, keyA, "acme-docs", 2)
+			defer release()
+			adminCallOK(t, counter, "POST", "/quota/grants", `{"limit":"assistant_per_org","id":"acme","amount":10,"reason":"launch"}`, 201)
+			for range 2 {
+				if res := send(t, counter, "POST", "/v2/agent/p1/job", keyP, `{"prompt":"x","fp":"status-201"}`); res.StatusCode != 201 {
+					t.Fatalf("agent job: %d", res.StatusCode)
+				}
+			}
+			adminCallOK(t, counter, "PUT", "/quota/overrides/agent_job_per_project/p1", `{"limit":7,"ttl":"1h","reason":"trial"}`, 200)
+
+			q := "route=assistant_message&domain=acme-docs"
+			a, body, h := selfUsage(t, reader, q, keyA, 200)
+			if h.Get("Cache-Control") != "no-store" || !strings.HasPrefix(h.Get("Content-Type"), "application/json") {
+				t.Fatalf("headers: %v", h)
+			}
+			if a.Route != "assistant_message" || len(a.Limits) != 4 {
+				t.Fatalf("want the four enforced limits, not the shadow per-IP one: %s", body)
+			}
+			key, org, tok, streams := a.limit(t, "assistant_per_key"), a.limit(t, "assistant_per_org"), a.limit(t, "assistant_tokens_per_org"), a.limit(t, "assistant_streams_per_org")
+			if key.Used != 5 || *key.Window != "month" || key.Forecast == nil {
+				t.Errorf("per key: %+v", key)
+			}
+			if org.Limit != 90 || org.Used != 5 || org.Remaining != 85 || *org.Window != "hour" || org.Forecast == nil || org.Forecast.RatePerHour <= 0 {
+				t.Errorf("per org (gold plan 80, +10 granted): %+v", org)
+			}
+			if tok.Unit != "tokens" || tok.Used != 300 || tok.Reserved != 200 || tok.Remaining != 500 || tok.Forecast == nil {
+				t.Errorf("tokens with holds: %+v", tok)
+			}
+			if streams.Unit != "streams" || streams.Window != nil || streams.Used != 2 || streams.Remaining != 3 || streams.Forecast != nil || streams.ResetSeconds != 0 {
+				t.Errorf("streams: %s", body)
+			}
+			// The admin listener's answer for the org: the same view of the same counters.
+			code, adminBody := adminGet(t, reader, "/usage/orgs/acme", adminToken)
+			var ad selfAnswer
+			if err := json.Unmarshal([]byte(adminBody), &ad); code != 200 || err != nil {
+				t.Fatalf("admin: %d %s", code, adminBody)
+			}
+			for _, name := range []string{"assistant_per_org", "assistant_tokens_per_org", "assistant_streams_per_org"} {
+				mine, theirs := a.limit(t, name), ad.limit(t, name)
+				theirs.Granted, theirs.Override = 0, nil
+				mine.ResetSeconds, theirs.ResetSeconds = 0, 0
+				if mine.Forecast != nil && theirs.Forecast != nil { // read a moment apart
+					mine.Forecast.RatePerHour, theirs.Forecast.RatePerHour = 0, 0
+				}
+				m, _ := json.Marshal(mine)
+				th, _ := json.Marshal(theirs)
+				if string(m) != string(th) {
+					t.Errorf("%s: tenant sees %s, admin %s", name, m, th)
+				}
+			}
+			if ad.limit(t, "assistant_per_org").Granted != 10 {
+				t.Errorf("admin answer lost the grant: %s", adminBody)
+			}
+
+			// The admin family: the override, and a GCRA limit (no forecast).
+			a, body, _ = selfUsage(t, reader, "route=agent_job&projectId=p1", keyP, 200)
+			if p := a.limit(t, "agent_job_per_project"); p.Limit != 7 || p.Used != 2 || p.Remaining != 5 {
+				t.Errorf("override: %s", body)
+			}
+			if g := a.limit(t, "agent_burst_per_project"); g.Used != 2 || g.Remaining != 58 || g.Forecast != nil || *g.Window != "1h0m0s" {
+				t.Errorf("gcra: %s", body)
+			}
+
+			// Isolation: another org's domain, another project, a revoked or unknown key, the
+			// other family. None of them shows a counter.
+			for _, c := range []struct {
+				query, key string
+				status     int
+				code       string
+			}{
+				{"route=assistant_message&domain=globex-docs", keyA, 403, "forbidden"},
+				{"route=assistant_message&domain=unknown-docs", keyA, 403, "forbidden"},
+				{"route=agent_job&projectId=p2", keyP, 403, "forbidden"},
+				{q, keyRevoked, 401, "invalid_credentials"},
+				{q, "svc_dsc_selfusageinvented0123456789", 401, "invalid_credentials"},
+				{"route=agent_job&projectId=p1", keyA, 403, "wrong_key_type"},
+				{q, keyP, 403, "wrong_key_type"},
+				{"route=assistant_message", keyA, 400, "invalid_request"},
+			} {
+				_, body, _ := selfUsage(t, reader, c.query, c.key, c.status)
+				if !strings.Contains(body, `"code":"`+c.code+`"`) || strings.Contains(body, `"limits"`) {
+					t.Errorf("%s with %.16s: %s, want %s", c.query, c.key, body, c.code)
+				}
+			}
+			// Globex's own view: its org's counters, untouched by acme's answers.
+			a, body, _ = selfUsage(t, reader, "route=assistant_message&domain=globex-docs", keyG, 200)
+			if o := a.limit(t, "assistant_per_org"); o.Used != 0 || o.Limit != 50 || a.limit(t, "assistant_tokens_per_org").Used != 0 {
+				t.Errorf("another org: %s", body)
+			}
+
+			// Reading counted nothing: the admin listener still sees five requests.
+			if u := acmeUsage(t, counter, "assistant_per_org"); u.Used != 5 {
+				t.Errorf("the reads were counted: %+v", u)
+			}
+			// The per-key bound (12 a minute in each replica), counted after authentication:
+			// keyA has had one answer of reader so far, in this minute or the last.
+			ok := 0
+			for {
+				status, h, body := selfStatus(t, reader, q, keyA)
+				if status == 429 {
+					if h.Get("Retry-After") == "" || !strings.Contains(body, `"code":"rate_limited"`) || !strings.Contains(body, `"limit":"self_usage"`) {
+						t.Fatalf("429: %v %s", h, body)
+					}
+					break
+				}
+				if status != 200 || ok > 12 {
+					t.Fatalf("read %d: %d %s", ok, status, body)
+				}
+				ok++
+			}
+			if ok != 11 && ok != 12 {
+				t.Errorf("%d answers before the bound, want 11 (12 if the minute turned)", ok)
+			}
+			selfUsage(t, reader, "route=assistant_message&domain=globex-docs", keyG, 200) // its own bound
+		})
+	}
+}
+
+// selfStatus asks the usage endpoint and returns what came back, whatever it is.
+func selfStatus(t *testing.T, p *proc, query, key string) (int, http.Header, string) {
+	t.Helper()
+	req, _ := http.NewRequest("GET", "http://"+p.public+"/gateway/usage?"+query, nil)
+	req.Header.Set("Authorization", "Bearer "+key)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	data, _ := io.ReadAll(res.Body)
+	return res.StatusCode, res.Header, string(data)
+}
