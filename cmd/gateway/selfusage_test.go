@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/docsgate/gateway/auth"
+	"github.com/docsgate/gateway/internal/redistest"
 )
 
 // selfLimit is one limit of a GET /gateway/usage answer (and of the admin listener's).
@@ -323,4 +324,89 @@ func selfStatus(t *testing.T, p *proc, query, key string) (int, http.Header, str
 	defer res.Body.Close()
 	data, _ := io.ReadAll(res.Body)
 	return res.StatusCode, res.Header, string(data)
+}
+
+const roundTripConfig = `orgs: {acme: [acme-docs]}
+limits:
+  assistant_tokens_per_org: {limit: 1000, window: hour, by: org, unit: tokens, reserve: 100}
+  assistant_streams_per_org: {limit: 5, by: org, unit: streams}
+  assistant_tokens_per_ip: {limit: 5000, window: day, by: ip, unit: tokens}
+routes:
+  - name: assistant_message
+    limits: [assistant_per_key, assistant_per_org, assistant_per_ip, assistant_tokens_per_org, assistant_streams_per_org, assistant_tokens_per_ip]
+`
+
+// One answer of the endpoint is one script call on Redis, whatever the number of limits
+// (MONITOR sees it and nothing else), and one per node holding one of its counters on a
+// Cluster (INFO commandstats of every node).
+func TestSelfUsageOneRoundTrip(t *testing.T) {
+	const key = "svc_dsc_roundtrip0123456789abcdefgh"
+	q := "route=assistant_message&domain=acme-docs"
+	t.Run("redis", func(t *testing.T) {
+		srv := redistest.Start(t)
+		p := startGateway(t, "http://127.0.0.1:1", fmt.Sprintf("redis: {addrs: [%q]}\n", srv.Addr)+roundTripConfig)
+		selfUsage(t, p, q, key, 200) // connections and scripts are warm
+		lines, stop := watchMonitor(t, srv.Addr)
+		a, _, _ := selfUsage(t, p, q, key, 200)
+		if len(a.Limits) != 6 {
+			t.Fatalf("%+v", a)
+		}
+		time.Sleep(300 * time.Millisecond)
+		stop()
+		var scripts, other []string
+		for l := range lines {
+			switch monitorKind(l) {
+			case monitorScript:
+				scripts = append(scripts, l)
+			case monitorOther:
+				other = append(other, l)
+			}
+		}
+		if len(scripts) != 1 || len(other) != 0 {
+			t.Fatalf("one answer of six limits: script calls %q, other commands %q; want one script call", scripts, other)
+		}
+		for _, name := range []string{"assistant_per_key", "assistant_per_org", "assistant_per_ip", "assistant_tokens_per_org", "assistant_streams_per_org", "assistant_tokens_per_ip"} {
+			if !strings.Contains(scripts[0], name) {
+				t.Errorf("the script call does not read %s: %s", name, scripts[0])
+			}
+		}
+	})
+	t.Run("cluster", func(t *testing.T) {
+		cl := redistest.StartCluster(t, 3)
+		p := startGateway(t, "http://127.0.0.1:1", fmt.Sprintf("redis: {addrs: [%s]}\n", quoteAll(cl.Addrs))+roundTripConfig)
+		selfUsage(t, p, q, key, 200)
+		// The masters of the counters' hash tags: the key's digest, the org, the address.
+		cc := cl.Client(t)
+		holding := map[string]bool{}
+		for _, id := range []string{auth.Digest(key), "acme", "127.0.0.1"} {
+			m, err := cc.MasterForKey(t.Context(), "{"+id+"}")
+			if err != nil {
+				t.Fatal(err)
+			}
+			holding[m.Options().Addr] = true
+		}
+		t.Logf("masters holding the counters: %v", holding)
+		calls := func() map[string]int {
+			out := map[string]int{}
+			for _, s := range cl.Servers {
+				out[s.Addr] = redistest.ScriptCalls(t, s.Client(t))
+			}
+			return out
+		}
+		before := calls()
+		const n = 5
+		for range n {
+			selfUsage(t, p, q, key, 200)
+		}
+		after := calls()
+		for _, s := range cl.Servers {
+			want := 0
+			if holding[s.Addr] {
+				want = n
+			}
+			if got := after[s.Addr] - before[s.Addr]; got != want {
+				t.Errorf("node %s ran %d script calls for %d answers, want %d (nodes holding counters: %v)", s.Addr, got, n, want, holding)
+			}
+		}
+	})
 }
