@@ -410,3 +410,62 @@ func TestSelfUsageOneRoundTrip(t *testing.T) {
 		}
 	})
 }
+
+// The forecast against a known burn: ten requests two seconds into a 20-second window of 40
+// burn 10 per 2 s (18,000 an hour), so the 30 left last 6 s more, before the window ends; read
+// again 14 s in, the same ten make 30 last 42 s, past the end: no runs_out_at.
+func TestSelfUsageForecastOfAKnownBurn(t *testing.T) {
+	const key = "svc_forecast0123456789abcdefghijkl"
+	up := serveHTTP(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(201) }))
+	for _, st := range holdStores() {
+		t.Run(st.name, func(t *testing.T) {
+			t.Parallel() // each waits for the same moments of a window: most of the test is sleep
+			p := startGateway(t, up, st.redis(t)+"limits:\n  agent_job_per_project: {limit: 40, window: 20s}\n")
+			// Two seconds into a window (windows of a duration start at its multiples).
+			now := time.Now()
+			ws := now.Truncate(20 * time.Second)
+			if now.Sub(ws) > 2*time.Second {
+				ws = ws.Add(20 * time.Second)
+			}
+			time.Sleep(time.Until(ws.Add(2 * time.Second)))
+			for range 10 {
+				if res := send(t, p, "POST", "/v2/agent/burn/job", key, `{"prompt":"x"}`); res.StatusCode != 201 {
+					t.Fatalf("burn: %d", res.StatusCode)
+				}
+			}
+			read := func() (selfLimit, time.Time, time.Time) {
+				t0 := time.Now()
+				a, body, _ := selfUsage(t, p, "route=agent_job&projectId=burn", key, 200)
+				t1 := time.Now()
+				l := a.limit(t, "agent_job_per_project")
+				if l.Used != 10 || l.Remaining != 30 || l.Forecast == nil || l.Reset != ws.Add(20*time.Second).UTC().Format(time.RFC3339) {
+					t.Fatalf("%s", body)
+				}
+				return l, t0, t1
+			}
+			l, t0, t1 := read()
+			if t1.Sub(ws) > 8*time.Second {
+				t.Skipf("the machine is too slow for this window: read %v into it", t1.Sub(ws))
+			}
+			lo, hi := 10/t1.Sub(ws).Hours(), 10/t0.Sub(ws).Hours()
+			if r := l.Forecast.RatePerHour; r < lo-0.001 || r > hi+0.001 {
+				t.Errorf("rate %v an hour, want %.0f to %.0f", r, lo, hi)
+			}
+			if l.Forecast.RunsOutAt == nil {
+				t.Fatalf("no runs_out_at: %+v", l.Forecast)
+			}
+			at, err := time.Parse(time.RFC3339, *l.Forecast.RunsOutAt)
+			earliest := t0.Add(time.Duration(30 / hi * float64(time.Hour))).Truncate(time.Second)
+			latest := t1.Add(time.Duration(30 / lo * float64(time.Hour)))
+			if err != nil || at.Before(earliest) || at.After(latest) {
+				t.Errorf("runs out at %s, want %s to %s", *l.Forecast.RunsOutAt, earliest.UTC().Format(time.RFC3339), latest.UTC().Format(time.RFC3339))
+			}
+			time.Sleep(time.Until(ws.Add(14 * time.Second)))
+			l, t0, t1 = read()
+			lo, hi = 10/t1.Sub(ws).Hours(), 10/t0.Sub(ws).Hours()
+			if r := l.Forecast.RatePerHour; r < lo-0.001 || r > hi+0.001 || l.Forecast.RunsOutAt != nil {
+				t.Errorf("14 s in: %+v %v, want a rate of %.0f to %.0f and no runs_out_at", *l.Forecast, l.Forecast.RunsOutAt, lo, hi)
+			}
+		})
+	}
+}
