@@ -4,14 +4,17 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/docsgate/gateway/auth"
+	"github.com/docsgate/gateway/internal/browsertest"
 	"github.com/docsgate/gateway/internal/redistest"
 )
 
@@ -467,5 +470,99 @@ func TestSelfUsageForecastOfAKnownBurn(t *testing.T) {
 				t.Errorf("14 s in: %+v %v, want a rate of %.0f to %.0f and no runs_out_at", *l.Forecast, l.Forecast.RunsOutAt, lo, hi)
 			}
 		})
+	}
+}
+
+// Real Chromium on an allowed origin reads the endpoint cross-origin, as a documentation site's
+// chat widget would (the key in Authorization makes the browser send a preflight first), and a
+// refusal of its query too; the same page cannot read an answer about an admin route, and a
+// page of another origin reads nothing.
+func TestSelfUsageBrowserCrossOrigin(t *testing.T) {
+	browser := browsertest.Start(t)
+	serve := func(host string) (string, func(page string)) {
+		ln, err := net.Listen("tcp", host+":0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var body atomic.Value
+		srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "text/html; charset=utf-8")
+			fmt.Fprint(w, body.Load())
+		})}
+		go srv.Serve(ln)
+		t.Cleanup(func() { srv.Close() })
+		return "http://" + ln.Addr().String(), func(page string) { body.Store(page) }
+	}
+	allowed, setAllowed := serve("127.0.0.2")
+	other, setOther := serve("127.0.0.3")
+	p := startGateway(t, "http://127.0.0.1:1", fmt.Sprintf("cors: {allowed_origins: [%q]}\nlimits:\n  assistant_per_org: {limit: 50, window: hour}\n", allowed))
+	page := `<!doctype html><html><body><script>
+(async () => {
+  const ask = async (query, key) => {
+    try {
+      const res = await fetch("http://` + p.public + `/gateway/usage?" + query, {headers: {"Authorization": "Bearer " + key}});
+      return {status: res.status, body: await res.json(), cache: res.headers.get("cache-control")};
+    } catch (e) {
+      return {error: String(e)};
+    }
+  };
+  window.result = {
+    usage: await ask("route=assistant_message_v2&domain=acme-docs", "svc_dsc_browserwidget0123456789abc"),
+    refused: await ask("route=assistant_message_v2", "svc_dsc_browserwidget0123456789abc"),
+    admin: await ask("route=agent_job&projectId=p1", "svc_browseradmin0123456789abcdefgh"),
+  };
+  document.title = "done";
+})();
+</script></body></html>`
+	setAllowed(page)
+	setOther(page)
+	type answer struct {
+		Status int
+		Error  string
+		Cache  string
+		Body   struct {
+			Route  string
+			Code   string
+			Field  string
+			Limits []selfLimit
+		}
+	}
+	var got struct{ Usage, Refused, Admin answer }
+	read := func(origin string) {
+		tab := browser.Open(t, origin+"/", nil)
+		tab.WaitFor(t, `document.title === "done"`, 30*time.Second)
+		var raw string
+		tab.Eval(t, `JSON.stringify(window.result)`, &raw)
+		if err := json.Unmarshal([]byte(raw), &got); err != nil {
+			t.Fatalf("%v: %s", err, raw)
+		}
+	}
+	read(allowed)
+	u := got.Usage
+	if u.Error != "" || u.Status != 200 || u.Cache != "no-store" || u.Body.Route != "assistant_message_v2" || len(u.Body.Limits) != 3 {
+		t.Fatalf("the widget's read: %+v", got.Usage)
+	}
+	if o := u.Body.Limits[1]; o.Name != "assistant_per_org" || o.Limit != 50 || o.Used != 0 || o.Remaining != 50 {
+		t.Fatalf("per org: %+v", o)
+	}
+	if r := got.Refused; r.Status != 400 || r.Body.Code != "invalid_request" || r.Body.Field != "domain" {
+		t.Fatalf("the refusal, read by the page: %+v", r)
+	}
+	if a := got.Admin; a.Error == "" {
+		t.Fatalf("a page read an answer about an admin route: %+v", a)
+	}
+	read(other)
+	if got.Usage.Error == "" || got.Refused.Error == "" {
+		t.Fatalf("a page of another origin read the endpoint: %+v", got)
+	}
+	// The allowed page's preflights were answered by the gateway.
+	preflights := 0
+	for _, l := range accessLines(p) {
+		if l["route"] == "cors_preflight" && l["status"] == float64(204) {
+			preflights++
+		}
+	}
+	if preflights == 0 {
+		t.Fatalf("no preflight answered:\n%s", p.out.String())
 	}
 }
