@@ -8,12 +8,12 @@ import (
 // View is one limit as its usage answers show it: the tenant's own GET /gateway/usage on the
 // public listener and the operators' GET /usage/... on the admin listener are written from it,
 // so both read the same counters the same way.
+//
+// The fields keep the order the admin answers had before window, reset_seconds and forecast
+// were added (JSON objects have none, but scripts matching text may).
 type View struct {
 	Name string `json:"name"`
 	Unit string `json:"unit"`
-	// Window is the counting window ("hour", "day", "month" or a duration such as "15m0s");
-	// nil for a streams limit, which counts answers in flight.
-	Window *string `json:"window"`
 	// Limit is the allowance: the override in force, else the limit, plus the grants of the
 	// window.
 	Limit int64 `json:"limit"`
@@ -26,6 +26,9 @@ type View struct {
 	// streams, now; rounded up to the second, as ResetSeconds is.
 	Reset        time.Time `json:"reset"`
 	ResetSeconds int64     `json:"reset_seconds"`
+	// Window is the counting window ("hour", "day", "month" or a duration such as "15m0s");
+	// nil for a streams limit, which counts answers in flight.
+	Window *string `json:"window"`
 	// Forecast is the burn rate of the current window and when it runs out at that rate, for
 	// enforced fixed-window limits (requests and tokens); nil (null) for the others.
 	Forecast *Forecast `json:"forecast"`

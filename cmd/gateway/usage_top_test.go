@@ -215,7 +215,7 @@ routes:
 
 			// The usage API shows the tokens too.
 			code, body = adminGet(t, p, "/usage/orgs/acme", "")
-			if code != 200 || !strings.Contains(body, `{"name":"assistant_tokens_per_org","unit":"tokens","limit":1000,"used":540,"remaining":460,`) {
+			if code != 200 || !strings.Contains(body, `{"name":"assistant_tokens_per_org","unit":"tokens","limit":1000,"used":540,"reserved":0,"remaining":460,`) {
 				t.Fatalf("/usage/orgs/acme: %d %s", code, body)
 			}
 
