@@ -276,6 +276,12 @@ func badValue(v string) string {
 	return ""
 }
 
+// maxBoundKeys caps the keys keyBound tracks in a minute: in prefix mode any well-formed key
+// passes authentication, so a spray of invented keys must not grow the map without end. Past
+// it, keys not yet seen in the minute are refused until the minute turns (the endpoint only:
+// the routes are not affected). 65,536 entries are a few MiB.
+const maxBoundKeys = 1 << 16
+
 // keyBound counts answers per key digest in fixed minutes, in process.
 type keyBound struct {
 	mu     sync.Mutex
@@ -292,8 +298,11 @@ func (b *keyBound) allow(key string, limit int, now time.Time) (bool, int64) {
 	if m != b.minute || b.counts == nil {
 		b.minute, b.counts = m, map[string]int{} // a fresh map: last minute's keys go
 	}
-	n := b.counts[key]
-	if n <= limit {
+	n, seen := b.counts[key]
+	switch {
+	case !seen && len(b.counts) >= maxBoundKeys:
+		n = limit + 1 // too many keys this minute: refused, not tracked
+	case n <= limit:
 		n++
 		b.counts[key] = n
 	}

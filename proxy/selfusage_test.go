@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -270,5 +271,29 @@ func TestSelfUsagePathConfig(t *testing.T) {
 	g.getUsage(t, "route=agent_job&projectId=p", bearerHdr(adminKey), 404)
 	if res, _ := g.do(t, "GET", "/v1/my-usage?route=agent_job&projectId=p", bearerHdr(adminKey), ""); res.StatusCode != 200 {
 		t.Fatalf("configured path: %d", res.StatusCode)
+	}
+}
+
+// The bound tracks at most maxBoundKeys keys a minute; past it new keys are refused until the
+// minute turns, the keys already seen keep their own count, and the next minute starts afresh.
+func TestSelfUsageBoundCapsItsKeys(t *testing.T) {
+	var b keyBound
+	now := time.Date(2026, 11, 27, 13, 0, 10, 0, time.UTC)
+	for i := range maxBoundKeys {
+		if ok, _ := b.allow(fmt.Sprint(i), 2, now); !ok {
+			t.Fatalf("key %d refused", i)
+		}
+	}
+	if ok, retry := b.allow("one more", 2, now); ok || retry != 50 {
+		t.Fatalf("a key past the cap: %v %d", ok, retry)
+	}
+	if ok, _ := b.allow("7", 2, now); !ok {
+		t.Fatal("a key already seen was refused")
+	}
+	if ok, _ := b.allow("7", 2, now); ok {
+		t.Fatal("a key past its limit was admitted")
+	}
+	if ok, _ := b.allow("one more", 2, now.Add(time.Minute)); !ok || len(b.counts) != 1 {
+		t.Fatalf("the next minute: %v, %d keys tracked", ok, len(b.counts))
 	}
 }
