@@ -297,3 +297,16 @@ func TestSelfUsageBoundCapsItsKeys(t *testing.T) {
 		t.Fatalf("the next minute: %v, %d keys tracked", ok, len(b.counts))
 	}
 }
+
+// A store that cannot be read answers 503 limiter_unavailable, whatever redis.on_error says
+// for the routes: there is nothing to show.
+func TestSelfUsageStoreDown(t *testing.T) {
+	srv := redistest.Start(t)
+	g := newGateway(t, newUpstream(t, nil), func(c *cfgT) { c.Redis.Addrs = []string{srv.Addr}; c.Redis.OnError = "allow" })
+	g.getUsage(t, "route=agent_job&projectId=p1", bearerHdr(adminKey), 200)
+	srv.Stop(t)
+	res, data := g.getUsage(t, "route=agent_job&projectId=p1", bearerHdr(adminKey), 503)
+	if e := decodeError(t, res, data); e.Code != "limiter_unavailable" || res.Header.Get("Retry-After") != "1" || strings.Contains(string(data), `"limits"`) {
+		t.Fatalf("%v %s", res.Header, data)
+	}
+}
