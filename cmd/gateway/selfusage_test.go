@@ -57,22 +57,13 @@ func (a selfAnswer) limit(t *testing.T, name string) selfLimit {
 // a 200 strictly (no field beyond the documented ones).
 func selfUsage(t *testing.T, p *proc, query, key string, want int) (selfAnswer, string, http.Header) {
 	t.Helper()
-	req, _ := http.NewRequest("GET", "http://"+p.public+"/gateway/usage?"+query, nil)
-	if key != "" {
-		req.Header.Set("Authorization", "Bearer "+key)
-	}
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer res.Body.Close()
-	data, _ := io.ReadAll(res.Body)
-	if res.StatusCode != want {
-		t.Fatalf("GET /gateway/usage?%s: %d %s, want %d", query, res.StatusCode, data, want)
+	status, h, data := selfStatus(t, p, query, key)
+	if status != want {
+		t.Fatalf("GET /gateway/usage?%s: %d %s, want %d", query, status, data, want)
 	}
 	var a selfAnswer
 	if want == 200 {
-		dec := json.NewDecoder(strings.NewReader(string(data)))
+		dec := json.NewDecoder(strings.NewReader(data))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&a); err != nil {
 			t.Fatalf("%s: %v", data, err)
@@ -83,27 +74,21 @@ func selfUsage(t *testing.T, p *proc, query, key string, want int) (selfAnswer, 
 			}
 		}
 	}
-	return a, string(data), res.Header
+	return a, data, h
 }
 
-// adminCallOK is an admin write with the token that must answer want.
+// adminCallOK is an admin call with the token that must answer want.
 func adminCallOK(t *testing.T, p *proc, method, path, body string, want int) string {
 	t.Helper()
-	req, _ := http.NewRequest(method, "http://"+p.admin+path, strings.NewReader(body))
-	req.Header.Set("Authorization", "Bearer "+adminToken)
+	h := map[string]string{"Authorization": "Bearer " + adminToken}
 	if body != "" {
-		req.Header.Set("Content-Type", "application/json")
+		h["Content-Type"] = "application/json"
 	}
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
+	a := adminCall(t, http.DefaultClient, "http://"+p.admin, method, path, h, body)
+	if a.status != want {
+		t.Fatalf("%s %s: %d %s, want %d", method, path, a.status, a.body, want)
 	}
-	defer res.Body.Close()
-	data, _ := io.ReadAll(res.Body)
-	if res.StatusCode != want {
-		t.Fatalf("%s %s: %d %s, want %d", method, path, res.StatusCode, data, want)
-	}
-	return string(data)
+	return a.body
 }
 
 // heldAnswers sends n assistant answers of key to domain on p and returns once each has its
@@ -319,7 +304,9 @@ func TestSelfUsageBinary(t *testing.T) {
 func selfStatus(t *testing.T, p *proc, query, key string) (int, http.Header, string) {
 	t.Helper()
 	req, _ := http.NewRequest("GET", "http://"+p.public+"/gateway/usage?"+query, nil)
-	req.Header.Set("Authorization", "Bearer "+key)
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -356,15 +343,7 @@ func TestSelfUsageOneRoundTrip(t *testing.T) {
 		}
 		time.Sleep(300 * time.Millisecond)
 		stop()
-		var scripts, other []string
-		for l := range lines {
-			switch monitorKind(l) {
-			case monitorScript:
-				scripts = append(scripts, l)
-			case monitorOther:
-				other = append(other, l)
-			}
-		}
+		scripts, other := splitMonitor(lines)
 		if len(scripts) != 1 || len(other) != 0 {
 			t.Fatalf("one answer of six limits: script calls %q, other commands %q; want one script call", scripts, other)
 		}
