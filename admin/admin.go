@@ -19,8 +19,9 @@ import (
 
 // UsageReader reads limit counters without consuming anything.
 type UsageReader interface {
-	// Usage returns every limit counting by what ("project", "org", "ip" or "key") for subject.
-	Usage(ctx context.Context, what, subject string) ([]limits.Usage, error)
+	// UsageViews returns every limit counting by what ("project", "org", "ip" or "key") for
+	// subject, as the tenants' own usage answer shows a limit.
+	UsageViews(ctx context.Context, what, subject string) ([]limits.View, error)
 }
 
 // Options wires the admin handler.
@@ -195,19 +196,6 @@ type handler struct {
 	exports exportSlots
 }
 
-type usageJSON struct {
-	Name      string    `json:"name"`
-	Unit      string    `json:"unit"`
-	Limit     int64     `json:"limit"` // the allowance: the override in force, else the limit, plus granted
-	Used      int64     `json:"used"`
-	Reserved  *int64    `json:"reserved,omitempty"` // tokens limits with a reserve: held by answers in flight; remaining is net of it
-	Remaining int64     `json:"remaining"`
-	Reset     time.Time `json:"reset"`
-	// Granted and Override are the tenant's run-time quota, where present.
-	Granted  int64                 `json:"granted,omitempty"`
-	Override *limits.OverrideTerms `json:"override,omitempty"`
-}
-
 func (h *handler) usage(what, param string) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		subject := r.PathValue(param)
@@ -238,20 +226,16 @@ func (h *handler) usageKey(w http.ResponseWriter, r *http.Request) {
 func (h *handler) writeUsage(w http.ResponseWriter, r *http.Request, what, subject string) {
 	ctx, cancel := context.WithTimeout(r.Context(), h.o.UsageTimeout)
 	defer cancel()
-	usages, err := h.o.Usage.Usage(ctx, what, subject)
+	views, err := h.o.Usage.UsageViews(ctx, what, subject)
 	if err != nil {
 		h.o.Logger.Warn("usage read failed", zap.String("what", what), zap.Error(err))
 		w.Header().Set("Retry-After", "1")
 		writeError(w, http.StatusServiceUnavailable, "limiter_unavailable", "The limit store is unavailable. Please retry in a moment.")
 		return
 	}
-	out := struct {
-		Limits []usageJSON `json:"limits"`
-	}{Limits: make([]usageJSON, 0, len(usages))}
-	for _, u := range usages {
-		out.Limits = append(out.Limits, usageJSON{u.Name, u.Unit.String(), u.Limit, u.Used, reserved(u.Reserves, u.Reserved), u.Remaining, ceilSecond(u.Reset), u.Granted, u.Override})
-	}
-	writeJSON(w, http.StatusOK, out)
+	writeJSON(w, http.StatusOK, struct {
+		Limits []limits.View `json:"limits"`
+	}{Limits: views})
 }
 
 // reserved is the "reserved" of a usage answer: present for a tokens limit with a reserve

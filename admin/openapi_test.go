@@ -163,11 +163,11 @@ type down struct{}
 
 var errDown = errors.New("store down")
 
-func (down) Usage(context.Context, string, string) ([]limits.Usage, error) { return nil, errDown }
-func (down) Top(context.Context, string, int) ([]limits.TopList, error)    { return nil, errDown }
-func (down) Add(context.Context, auth.Entry) error                         { return errDown }
-func (down) Revoke(context.Context, string) error                          { return errDown }
-func (down) List(context.Context) ([]auth.Entry, error)                    { return nil, errDown }
+func (down) UsageViews(context.Context, string, string) ([]limits.View, error) { return nil, errDown }
+func (down) Top(context.Context, string, int) ([]limits.TopList, error)        { return nil, errDown }
+func (down) Add(context.Context, auth.Entry) error                             { return errDown }
+func (down) Revoke(context.Context, string) error                              { return errDown }
+func (down) List(context.Context) ([]auth.Entry, error)                        { return nil, errDown }
 func (down) History(context.Context, string, string, string) (limits.TenantHistory, error) {
 	return limits.TenantHistory{}, errDown
 }

@@ -67,6 +67,9 @@ type Config struct {
 
 	// Tracing exports OpenTelemetry traces of every request (OTLP).
 	Tracing Tracing `yaml:"tracing"`
+
+	// SelfUsage is the tenants' own usage endpoint on the public listener (selfusage.go).
+	SelfUsage SelfUsage `yaml:"self_usage"`
 }
 
 // Tracing configures OpenTelemetry tracing. What the file leaves empty comes from the standard
@@ -309,6 +312,7 @@ func Defaults() Config {
 			Breaker:   Breaker{Failures: 5, Cooldown: time.Second},
 			Coalesce:  true,
 		},
-		Quota: Quota{AuditMax: 100_000},
+		Quota:     Quota{AuditMax: 100_000},
+		SelfUsage: selfUsageDefaults,
 	}
 }

@@ -106,6 +106,7 @@ func (c *Config) Validate() error {
 	}
 	v.routes(c.Routes)
 	v.limits(c)
+	v.selfUsage(c.SelfUsage)
 	if len(v.problems) > 0 {
 		return &Error{Problems: v.problems}
 	}

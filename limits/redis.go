@@ -338,7 +338,7 @@ func (f *fields) next() (int64, error) {
 // NOSCRIPT fallback stays in place for a master that restarts later.
 func (r *Redis) Preload(ctx context.Context) error {
 	load := func(ctx context.Context, c redis.Scripter) error {
-		for _, s := range []*redis.Script{takeScript, usageScript, giveBackScript, nodeTakeScript, nodeGiveBackScript, debitScript, quotaScript, settleScript, refreshScript, growScript} {
+		for _, s := range []*redis.Script{takeScript, usageScript, usagesScript, nodeUsagesScript, giveBackScript, nodeTakeScript, nodeGiveBackScript, debitScript, quotaScript, settleScript, refreshScript, growScript} {
 			if err := s.Load(ctx, c).Err(); err != nil {
 				return fmt.Errorf("limits: script load: %w", err)
 			}

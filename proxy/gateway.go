@@ -77,6 +77,7 @@ type Gateway struct {
 	tracing             *Tracing            // nil: off
 	dataErrors          dataErrorLog        // limiter replies about one key's data, logged once a minute
 	refusals            *refusalCounts      // each limit's refusals, for the usage page
+	selfUsageBound      keyBound            // answers of the tenants' usage endpoint per key
 }
 
 var _ http.Handler = (*Gateway)(nil)

@@ -28,6 +28,8 @@ import (
 type Limiter interface {
 	Take(ctx context.Context, hits []limits.Hit, d *limits.Decision) error
 	Usage(ctx context.Context, r *limits.Rule, id string) (limits.Usage, error)
+	// Usages reads several counters at once, in one round trip (one per Redis node).
+	Usages(ctx context.Context, hits []limits.Hit) ([]limits.Usage, error)
 	Debit(ctx context.Context, hits []limits.Hit, n int64) error
 	Refund(ctx context.Context, taken []limits.Taken) error
 	Scan(ctx context.Context, r *limits.Rule, resolve func(id string) *limits.Rule, visit func(id string, u limits.Usage)) error

@@ -179,6 +179,13 @@ func (g *Gateway) buildTable(sn *snapshot, routes []*route) (t *table, err error
 		t.mux.HandleFunc("OPTIONS "+p, func(w http.ResponseWriter, r *http.Request) { g.servePreflight(sn, pre, methods, w, r) })
 		t.probe.Handle("OPTIONS "+p, nop)
 	}
+	if su := sn.selfUsage; su != nil {
+		current = "self_usage.path"
+		t.mux.HandleFunc("GET "+su.path, func(w http.ResponseWriter, r *http.Request) { g.serveSelfUsage(sn, su, w, r) })
+		t.mux.HandleFunc("OPTIONS "+su.path, func(w http.ResponseWriter, r *http.Request) { g.servePreflight(sn, pre, su.methods, w, r) })
+		t.probe.Handle("GET "+su.path, nop)
+		t.probe.Handle("OPTIONS "+su.path, nop)
+	}
 	t.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { g.serveUnmatched(sn, t, w, r) })
 	return t, nil
 }

@@ -27,6 +27,8 @@ type snapshot struct {
 	// authFailLimit is auth.failure_limit; 0 when off. The upstream's 401s and 403s count in
 	// both modes, the gateway's own 401s in registry mode (see countAuthFailure).
 	authFailLimit int
+	// selfUsage is the tenants' own usage endpoint; nil when self_usage.enabled is false.
+	selfUsage *selfUsage
 }
 
 // compile turns a validated config into a snapshot, reporting problems with config keys.
@@ -79,6 +81,9 @@ func (g *Gateway) compile(cfg *config.Config) (*snapshot, error) {
 		if len(rt.sets[""].limits) > 0 && g.limiter == nil {
 			return nil, fmt.Errorf("proxy: route %s applies limits but no limiter is configured", rt.name)
 		}
+	}
+	if sn.selfUsage, err = g.compileSelfUsage(cfg, routes); err != nil {
+		return nil, err
 	}
 	if sn.table, err = g.buildTable(sn, routes); err != nil {
 		return nil, err

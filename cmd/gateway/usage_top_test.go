@@ -215,7 +215,7 @@ routes:
 
 			// The usage API shows the tokens too.
 			code, body = adminGet(t, p, "/usage/orgs/acme", "")
-			if code != 200 || !strings.Contains(body, `{"name":"assistant_tokens_per_org","unit":"tokens","limit":1000,"used":540,"remaining":460,`) {
+			if code != 200 || !strings.Contains(body, `{"name":"assistant_tokens_per_org","unit":"tokens","limit":1000,"used":540,"reserved":0,"remaining":460,`) {
 				t.Fatalf("/usage/orgs/acme: %d %s", code, body)
 			}
 
@@ -298,15 +298,7 @@ func TestUsageTopCostsNothingOnRequestPath(t *testing.T) {
 	}
 	time.Sleep(300 * time.Millisecond)
 	stop()
-	var scripts, other []string
-	for l := range lines {
-		switch monitorKind(l) {
-		case monitorScript:
-			scripts = append(scripts, l)
-		case monitorOther:
-			other = append(other, l)
-		}
-	}
+	scripts, other := splitMonitor(lines)
 	if len(scripts) != 2*n || len(other) != 0 {
 		t.Fatalf("MONITOR saw %d script calls (want %d) and other commands: %v", len(scripts), 2*n, other)
 	}
@@ -357,6 +349,20 @@ func monitorKind(l string) int {
 		return monitorScript
 	}
 	return monitorOther
+}
+
+// splitMonitor reads lines to their end: the script calls, and the commands other than the
+// scripts' own and the store's timed poll.
+func splitMonitor(lines <-chan string) (scripts, other []string) {
+	for l := range lines {
+		switch monitorKind(l) {
+		case monitorScript:
+			scripts = append(scripts, l)
+		case monitorOther:
+			other = append(other, l)
+		}
+	}
+	return scripts, other
 }
 
 // monitorLines runs MONITOR on its own connection and sends each line until ctx ends.

@@ -307,7 +307,11 @@ func printUsage(w io.Writer, data []byte) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "LIMIT\tUNIT\tUSED\tRESERVED\tLIMIT\tREMAINING\tRESET\tQUOTA")
 	for _, l := range u.Limits {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%d\t%s\t%s\n", printable(l.Name), printable(l.Unit), l.Used, reservedText(l.Reserved),
+		reserved := l.Reserved
+		if l.Unit != "tokens" { // only tokens limits hold anything; the answer says 0 for the others
+			reserved = nil
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%d\t%s\t%s\n", printable(l.Name), printable(l.Unit), l.Used, reservedText(reserved),
 			l.Limit, l.Remaining, l.Reset.UTC().Format(time.RFC3339), quota(l.Granted, l.Override))
 	}
 	return tw.Flush()

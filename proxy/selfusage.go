@@ -1,0 +1,314 @@
+package proxy
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/docsgate/gateway/config"
+	"github.com/docsgate/gateway/limits"
+)
+
+// The tenants' own usage endpoint (self_usage.path, GET /gateway/usage by default): a key
+// holder names a route and its path parameters, and learns every limit a request of theirs to
+// that route would be subject to, how much of each is used and left, and a forecast. It takes
+// the routes' own steps, so it answers only what the request would be allowed to see:
+//
+//   - the key is checked as the route checks it (family, registry, revocation, grants), and a
+//     failed authentication counts against auth.failure_limit as there;
+//   - the tenant (org, plan) and each limit's id come from the same code as a request's
+//     decision (authenticate, scope.limitID): the caller's key, the org of the named domain,
+//     the named project where the key may act on it, the caller's own address;
+//   - shadow limits are left out: they never refuse, and their counters are the operators'.
+//
+// It is counted against no configured limit and reads every counter in one store call (one
+// script call on Redis, one per node on a Cluster). Its own bound, per key and in process
+// (self_usage.per_key_per_minute), keeps it from being a free amplifier of Redis reads.
+
+// selfUsageRoute names the endpoint in logs and metrics.
+const selfUsageRoute = "self_usage"
+
+// Bounds on the query: what a legitimate caller sends is a route name and an id or two.
+const (
+	maxSelfUsageQuery = 2048
+	maxSelfUsageValue = 256
+)
+
+// selfUsage is the endpoint as one config compiled it.
+type selfUsage struct {
+	path    string
+	perKey  int
+	route   *route            // the pseudo-route of its requests (logs, metrics)
+	byName  map[string]*route // the routes a caller may name
+	params  map[string][]string
+	methods string // of its preflight
+}
+
+// compileSelfUsage checks that no route matches the endpoint's path and prepares it; nil when
+// it is disabled.
+func (g *Gateway) compileSelfUsage(cfg *config.Config, routes []*route) (*selfUsage, error) {
+	c := cfg.SelfUsage
+	if !c.Enabled {
+		return nil, nil
+	}
+	probe := http.NewServeMux()
+	nop := http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})
+	for _, rt := range routes {
+		probe.Handle(rt.method+" "+rt.path, nop)
+	}
+	for _, rt := range routes {
+		req := &http.Request{Method: rt.method, URL: &url.URL{Path: c.Path}, Host: "gateway"}
+		if _, pattern := probe.Handler(req); pattern == rt.method+" "+rt.path {
+			return nil, &config.Error{Problems: []config.Problem{{Key: "self_usage.path", Msg: fmt.Sprintf(
+				"%s is matched by the route %s (%s %s): choose another path, or change the route", c.Path, rt.name, rt.method, rt.path)}}}
+		}
+	}
+	su := &selfUsage{
+		path: c.Path, perKey: c.PerKeyPerMinute, methods: http.MethodGet,
+		route:  &route{name: selfUsageRoute, method: http.MethodGet, path: c.Path, metrics: g.metrics.Route(selfUsageRoute)},
+		byName: map[string]*route{}, params: map[string][]string{},
+	}
+	for _, rt := range routes {
+		su.byName[rt.name] = rt
+		su.params[rt.name] = pathParams(rt.path)
+	}
+	return su, nil
+}
+
+// pathParams are the names of a path pattern's wildcards, in order ({name} and {name...}).
+func pathParams(path string) []string {
+	var names []string
+	for {
+		i := strings.IndexByte(path, '{')
+		if i < 0 {
+			return names
+		}
+		j := strings.IndexByte(path[i:], '}')
+		if j < 0 {
+			return names
+		}
+		name := strings.TrimSuffix(path[i+1:i+j], "...")
+		if name != "$" && name != "" {
+			names = append(names, name)
+		}
+		path = path[i+j+1:]
+	}
+}
+
+// serveSelfUsage answers GET self_usage.path.
+func (g *Gateway) serveSelfUsage(sn *snapshot, su *selfUsage, w http.ResponseWriter, r *http.Request) {
+	s := g.begin(sn, su.route, w, r)
+	if g.tracing != nil {
+		r = g.startSpan(s, r)
+	}
+	defer g.finish(s, r)
+	if r.Method != http.MethodGet { // ServeMux lets HEAD in
+		sn.cors.decorate(s.w.Header(), r)
+		methodNotAllowed(s, r.Method, http.MethodGet)
+		return
+	}
+	if upgradeRefused(s, r) {
+		return
+	}
+	rt, field, msg := su.parse(r)
+	if rt == nil || rt.cors {
+		// Like the assistant routes, whose widgets call this; the admin routes never answer
+		// CORS, and neither does this endpoint about them.
+		sn.cors.decorate(s.w.Header(), r)
+	}
+	if rt == nil {
+		s.field = field
+		s.fail(http.StatusBadRequest, errorBody{Error: msg, Code: codeInvalidRequest, Field: field})
+		return
+	}
+	// The route's own authentication, its refusals counted under this endpoint.
+	as := *rt
+	as.name, as.metrics = su.route.name, su.route.metrics
+	s.route = &as
+	ok := g.authenticate(s, r)
+	s.route = su.route
+	if !ok {
+		return
+	}
+	if ok, retry := g.selfUsageBound.allow(s.digest, su.perKey, s.start); !ok {
+		s.w.Header().Set(hdrRetryAfter, strconv.FormatInt(retry, 10))
+		s.fail(http.StatusTooManyRequests, errorBody{
+			Error:      fmt.Sprintf("Too many usage requests for this key (%d a minute). Please retry in %s.", su.perKey, humanSeconds(retry)),
+			Code:       codeRateLimited,
+			Limit:      selfUsageRoute,
+			RetryAfter: &retry,
+		})
+		return
+	}
+	views, err := g.views(r.Context(), selfUsageHits(s, rt, r))
+	if err != nil {
+		s.limitErr = true
+		s.w.Header()[hdrRetryAfter] = retryAfterOne
+		s.fail(http.StatusServiceUnavailable, errorBody{
+			Error: "Usage is temporarily unavailable. Please retry in a moment.",
+			Code:  codeLimiterUnavailable,
+		})
+		return
+	}
+	for i := range views { // the operators' terms of a tenant's quota stay theirs
+		views[i].Granted, views[i].Override = 0, nil
+	}
+	data, err := json.Marshal(struct {
+		Route  string        `json:"route"`
+		Limits []limits.View `json:"limits"`
+	}{rt.name, views})
+	if err != nil { // cannot happen for these types
+		s.fail(http.StatusInternalServerError, errorBody{Error: "Internal error.", Code: "internal"})
+		return
+	}
+	h := s.w.Header()
+	h.Set("Content-Type", "application/json; charset=utf-8")
+	h.Set("Content-Length", strconv.Itoa(len(data)+1))
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Content-Type-Options", "nosniff")
+	s.w.WriteHeader(http.StatusOK)
+	_, _ = s.w.Write(append(data, '\n'))
+}
+
+// selfUsageHits are the hits a request of s's key and address to rt would take: the enforced
+// limits of its plan's set, each counting what the request's decision would count.
+func selfUsageHits(s *scope, rt *route, r *http.Request) []limits.Hit {
+	set := rt.sets[s.plan]
+	if set == nil {
+		set = rt.sets[""]
+	}
+	hits := make([]limits.Hit, 0, len(set.limits))
+	for _, l := range set.limits {
+		if !l.shadow {
+			hits = append(hits, limits.Hit{Rule: l.rule, ID: s.limitID(l.by, r)})
+		}
+	}
+	return hits
+}
+
+// parse reads the query: route= and the route's path parameters by name, each exactly once,
+// and nothing else. The parameters become r's path values, as the route would see them. On a
+// refusal it returns a nil route, the offending parameter and the message.
+func (su *selfUsage) parse(r *http.Request) (*route, string, string) {
+	raw := r.URL.RawQuery
+	if len(raw) > maxSelfUsageQuery {
+		return nil, "query", fmt.Sprintf("The query is longer than %d bytes.", maxSelfUsageQuery)
+	}
+	q, err := url.ParseQuery(raw)
+	if err != nil {
+		return nil, "query", "The query is not a valid URL query (name=value pairs joined by &)."
+	}
+	names := make([]string, 0, len(q))
+	for name := range q {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		if !safeParamName(name) {
+			return nil, "query", "The query names a parameter that is no parameter of this endpoint."
+		}
+		if len(q[name]) != 1 {
+			return nil, name, fmt.Sprintf("%s is given %d times: give it once.", name, len(q[name]))
+		}
+		if why := badValue(q[name][0]); why != "" {
+			return nil, name, fmt.Sprintf("%s %s.", name, why)
+		}
+	}
+	name, ok := q["route"]
+	if !ok {
+		return nil, "route", "route is required: the name of the route to read the limits of, such as route=assistant_message_v2."
+	}
+	rt := su.byName[name[0]]
+	if rt == nil {
+		return nil, "route", "route names no route of this gateway."
+	}
+	params := su.params[rt.name]
+	for _, n := range names {
+		if n != "route" && !slices.Contains(params, n) {
+			return nil, n, fmt.Sprintf("%s is no path parameter of %s (its path is %s).", n, rt.name, rt.path)
+		}
+	}
+	for _, p := range params {
+		v, ok := q[p]
+		if !ok {
+			return nil, p, fmt.Sprintf("%s is required: %s's path is %s.", p, rt.name, rt.path)
+		}
+		r.SetPathValue(p, v[0])
+	}
+	return rt, "", ""
+}
+
+// safeParamName accepts the names a path pattern can have, so a refusal can name the
+// parameter without echoing anything odd.
+func safeParamName(s string) bool {
+	if s == "" || len(s) > 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+// badValue says what is wrong with a query value, or "".
+func badValue(v string) string {
+	switch {
+	case v == "":
+		return "is empty"
+	case len(v) > maxSelfUsageValue:
+		return fmt.Sprintf("is longer than %d bytes", maxSelfUsageValue)
+	case !utf8.ValidString(v):
+		return "is not UTF-8"
+	case strings.ContainsFunc(v, func(c rune) bool { return unicode.IsControl(c) || unicode.Is(unicode.Cf, c) }):
+		return "holds control or format characters"
+	}
+	return ""
+}
+
+// maxBoundKeys caps the keys keyBound tracks in a minute: in prefix mode any well-formed key
+// passes authentication, so a spray of invented keys must not grow the map without end. Past
+// it, keys not yet seen in the minute are refused until the minute turns (the endpoint only:
+// the routes are not affected). 65,536 entries are a few MiB.
+const maxBoundKeys = 1 << 16
+
+// keyBound counts answers per key digest in fixed minutes, in process.
+type keyBound struct {
+	mu     sync.Mutex
+	minute int64
+	counts map[string]int
+}
+
+// allow counts one answer for key at now; past limit in the minute it says no, and how many
+// seconds remain of the minute.
+func (b *keyBound) allow(key string, limit int, now time.Time) (bool, int64) {
+	sec := now.Unix()
+	m := sec / 60
+	b.mu.Lock()
+	if m != b.minute || b.counts == nil {
+		b.minute, b.counts = m, map[string]int{} // a fresh map: last minute's keys go
+	}
+	n, seen := b.counts[key]
+	switch {
+	case !seen && len(b.counts) >= maxBoundKeys:
+		n = limit + 1 // too many keys this minute: refused, not tracked
+	case n <= limit:
+		n++
+		b.counts[key] = n
+	}
+	b.mu.Unlock()
+	if n > limit {
+		return false, 60 - sec%60
+	}
+	return true, 0
+}
