@@ -70,6 +70,9 @@ type Config struct {
 
 	// SelfUsage is the tenants' own usage endpoint on the public listener (selfusage.go).
 	SelfUsage SelfUsage `yaml:"self_usage"`
+
+	// Notifications sends signed webhooks on quota events (notifications.go).
+	Notifications Notifications `yaml:"notifications"`
 }
 
 // Tracing configures OpenTelemetry tracing. What the file leaves empty comes from the standard
@@ -312,7 +315,8 @@ func Defaults() Config {
 			Breaker:   Breaker{Failures: 5, Cooldown: time.Second},
 			Coalesce:  true,
 		},
-		Quota:     Quota{AuditMax: 100_000},
-		SelfUsage: selfUsageDefaults,
+		Quota:         Quota{AuditMax: 100_000},
+		SelfUsage:     selfUsageDefaults,
+		Notifications: notificationDefaults,
 	}
 }

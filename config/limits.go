@@ -87,6 +87,14 @@ type Limit struct {
 	// stream of its protocol, when its tokens would take the tenant past the limit: each
 	// answer's hold grows with its running count while the allowance has room. Absent: false.
 	Cutoff *bool `yaml:"cutoff"`
+	// Thresholds (fixed-window requests and tokens limits, with notifications) are the
+	// fractions of the limit in force whose crossing sends quota.threshold_crossed, once per
+	// tenant and window; absent: DefaultThresholds once notifications are on; [] none.
+	Thresholds *[]float64 `yaml:"thresholds"`
+	// Forecast (fixed-window requests and tokens limits, with notifications) sends
+	// quota.forecast when the window's burn rate would run the tenant out before the reset.
+	// Absent: false.
+	Forecast *bool `yaml:"forecast"`
 }
 
 // LimitSpec is a limit with every field resolved.
@@ -105,6 +113,10 @@ type LimitSpec struct {
 	EstimateMax int64
 	History     *int // nil: limits.DefaultHistory of the window
 	Cutoff      bool // see Limit
+	// Thresholds and Forecast: see Limit; resolved, so empty unless notifications are on
+	// and the limit counts in fixed windows.
+	Thresholds []float64
+	Forecast   bool
 }
 
 // DefaultEstimateMax is a tokens limit's estimate_max when it sets none: a long conversation's
@@ -142,7 +154,22 @@ func (c *Config) ResolvedLimits() []LimitSpec {
 		specs[i].override(l)
 	}
 	sort.Slice(specs, func(i, j int) bool { return specs[i].Name < specs[j].Name })
+	c.notifyDefaults(specs)
 	return specs
+}
+
+// notifyDefaults resolves thresholds and forecast: the default thresholds where notifications
+// are on and a limit sets none, nothing where they are off or the limit has no fixed windows.
+func (c *Config) notifyDefaults(specs []LimitSpec) {
+	for i := range specs {
+		s := &specs[i]
+		switch {
+		case !c.Notifications.Enabled() || !windowed(*s):
+			s.Thresholds, s.Forecast = nil, false
+		case s.Thresholds == nil:
+			s.Thresholds = slices.Clone(DefaultThresholds)
+		}
+	}
 }
 
 // PlanLimits resolves a plan's overrides over the base limits: every limit, with the plan's
@@ -155,6 +182,7 @@ func (c *Config) PlanLimits(plan string) []LimitSpec {
 			specs[i].override(l)
 		}
 	}
+	c.notifyDefaults(specs)
 	return specs
 }
 
@@ -192,6 +220,12 @@ func (s *LimitSpec) override(l Limit) {
 	}
 	if l.Cutoff != nil {
 		s.Cutoff = *l.Cutoff
+	}
+	if l.Thresholds != nil {
+		s.Thresholds = append([]float64{}, *l.Thresholds...) // non-nil: [] is none, not the default
+	}
+	if l.Forecast != nil {
+		s.Forecast = *l.Forecast
 	}
 }
 
@@ -284,7 +318,7 @@ func (v *validator) limits(c *Config) {
 			if l.Unit != "" && l.Unit != b.Unit {
 				v.fail(key+".unit", "a plan cannot change what %s counts (%s)", name, b.Unit)
 			}
-			v.limit(key, name, Limit{Limit: l.Limit, Window: l.Window, By: b.By, Algorithm: l.Algorithm, Mode: l.Mode, Reserve: l.Reserve, ReserveTTL: l.ReserveTTL, EstimateMax: l.EstimateMax, History: l.History, Cutoff: l.Cutoff}, true)
+			v.limit(key, name, Limit{Limit: l.Limit, Window: l.Window, By: b.By, Algorithm: l.Algorithm, Mode: l.Mode, Reserve: l.Reserve, ReserveTTL: l.ReserveTTL, EstimateMax: l.EstimateMax, History: l.History, Cutoff: l.Cutoff, Thresholds: l.Thresholds, Forecast: l.Forecast}, true)
 		}
 	}
 	v.tokensLimits(c)

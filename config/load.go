@@ -78,6 +78,9 @@ func Parse(r io.Reader, env Env) (*Config, error) {
 	if errors.As(cfg.Validate(), &invalid) {
 		problems = append(problems, invalid.Problems...)
 	}
+	if len(problems) == 0 {
+		problems = resolveSecrets(&cfg, env, readSecretFile)
+	}
 	if len(problems) > 0 {
 		return nil, &Error{Problems: problems}
 	}
@@ -276,6 +279,8 @@ func want(t reflect.Type) string {
 		return "a whole number"
 	case t.Kind() == reflect.Slice && t.Elem().Kind() == reflect.String:
 		return "a list of strings"
+	case t.Kind() == reflect.Slice && t.Elem().Kind() == reflect.Float64:
+		return "a list of numbers"
 	case t.Kind() == reflect.Map:
 		return "a mapping"
 	}

@@ -107,6 +107,7 @@ func (c *Config) Validate() error {
 	v.routes(c.Routes)
 	v.limits(c)
 	v.selfUsage(c.SelfUsage)
+	v.notifications(c)
 	if len(v.problems) > 0 {
 		return &Error{Problems: v.problems}
 	}
