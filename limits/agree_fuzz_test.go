@@ -12,7 +12,7 @@ import (
 )
 
 // FuzzStoresAgree drives the in-process store and Redis with the same random sequence of
-// admissions, settlements (charges up to the reserve, releases), refunds, run-time grants,
+// admissions (and the thresholds and exhaustion they report crossed), settlements (charges up to the reserve, releases), refunds, run-time grants,
 // overrides and resets, reloads that change a limit's window, unit or algorithm (an answer in
 // flight ends under the rule in force where it counts in the same counter, else under the one
 // it was admitted under, as the gateway's do) and window ends. After
@@ -113,7 +113,11 @@ func newAgreement(t *testing.T, stores []Store) *agreement {
 		seen:    map[Unit]map[string]*Rule{Requests: {}, Tokens: {}},
 		allow:   map[string]int64{},
 	}
-	a.r = &Rule{Name: "r", Limit: 12, Window: mustWindow(t, "2s"), History: 30}
+	th, err := NewThresholds(0.25, 0.5, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.r = &Rule{Name: "r", Limit: 12, Window: mustWindow(t, "2s"), History: 30, Thresholds: th, Exhausted: true}
 	a.tok = &Rule{Name: "tok", Limit: 40, Window: mustWindow(t, "1s"), Unit: Tokens, Reserve: agreeReserve, ReserveTTL: time.Hour, History: 30}
 	a.note()
 	return a
@@ -141,12 +145,14 @@ func (a *agreement) hits() []Hit { return []Hit{{Rule: a.r, ID: "acme"}, {Rule: 
 func (a *agreement) take() {
 	hits := a.hits()
 	var got []bool
+	var crossed []uint16
 	for k, s := range a.stores {
 		var d Decision
 		if err := s.Take(a.ctx, hits, &d); err != nil {
 			a.t.Fatal(err)
 		}
 		got = append(got, d.Allowed)
+		crossed = append(crossed, d.Results[0].Crossed)
 		if !d.Allowed {
 			continue
 		}
@@ -161,6 +167,9 @@ func (a *agreement) take() {
 	}
 	if got[0] != got[1] {
 		a.t.Fatalf("take: memory admitted %v, redis %v", got[0], got[1])
+	}
+	if crossed[0] != crossed[1] {
+		a.t.Fatalf("take: memory crossed %b, redis %b", crossed[0], crossed[1])
 	}
 	if got[0] && a.r.Algorithm == Fixed && a.r.Unit == Requests {
 		a.counted[Requests][a.r.Name]++ // tokens are counted when the answer ends

@@ -40,6 +40,14 @@ type Rule struct {
 	// History is how many windows a fixed-window limit keeps after they end, for usage history
 	// and billing exports (see history.go); 0 keeps none. GCRA limits have no windows to keep.
 	History int
+	// Thresholds (fixed-window requests limits) are reported in Result.Crossed by the decision
+	// that takes a tenant's count to or past them, against the allowance in force, once per
+	// tenant and window: the counter marks what it reported, so replicas deciding at the same
+	// instant report each crossing once (thresholds.go).
+	Thresholds Thresholds
+	// Exhausted (fixed-window requests limits, enforced) reports a tenant's first refusal in
+	// a window in Result.Crossed (CrossedExhausted), once per tenant and window likewise.
+	Exhausted bool
 }
 
 // Unit is what a limit counts.
@@ -100,6 +108,9 @@ type Result struct {
 	// Limit is the allowance the decision applied: Rule.Limit unless the tenant has an
 	// override in force or grants in the window (see quota.go), which the headers show.
 	Limit int64
+	// Crossed says what this decision was the first in its window to reach (Rule.Thresholds
+	// and Rule.Exhausted): bit i for threshold i, CrossedExhausted for the first refusal.
+	Crossed uint16
 	// base is the limit or override the grants add to: a GCRA bucket refills one unit per
 	// period/base, which is what a refund gives back.
 	base int64
@@ -309,8 +320,9 @@ func (c *ruleCache) compile(r *Rule) (*compiled, error) {
 	}
 	cr.algo = algo
 	keep := keepSpec(r)
-	cr.spec = algo + " " + strconv.FormatInt(r.Limit, 10) + " " + r.Window.luaSpec() + holdSpec(r) + keep
-	cr.specQ = algo + "q " + strconv.FormatInt(r.Limit, 10) + " " + r.Window.luaSpec() + holdSpec(r) + keep
+	marks := marksSpec(r)
+	cr.spec = algo + " " + strconv.FormatInt(r.Limit, 10) + " " + r.Window.luaSpec() + holdSpec(r) + marks + keep
+	cr.specQ = algo + "q " + strconv.FormatInt(r.Limit, 10) + " " + r.Window.luaSpec() + holdSpec(r) + marks + keep
 	cr.period = r.Window.Nominal().Seconds()
 	return cr, nil
 }

@@ -50,6 +50,9 @@ type memEntry struct {
 	win     Window  // fixed: the window ws is of (the Redis hash's w); zero until one began
 	tat     float64 // gcra: theoretical arrival time, seconds since 2017 (as redis_rate)
 	expires int64   // Unix µs after which the entry is garbage
+	// reached and exhausted mark what decisions reported in the window ws (thresholds.go).
+	reached   uint8
+	exhausted bool
 	// holds are the live holds (tokens limits with a reserve) or slots (streams limits) by
 	// decision (see hold.go).
 	holds map[string]memHold
@@ -87,6 +90,7 @@ type memHit struct {
 	e     *memEntry
 	ok    bool
 	cnt   int64   // fixed
+	same  bool    // fixed: the entry counts in the current window already
 	ws    int64   // fixed
 	we    int64   // fixed
 	em    float64 // gcra
@@ -191,7 +195,7 @@ func (m *Memory) check(h *memHit, now memTime) bool {
 		h.ws, h.we = h.cr.snap.Window.boundsUnix(now.sec)
 		h.terms(lim, now)
 		if h.e != nil {
-			h.cnt, _ = h.e.current(h.cr.snap.Window, h.ws)
+			h.cnt, h.same = h.e.current(h.cr.snap.Window, h.ws)
 		}
 		if h.cr.snap.Unit == Tokens && h.cr.snap.Reserve > 0 {
 			return m.checkHolds(h, now)
@@ -254,13 +258,26 @@ func (m *Memory) settleFixed(h *memHit, r *Result, charge bool, now memTime) {
 		r.Remaining = max(h.allow-h.cnt, 0)
 		if !h.ok {
 			r.RetryAfter = r.Reset
+			// The tenant's first refusal in a window the entry holds (takeLua's e).
+			if marks(&h.cr.snap) && h.cr.snap.Exhausted && !h.cr.snap.Shadow && h.same && !h.e.exhausted {
+				h.e.exhausted = true
+				r.Crossed |= CrossedExhausted
+			}
 		}
 		return
 	}
 	e := m.entry(h)
-	e.roll(&h.cr.snap, h.ws, h.we)
+	e.roll(&h.cr.snap, h.ws, h.we) // a new window starts without marks (takeLua's x and e)
 	e.n++
 	r.Remaining = h.allow - e.n
+	if marks(&h.cr.snap) {
+		if k := h.cr.snap.Thresholds.reached(e.n, h.allow); k > int(e.reached) {
+			for j := int(e.reached); j < k; j++ {
+				r.Crossed |= 1 << j
+			}
+			e.reached = uint8(k)
+		}
+	}
 }
 
 func (m *Memory) settleGCRA(h *memHit, r *Result, charge bool, now memTime) {

@@ -425,6 +425,7 @@ if algo == 'f' or algo == 't' then
     local keep = keep_of(ARGV[1])
     local carry = keep_past(ckey, win, keep, ws)
     redis.call('HSET', ckey, 's', ws, 'n', carry)
+    redis.call('HDEL', ckey, 'x', 'e') -- the marks of the ended window (takeLua)
     keep_until(ckey, kept_until(we, win, keep) * 1000, now_us)
   end
 end

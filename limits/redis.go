@@ -283,8 +283,13 @@ func parseTake(reply string, idx []int, qkeys []string, ws []int64, res []Result
 		}
 		ws[k] = v[4]
 	}
-	if f.s != "" {
-		return false, fmt.Errorf("%w %q: trailing data", errMalformedReply, reply)
+	for f.s != "" { // the marks crossed (takeLua)
+		pos, err1 := f.next()
+		bits, err2 := f.next()
+		if err1 != nil || err2 != nil || pos < 1 || pos > int64(len(idx)) || bits <= 0 || bits > 1<<(MaxThresholds+1)-1 {
+			return false, fmt.Errorf("%w %q: trailing data", errMalformedReply, reply)
+		}
+		res[idx[pos-1]].Crossed = uint16(bits)
 	}
 	return ok == 1, nil
 }

@@ -96,6 +96,26 @@ local function count(key, ws, win)
   return n or 0, true
 end
 
+-- marks reads a spec's word of marks, " x<e>:<ppm>,...": whether a tenant's first refusal in a
+-- window is reported, and the thresholds in millionths; nil for a spec without (thresholds.go).
+local function marks(spec)
+  local e, list = string.match(spec, ' x(%d):([%d,]*)')
+  if not e then return nil end
+  local th = {}
+  for p in string.gmatch(list, '%d+') do th[#th + 1] = tonumber(p) end
+  return {e = e == '1', th = th}
+end
+
+-- reached is how many thresholds used units of allow reach (Thresholds.reached).
+local function reached(th, used, allow)
+  if allow <= 0 then return 0 end
+  local k = 0
+  for i = 1, #th do
+    if used * 1e6 >= th[i] * allow then k = i end
+  end
+  return k
+end
+
 local function period_of(win)
   if win == 'h' then return 3600 elseif win == 'd' then return 86400
   elseif win == 'm' then return 2592000 end
@@ -145,7 +165,8 @@ end
 // (see hold.go).
 //
 // Reply: "<ok> then per key: <allowed> <remaining> <reset µs> <retry µs> <window start>",
-// followed for a q limit by "<allowance> <base>". One string (instead of an array of
+// followed for a q limit by "<allowance> <base>"; then, for each key whose decision crossed
+// one of its marks (thresholds.go), "<key position, from 1> <Result.Crossed bits>". One string (instead of an array of
 // integers) keeps the client's reply parsing to a single allocation.
 const takeLua = windowLua + quotaLua + `
 -- Run-time quotas are rare: one EXISTS over the decision's quota keys says whether any is
@@ -190,7 +211,8 @@ for i = 1, n do
     qk = qk + 1
     if quotas then base, g, ends = quota(KEYS[qk], limit, win, sec, now_us) end
   end
-  local h = {algo = algo, limit = allowance(base, g), base = base, ends = ends, q = q}
+  local h = {algo = algo, limit = allowance(base, g), base = base, ends = ends, q = q, shadow = shadow}
+  if algo == 'f' then h.mk = marks(ARGV[i]) end
   if algo == 'f' or algo == 't' then
     local ws, we = bounds(win, sec)
     local cnt, same = count(KEYS[i], ws, win)
@@ -224,6 +246,7 @@ for i = 1, n do
 end
 
 local out = {tostring(ok)}
+local crossed = {}
 for i = 1, n do
   local h = st[i]
   local a, rem, reset, retry, ws = 0, 0, 0, 0, 0
@@ -271,12 +294,28 @@ for i = 1, n do
         local win, keep = win_keep(ARGV[i])
         local carry = keep_past(KEYS[i], win, keep, h.ws)
         redis.call('HSET', KEYS[i], 's', h.ws, 'n', carry + 1)
+        if h.mk then redis.call('HDEL', KEYS[i], 'x', 'e') end -- the marks of the ended window
         keep_until(KEYS[i], kept_until(h.we, win, keep) * 1000, now_us) -- never shorter (w: its window may have been longer)
       end
       rem = h.limit - h.cnt - 1
+      -- Thresholds: the first decision of the window to reach one reports it, and marks it
+      -- in the counter (x: how many are reached), so that it is reported once.
+      local k = h.mk and reached(h.mk.th, h.cnt + 1, h.limit) or 0
+      if k > 0 then
+        local x = 0
+        if h.same then x = tonumber(redis.call('HGET', KEYS[i], 'x')) or 0 end
+        if k > x then
+          redis.call('HSET', KEYS[i], 'x', k)
+          for j = x + 1, k do crossed[i] = (crossed[i] or 0) + 2 ^ (j - 1) end
+        end
+      end
     else
       rem = math.max(h.limit - h.cnt, 0)
       if not h.allowed then retry = reset end
+      -- The tenant's first refusal in the window (e marks it), in a window the counter holds.
+      if not h.allowed and h.mk and h.mk.e and h.same and redis.call('HSETNX', KEYS[i], 'e', 1) == 1 then
+        crossed[i] = (crossed[i] or 0) + 256
+      end
     end
   else
     if charge then
@@ -306,6 +345,11 @@ for i = 1, n do
   else
     out[#out + 1] = string.format('%d %d %d %d %d', a, rem, reset, retry, ws)
   end
+end
+-- What was crossed, after every key's fields: "<key position> <bits>" pairs, none most of
+-- the time.
+for i = 1, n do
+  if crossed[i] then out[#out + 1] = string.format('%d %d', i, crossed[i]) end
 end
 return table.concat(out, ' ')
 `

@@ -1,0 +1,178 @@
+package limits
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/docsgate/gateway/internal/redistest"
+)
+
+func TestNewThresholds(t *testing.T) {
+	th, err := NewThresholds(0.5, 0.8, 1)
+	if err != nil || th.Len() != 3 || th.At(1) != 0.8 {
+		t.Fatalf("%+v %v", th, err)
+	}
+	for _, bad := range [][]float64{{0}, {1.1}, {0.8, 0.8}, {0.9, 0.8}, {-1}, {0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9}, {0.0000001}} {
+		if _, err := NewThresholds(bad...); err == nil {
+			t.Errorf("%v accepted", bad)
+		}
+	}
+	r := &Rule{Name: "r", Limit: 10, Window: mustWindow(t, "hour"), Thresholds: th, Exhausted: true}
+	if got := marksSpec(r); got != " x1:500000,800000,1000000" {
+		t.Fatalf("spec %q", got)
+	}
+	r.Shadow = true // a shadow limit never refuses: no exhaustion to report
+	if got := marksSpec(r); got != " x0:500000,800000,1000000" {
+		t.Fatalf("spec %q", got)
+	}
+	for _, r := range []*Rule{
+		{Name: "g", Limit: 10, Window: mustWindow(t, "hour"), Algorithm: GCRA, Thresholds: th},
+		{Name: "t", Limit: 10, Window: mustWindow(t, "hour"), Unit: Tokens, Thresholds: th},
+		{Name: "s", Limit: 10, Window: mustWindow(t, "hour"), Shadow: true, Exhausted: true},
+		{Name: "n", Limit: 10, Window: mustWindow(t, "hour")},
+	} {
+		if marksSpec(r) != "" {
+			t.Errorf("%s marks", r.Name)
+		}
+	}
+	if th.reached(7, 0) != 0 || th.reached(4, 10) != 0 || th.reached(5, 10) != 1 || th.reached(8, 10) != 2 || th.reached(12, 10) != 3 {
+		t.Fatal("reached")
+	}
+}
+
+// thresholdStores runs f on the in-process store and on Redis.
+func thresholdStores(t *testing.T, f func(t *testing.T, s Store)) {
+	t.Run("memory", func(t *testing.T) { f(t, NewMemory()) })
+	t.Run("redis", func(t *testing.T) {
+		srv := redistest.Start(t)
+		f(t, newRedisT(t, srv.Client(t), "gw"))
+	})
+}
+
+func takeCrossed(t *testing.T, s Store, r *Rule, id string) (bool, uint16) {
+	t.Helper()
+	var d Decision
+	if err := s.Take(context.Background(), []Hit{{Rule: r, ID: id}}, &d); err != nil {
+		t.Fatal(err)
+	}
+	return d.Allowed, d.Results[0].Crossed
+}
+
+// Each threshold is reported by the decision that reaches it, once per tenant and window,
+// against the allowance in force (an override that lowers it mid-window reports what the
+// count already passes at the next admission); the first refusal is reported once.
+func TestCrossingsReportedOnce(t *testing.T) {
+	thresholdStores(t, func(t *testing.T, s Store) {
+		th, _ := NewThresholds(0.5, 0.8, 1)
+		r := &Rule{Name: "r", Limit: 10, Window: mustWindow(t, "hour"), Thresholds: th, Exhausted: true}
+		want := map[int]uint16{5: 1, 8: 2, 10: 4, 11: CrossedExhausted}
+		for i := 1; i <= 14; i++ {
+			ok, c := takeCrossed(t, s, r, "acme")
+			if ok != (i <= 10) || c != want[i] {
+				t.Fatalf("take %d: admitted %v, crossed %b; want %b", i, ok, c, want[i])
+			}
+		}
+		// More allowance: nothing already reported is reported again, refusals included.
+		q := s.(QuotaStore)
+		if _, _, err := q.Grant(context.Background(), r, "acme", 5, Who{Actor: "t"}); err != nil {
+			t.Fatal(err)
+		}
+		for i := 11; i <= 17; i++ {
+			if ok, c := takeCrossed(t, s, r, "acme"); ok != (i <= 15) || c != 0 {
+				t.Fatalf("after the grant, take %d: admitted %v, crossed %b", i, ok, c)
+			}
+		}
+		// An override lowers the allowance below the count's thresholds: the next admission
+		// reports both at once.
+		for i := 1; i <= 5; i++ {
+			if _, c := takeCrossed(t, s, r, "globex"); c != map[int]uint16{5: 1}[i] {
+				t.Fatalf("globex take %d: crossed %b", i, c)
+			}
+		}
+		if _, _, err := q.SetOverride(context.Background(), r, "globex", 7, time.Now().Add(time.Hour), Who{Actor: "t"}); err != nil {
+			t.Fatal(err)
+		}
+		for i, want := range []uint16{2, 4} { // 6 of 7 reaches 0.8, 7 of 7 reaches 1
+			if ok, c := takeCrossed(t, s, r, "globex"); !ok || c != want {
+				t.Fatalf("globex under the override, take %d: admitted %v, crossed %b", 6+i, ok, c)
+			}
+		}
+		if ok, c := takeCrossed(t, s, r, "globex"); ok || c != CrossedExhausted {
+			t.Fatalf("globex refused: admitted %v, crossed %b", ok, c)
+		}
+		// A reset forgets the window's use: its thresholds are crossed anew.
+		if _, err := q.Reset(context.Background(), r, "acme", Who{Actor: "t"}); err != nil {
+			t.Fatal(err)
+		}
+		for i := 1; i <= 8; i++ {
+			if _, c := takeCrossed(t, s, r, "acme"); c != map[int]uint16{8: 1}[i] {
+				t.Fatalf("after the reset, take %d: crossed %b", i, c)
+			}
+		}
+	})
+}
+
+// A new window starts without marks.
+func TestCrossingsPerWindow(t *testing.T) {
+	thresholdStores(t, func(t *testing.T, s Store) {
+		th, _ := NewThresholds(1)
+		r := &Rule{Name: "w", Limit: 2, Window: mustWindow(t, "1s"), Thresholds: th, Exhausted: true}
+		for round := range 2 {
+			// Well inside a second: both takes and the refusal count in one window.
+			if ms := time.Now().Nanosecond() / 1e6; ms > 700 {
+				time.Sleep(time.Duration(1010-ms) * time.Millisecond)
+			}
+			var got []uint16
+			for range 3 {
+				_, c := takeCrossed(t, s, r, "acme")
+				got = append(got, c)
+			}
+			if got[0] != 0 || got[1] != 1 || got[2] != CrossedExhausted {
+				t.Fatalf("window %d: %v", round, got)
+			}
+			time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(time.Second + 20*time.Millisecond)))
+		}
+	})
+}
+
+// Two replicas deciding at once for one tenant report each crossing once, and a request that
+// crosses nothing costs one script call as before.
+func TestCrossingsConcurrentReplicas(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client(t)
+	replicas := []Store{newRedisT(t, srv.Client(t), "gw"), newRedisT(t, srv.Client(t), "gw")}
+	th, _ := NewThresholds(0.8)
+	r := &Rule{Name: "org", Limit: 40, Window: mustWindow(t, "hour"), Thresholds: th, Exhausted: true}
+	for _, s := range replicas {
+		if err := s.(*Redis).Preload(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := redistest.ScriptCalls(t, client)
+	var mu sync.Mutex
+	counts := map[uint16]int{}
+	var wg sync.WaitGroup
+	for i := range 50 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var d Decision
+			if err := replicas[i%2].Take(context.Background(), []Hit{{Rule: r, ID: "acme"}}, &d); err != nil {
+				t.Error(err)
+				return
+			}
+			mu.Lock()
+			counts[d.Results[0].Crossed]++
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	if counts[1] != 1 || counts[CrossedExhausted] != 1 || counts[0] != 48 {
+		t.Fatalf("crossings: %v", counts)
+	}
+	if calls := redistest.ScriptCalls(t, client) - before; calls != 50 {
+		t.Fatalf("%d script calls for 50 decisions", calls)
+	}
+}
