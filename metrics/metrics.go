@@ -38,6 +38,7 @@ type Metrics struct {
 	holdsExpired         *prometheus.CounterVec // holds.go
 	streamsStalled       *prometheus.CounterVec // stalls.go
 	streamCutoffs        *prometheus.CounterVec // cutoffs.go
+	notify               notifications          // notifications.go
 	process              process                // build.go
 }
 
@@ -143,9 +144,11 @@ func New(reg prometheus.Registerer) *Metrics {
 	m.holdsExpired = newHoldsExpired()
 	m.streamsStalled = newStreamsStalled()
 	m.streamCutoffs = newStreamCutoffs()
+	m.notify = newNotifications()
 	m.process = newProcess()
 	reg.MustRegister(m.process.collectors()...)
 	reg.MustRegister(m.deprecatedCollectors()...)
+	reg.MustRegister(m.notify.collectors()...)
 	reg.MustRegister(
 		m.refunds, m.holdsExpired, m.streamsStalled, m.streamCutoffs,
 		m.orgRequests, m.deprecated, m.streamTokens, m.streamTokensEstim, m.tokenLimitNear, m.spansDropped,
