@@ -23,8 +23,10 @@ const mainUsage = `Usage:
   gateway quota grant|override|end|reset|audit|overrides ...
                                                   change a tenant's quota through the admin API
   gateway usage top|show|history ...              read usage through the admin API
+  gateway notifications test ...                  send a signed ping to a webhook endpoint
   gateway version                                 print the version (also: gateway -version)
-  gateway help [command]                          this help, or a command's (keys, quota, usage)
+  gateway help [command]                          this help, or a command's (keys, quota, usage,
+                                                  notifications)
 
 Flags of the gateway itself:
   -config FILE     the YAML config file (see config.example.yaml)
@@ -45,11 +47,12 @@ Prints "gateway VERSION (GO VERSION)" on standard output.
 
 // helpTopics are the texts `gateway help TOPIC` prints.
 var helpTopics = map[string]string{
-	"keys":    keysUsage,
-	"quota":   quotaUsage,
-	"usage":   usageUsage,
-	"version": versionUsage,
-	"help":    mainUsage,
+	"keys":          keysUsage,
+	"quota":         quotaUsage,
+	"usage":         usageUsage,
+	"notifications": notificationsUsage,
+	"version":       versionUsage,
+	"help":          mainUsage,
 }
 
 // runMain dispatches the process's arguments to the command they name.
@@ -65,6 +68,8 @@ func runMain(ctx context.Context, args []string, getenv func(string) string, std
 		return runQuota(ctx, args[1:], getenv, stdout, stderr)
 	case "usage":
 		return runUsage(ctx, args[1:], getenv, stdin, stdout, stderr)
+	case "notifications":
+		return runNotifications(ctx, args[1:], stdout, stderr)
 	case "help":
 		return runHelp(args[1:], stdout, stderr)
 	case "version":
@@ -86,7 +91,7 @@ func runHelp(args []string, stdout, stderr io.Writer) int {
 	case 1:
 		text, ok := helpTopics[args[0]]
 		if !ok {
-			return usageError(stderr, "", "no help for %q: the commands are keys, quota, usage and version", printable(clipArg(args[0])))
+			return usageError(stderr, "", "no help for %q: the commands are keys, quota, usage, notifications and version", printable(clipArg(args[0])))
 		}
 		fmt.Fprint(stdout, text)
 		return exitOK
