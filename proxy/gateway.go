@@ -45,11 +45,17 @@ type Options struct {
 	Tracing *Tracing
 	// WrapTransport, when set, wraps the upstream transport (tracing instruments it).
 	WrapTransport func(http.RoundTripper) http.RoundTripper
+	// Crossings, when set, is told of what a decision was the first in its window to reach
+	// (thresholds of a limit's allowance, the first refusal), with notifications on. It is
+	// called on the request's path: it must only hand the crossing over, never wait.
+	Crossings func(Crossing)
 }
 
 // Gateway is the public handler.
 type Gateway struct {
 	log *zap.Logger
+	// crossings is Options.Crossings.
+	crossings func(Crossing)
 	// accessLog is log without the caller: every access line comes from the same place, and
 	// finding it (runtime.Callers) was a tenth of the line's cost.
 	accessLog *zap.Logger
@@ -90,6 +96,7 @@ func New(o Options) (*Gateway, error) {
 		return nil, fmt.Errorf("proxy: upstream url: %w", err)
 	}
 	g := &Gateway{
+		crossings:           o.Crossings,
 		log:                 o.Logger,
 		accessLog:           o.Logger.WithOptions(zap.WithCaller(false)),
 		metrics:             o.Metrics,

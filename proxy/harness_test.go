@@ -89,6 +89,12 @@ func newGateway(t *testing.T, up *upstream, opts ...gatewayOpt) *gateway {
 // newGatewayWith is newGateway in registry mode when reg is not nil.
 func newGatewayWith(t *testing.T, up *upstream, reg KeyLookup, opts ...gatewayOpt) *gateway {
 	t.Helper()
+	return newGatewayOptions(t, up, reg, nil, opts...)
+}
+
+// newGatewayOptions is newGatewayWith with Options changed by mod (when not nil) before New.
+func newGatewayOptions(t *testing.T, up *upstream, reg KeyLookup, mod func(*Options), opts ...gatewayOpt) *gateway {
+	t.Helper()
 	cfg := config.Defaults()
 	cfg.Upstream.URL = up.URL
 	if tr := os.Getenv("GATEWAY_TEST_UPSTREAM_TRANSPORT"); tr != "" {
@@ -108,7 +114,11 @@ func newGatewayWith(t *testing.T, up *upstream, reg KeyLookup, opts ...gatewayOp
 	}
 	core, logs := observer.New(zap.DebugLevel)
 	promReg := prometheus.NewRegistry()
-	gw, err := New(Options{Config: &cfg, Logger: zap.New(core), Metrics: metrics.New(promReg), Limiter: testLimiter(t, &cfg), Registry: reg})
+	o := Options{Config: &cfg, Logger: zap.New(core), Metrics: metrics.New(promReg), Limiter: testLimiter(t, &cfg), Registry: reg}
+	if mod != nil {
+		mod(&o)
+	}
+	gw, err := New(o)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -141,6 +141,13 @@ func compileLimits(cfg *config.Config, routes []*route, refusals *refusalCounts)
 			set[s.Name] = c
 			c.rule.Reserve, c.rule.ReserveTTL = s.Reserve, s.ReserveTTL // holds (tokens with a reserve, streams)
 			c.rule.EstimateMax = s.EstimateMax
+			if cfg.Notifications.Enabled() { // thresholds and the first refusal are marked (crossings.go)
+				th, err := limits.NewThresholds(s.Thresholds...)
+				if err != nil {
+					return nil, fmt.Errorf("limits.%s.thresholds: %w", s.Name, err)
+				}
+				c.rule.Thresholds, c.rule.Exhausted = th, !s.Shadow
+			}
 			if s.Limit > 0 {
 				all[plan] = append(all[plan], routeLimit{rule: c.rule, by: b, shadow: c.shadow})
 			}
@@ -282,6 +289,9 @@ func (g *Gateway) limit(s *scope, r *http.Request) bool {
 	defer g.limitStates.Put(st)
 	dec, err := g.decide(s, r, set, st)
 	s.account(set, st.hits, dec, err)
+	if err == nil && g.crossings != nil {
+		g.reportCrossings(s, set, st.hits, dec)
+	}
 	return g.answer(s, set, st, dec, err)
 }
 

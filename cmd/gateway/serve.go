@@ -93,6 +93,8 @@ func serve(ctx context.Context, path string, cfg *config.Config, dev bool) error
 		defer reader.Close()
 	}
 	p.lim = newLimiter(client, reader, cfg.Redis, cfg.Quota, p.m, log)
+	p.notes = newNotifier(cfg, p.m, log)
+	defer p.notes.close()
 	keys, err := newRegistry(ctx, client, cfg, log)
 	if err != nil {
 		return err
@@ -145,6 +147,7 @@ type process struct {
 	reg      *prometheus.Registry
 	m        *metrics.Metrics
 	lim      *limiter
+	notes    *notifier // nil without notifications.webhooks
 	gw       *proxy.Gateway
 	rl       *reloader
 	started  time.Time
@@ -161,8 +164,14 @@ func (p *process) buildGateway(ctx context.Context, keys auth.Registry) (stopTra
 	if stopTracing, err = newTracing(ctx, p.cfg, p.m, &opts, p.log); err != nil {
 		return nil, err
 	}
+	if p.notes != nil {
+		opts.Crossings = p.notes.crossed
+	}
 	if p.gw, err = proxy.New(opts); err != nil {
 		return nil, configError{err}
+	}
+	if p.notes != nil {
+		go p.notes.run(ctx)
 	}
 	if p.lim.client == nil {
 		p.log.Warn("redis.addrs is empty: limits are counted in this process only, so each replica admits its own quota; configure Redis when running more than one replica")
