@@ -104,7 +104,7 @@ func (m *Memory) Grow(ctx context.Context, hold string, hit Hit, want int64) (in
 	if hold == "" || !holds(hit.Rule) || hit.Rule.Unit != Tokens {
 		return 0, fmt.Errorf("limits: grow: %w: rule %q holds no tokens", ErrInvalidRule, hit.Rule.Name)
 	}
-	q, _ := m.quotas.get(hit.Rule.Name, hit.ID)
+	q, _ := m.quotas.get(hit.Rule, hit.ID)
 	now := m.clock()
 	var amount int64
 	err := m.eachHeld(ctx, "grow", hold, []Hit{hit}, func(h *memHit) {

@@ -149,10 +149,7 @@ func (w Window) IsStart(s int64) bool {
 // their starts.
 func Kept(r *Rule, now int64) []int64 {
 	ws, _ := r.Window.boundsUnix(now)
-	keep := 0
-	if r.Algorithm == Fixed {
-		keep = r.History
-	}
+	keep := keepOf(r)
 	out := make([]int64, 0, keep+1)
 	for k := 0; k <= keep; k++ {
 		out = append(out, r.Window.Shift(ws, -k))

@@ -349,7 +349,7 @@ func (m *Memory) Usage(ctx context.Context, r *Rule, id string) (Usage, error) {
 	if !cr.enabled {
 		return Usage{Name: r.Name, Limit: r.Limit, Unit: r.Unit, Reserves: r.Unit == Tokens && r.Reserve > 0}, nil
 	}
-	q, _ := m.quotas.get(r.Name, id)
+	q, _ := m.quotas.get(r, id)
 	now := m.clock()
 	return m.entryOf(cr, id).usage(cr, q, now), nil
 }

@@ -20,7 +20,13 @@ type memQuotas struct {
 	audit auditRing
 }
 
-type quotaKey struct{ limit, id string }
+// quotaKey names a tenant's quota of a limit in a unit: a change of the limit's unit does not
+// carry a grant of one unit into the other (as the Redis quota hashes, named by unit).
+type quotaKey struct {
+	limit string
+	unit  Unit
+	id    string
+}
 
 // quota is one tenant's run-time quota of one limit, with its override's particulars.
 type quota struct {
@@ -45,21 +51,21 @@ func (q *memQuotas) lookup(hs []memHit) {
 	}
 	q.mu.RLock()
 	for i := range hs {
-		if e := q.m[quotaKey{hs[i].cr.snap.Name, hs[i].key.id}]; e != nil {
+		if e := q.m[quotaKey{hs[i].cr.snap.Name, hs[i].cr.snap.Unit, hs[i].key.id}]; e != nil {
 			hs[i].q = e.quotaTerms
 		}
 	}
 	q.mu.RUnlock()
 }
 
-// get returns the quota of (limit, id), or zero terms.
-func (q *memQuotas) get(limit, id string) (quotaTerms, bool) {
+// get returns the quota of (r's limit in its unit, id), or zero terms.
+func (q *memQuotas) get(r *Rule, id string) (quotaTerms, bool) {
 	if q.live.Load() == 0 {
 		return quotaTerms{}, false
 	}
 	q.mu.RLock()
 	defer q.mu.RUnlock()
-	if e := q.m[quotaKey{limit, id}]; e != nil {
+	if e := q.m[quotaKey{r.Name, r.Unit, id}]; e != nil {
 		return e.quotaTerms, true
 	}
 	return quotaTerms{}, false
@@ -69,7 +75,7 @@ func (q *memQuotas) get(limit, id string) (quotaTerms, bool) {
 // q.mu; it takes the counter's shard lock).
 func (m *Memory) state(cr *compiled, id string, now memTime) QuotaState {
 	var terms quotaTerms
-	if e := m.quotas.m[quotaKey{cr.snap.Name, id}]; e != nil {
+	if e := m.quotas.m[quotaKey{cr.snap.Name, cr.snap.Unit, id}]; e != nil {
 		terms = e.quotaTerms
 	}
 	u := m.entryOf(cr, id).usage(cr, terms, now)
@@ -95,7 +101,7 @@ func (m *Memory) change(ctx context.Context, r *Rule, id string, who Who, action
 	now := m.clock()
 	qs.sweep(now.us)
 	m.rollEnded(cr, id, now)
-	k := quotaKey{r.Name, id}
+	k := quotaKey{r.Name, r.Unit, id}
 	q := qs.m[k]
 	if q == nil {
 		q = &quota{}

@@ -156,7 +156,20 @@ func (r *Redis) flag(ctx context.Context, limit string, until int64) error {
 
 // indexMember names (limit, id) in the index: ids never hold a space (see the gateway's
 // checks), limit names neither.
-func indexMember(limit, id string) string { return limit + " " + id }
+// indexMember names a tenant's override in the index: "<unit part><limit> <id>" (unitKeyPart:
+// "" for requests, "tokens:" ...), so the listing finds the hash of the limit's unit. A limit
+// name holds no ':'.
+func indexMember(r *Rule, id string) string { return unitKeyPart(r.Unit) + r.Name + " " + id }
+
+// ofIndexMember reads indexMember: the limit's name, its quota hash's name, the tenant.
+func (r *Redis) ofIndexMember(m string) (limit, key, id string) {
+	limit, id, _ = strings.Cut(m, " ")
+	unit := ""
+	if i := strings.IndexByte(limit, ':'); i >= 0 {
+		unit, limit = limit[:i+1], limit[i+1:]
+	}
+	return limit, r.rules.prefix + limit + ":" + unit + "quota:{" + id + "}", id
+}
 
 // quotaOp is the reply of one action's script.
 type quotaOp struct {
@@ -294,7 +307,7 @@ func (r *Redis) SetOverride(ctx context.Context, rule *Rule, id string, value in
 	if err := r.flag(ctx, rule.Name, expires.Unix()+1); err != nil {
 		return Override{}, AuditEntry{}, err
 	}
-	member := indexMember(rule.Name, id)
+	member := indexMember(rule, id)
 	// Indexed first: the listing then never misses an override that is in force.
 	if err := r.client.ZAdd(ctx, r.overridesKey(), redis.Z{Score: float64(ends), Member: member}).Err(); err != nil {
 		return Override{}, AuditEntry{}, r.followTopology(ctx, fmt.Errorf("limits: override index: %w", err))
@@ -313,7 +326,7 @@ func (r *Redis) SetOverride(ctx context.Context, rule *Rule, id string, value in
 func (r *Redis) EndOverride(ctx context.Context, rule *Rule, id string, who Who) (AuditEntry, error) {
 	e := AuditEntry{Action: ActionOverrideEnd}
 	_, err := r.change(ctx, rule, id, who, &e, nil, func(p redis.Pipeliner, _ quotaOp) {
-		p.ZRem(ctx, r.overridesKey(), indexMember(rule.Name, id))
+		p.ZRem(ctx, r.overridesKey(), indexMember(rule, id))
 	})
 	if err != nil && !errors.As(err, new(*AuditError)) {
 		return AuditEntry{}, err
@@ -350,14 +363,14 @@ func (r *Redis) Overrides(ctx context.Context) ([]Override, error) {
 	pipe := r.client.Pipeline()
 	cmds := make([]*redis.SliceCmd, len(members))
 	for i, m := range members {
-		limit, id, _ := strings.Cut(m, " ")
-		cmds[i] = pipe.HMGet(ctx, r.rules.prefix+limit+":quota:{"+id+"}", "ov", "ox", "or", "oa", "oc")
+		_, key, _ := r.ofIndexMember(m)
+		cmds[i] = pipe.HMGet(ctx, key, "ov", "ox", "or", "oa", "oc")
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return nil, r.followTopology(ctx, fmt.Errorf("limits: overrides: %w", err))
 	}
 	for i, m := range members {
-		limit, id, _ := strings.Cut(m, " ")
+		limit, _, id := r.ofIndexMember(m)
 		if o, ok := overrideOf(limit, id, cmds[i].Val(), now.UnixMicro()); ok {
 			out = append(out, o)
 		}

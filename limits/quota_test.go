@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -25,6 +26,7 @@ func TestQuotas(t *testing.T) {
 			t.Run("AllOrNothing", func(t *testing.T) { testQuotaAllOrNothing(t, b) })
 			t.Run("ReadBack", func(t *testing.T) { testQuotaReadBack(t, b) })
 			t.Run("Refund", func(t *testing.T) { testQuotaRefund(t, b) })
+			t.Run("ByUnit", func(t *testing.T) { testQuotaByUnit(t, b) })
 		})
 	}
 }
@@ -472,5 +474,44 @@ func TestQuotaFlagsKeepOwn(t *testing.T) {
 	f.read(nil)
 	if f.on("old") {
 		t.Fatal("an own flag past its end stays on")
+	}
+}
+
+// A tenant's run-time quota belongs to its limit's unit: overrides of tokens and streams limits
+// are listed (their hashes are named by unit), and after a change of unit under the same name
+// the other unit's grant and override do not apply.
+func testQuotaByUnit(t *testing.T, b backend) {
+	_, s, q := quotaStores(t, b)
+	ctx := context.Background()
+	tok := &Rule{Name: "by_unit", Limit: 1000, Window: mustWindow(t, "hour"), Unit: Tokens}
+	st := &Rule{Name: "by_unit_streams", Limit: 5, Unit: Streams}
+	req := &Rule{Name: "by_unit", Limit: 20, Window: tok.Window}
+	expires := time.Now().Add(time.Hour)
+	if _, _, err := q.Grant(ctx, tok, "acme", 500, who); err != nil {
+		t.Fatal(err)
+	}
+	o1, _, err := q.SetOverride(ctx, tok, "acme", 2000, expires, who)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o2, _, err := q.SetOverride(ctx, st, "acme", 9, expires, who)
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := q.Overrides(ctx)
+	if err != nil || len(list) != 2 || !slices.Contains(list, o1) || !slices.Contains(list, o2) {
+		t.Fatalf("overrides: %+v %v, want the tokens and the streams override", list, err)
+	}
+	if u, err := s.Usage(ctx, tok, "acme"); err != nil || u.Limit != 2500 || u.Granted != 500 {
+		t.Fatalf("tokens: %+v %v, want the override of 2000 and the grant of 500", u, err)
+	}
+	if u, err := s.Usage(ctx, req, "acme"); err != nil || u.Limit != 20 || u.Granted != 0 || u.Override != nil {
+		t.Fatalf("the same limit counting requests: %+v %v, want its own 20 (no tokens grant or override)", u, err)
+	}
+	if _, err := q.EndOverride(ctx, tok, "acme", who); err != nil {
+		t.Fatal(err)
+	}
+	if list, err := q.Overrides(ctx); err != nil || len(list) != 1 || list[0] != o2 {
+		t.Fatalf("overrides after ending the tokens one: %+v %v", list, err)
 	}
 }

@@ -248,7 +248,7 @@ func (m *Memory) Scan(ctx context.Context, rule *Rule, resolve func(id string) *
 		}
 		sh.mu.Unlock()
 		for _, f := range batch {
-			f.raw.q, _ = m.quotas.get(rule.Name, f.id)
+			f.raw.q, _ = m.quotas.get(rule, f.id)
 			if u, ok := f.raw.usage(rule, resolve(f.id), now); ok {
 				visit(f.id, u)
 			}

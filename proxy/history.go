@@ -81,8 +81,8 @@ func (g *Gateway) Export(ctx context.Context, name, window, unit string) (limits
 		if r == nil || r.Algorithm != limits.Fixed {
 			return false
 		}
-		now, _ := r.Window.Bounds(now)
-		oldest := r.Window.Shift(now.Unix(), -r.History)
+		rCur, _ := r.Window.Bounds(now)
+		oldest := r.Window.Shift(rCur.Unix(), -r.History)
 		return start <= cur.Unix() && ref.Window.Shift(start, 1) > oldest
 	}
 	if !slices.ContainsFunc(pl.rules(), kept) {

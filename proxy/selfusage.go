@@ -52,6 +52,22 @@ type selfUsage struct {
 	methods string // of its preflight
 }
 
+// probeOf registers routes in a ServeMux to ask which one a path matches; ok is false when
+// ServeMux refuses them (conflicting or invalid patterns).
+func probeOf(routes []*route) (probe *http.ServeMux, ok bool) {
+	defer func() {
+		if recover() != nil {
+			probe, ok = nil, false
+		}
+	}()
+	probe = http.NewServeMux()
+	nop := http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})
+	for _, rt := range routes {
+		probe.Handle(rt.method+" "+rt.path, nop)
+	}
+	return probe, true
+}
+
 // compileSelfUsage checks that no route matches the endpoint's path and prepares it; nil when
 // it is disabled.
 func (g *Gateway) compileSelfUsage(cfg *config.Config, routes []*route) (*selfUsage, error) {
@@ -59,10 +75,9 @@ func (g *Gateway) compileSelfUsage(cfg *config.Config, routes []*route) (*selfUs
 	if !c.Enabled {
 		return nil, nil
 	}
-	probe := http.NewServeMux()
-	nop := http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})
-	for _, rt := range routes {
-		probe.Handle(rt.method+" "+rt.path, nop)
+	probe, ok := probeOf(routes)
+	if !ok {
+		return nil, nil // routes that conflict: buildTable says which, as a config error
 	}
 	for _, rt := range routes {
 		req := &http.Request{Method: rt.method, URL: &url.URL{Path: c.Path}, Host: "gateway"}

@@ -149,6 +149,12 @@ Try, in another terminal:
    The demo runs auth.mode: prefix, where any svc_dsc_ key passes and the upstream checks it;
    with auth.mode: registry only registered keys pass (docs/operations.md, "Keys").
 
+6. What a tenant sees of its own budget, with its own key (no admin token), e.g. from a chat
+   widget: every limit a v2 answer for acme-docs meets, with a forecast:
+
+  curl -s 'localhost:8080/gateway/usage?route=assistant_message_v2&domain=acme-docs' \\
+       -H 'Authorization: Bearer svc_dsc_demo'
+
 Deprecated: v1 (AI SDK 4, data stream protocol) still answers, with Deprecation and Sunset headers:
 
   curl -i -N -X POST localhost:8080/discovery/v1/assistant/acme-docs/message \\

@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/csv"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -67,15 +66,7 @@ type historyT = historyAnswer
 
 func historyOf(t *testing.T, p *proc, limit, id string) historyT {
 	t.Helper()
-	code, body := adminGet(t, p, "/usage/history?limit="+limit+"&id="+url.QueryEscape(id), adminToken)
-	if code != 200 {
-		t.Fatalf("history %s %s: %d %s", limit, id, code, body)
-	}
-	var h historyT
-	if err := json.Unmarshal([]byte(body), &h); err != nil {
-		t.Fatalf("history %s: %v", body, err)
-	}
-	return h
+	return historyIn(t, p, limit, id, "")
 }
 
 // checkHistory compares a history with the uses wanted, newest (current) window first.

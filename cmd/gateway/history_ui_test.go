@@ -23,8 +23,10 @@ func TestUsageHistoryChartInBrowser(t *testing.T) {
 	browser := browsertest.Start(t)
 	const token = "ui-admin-token-0123456789"
 	srv := redistest.Start(t)
+	// Exact counts per window: a 2 s redis.timeout keeps a loaded machine's slow call from
+	// turning a counted job into a 503 (the timeout is not what this tests).
 	p := startGateway(t, tokenUpstream(t), fmt.Sprintf(`admin_token: %q
-redis: {addrs: [%q]}
+redis: {addrs: [%q], timeout: 2s}
 limits:
   agent_job_per_project: {limit: 10, window: 3s, history: 4}
 `, token, srv.Addr))

@@ -116,10 +116,11 @@ func TestUnitChangeByReload(t *testing.T) {
 // historyIn is GET /usage/history in unit ("" for the limit's own).
 func historyIn(t *testing.T, p *proc, limit, id, unit string) historyT {
 	t.Helper()
-	code, body := adminGet(t, p, "/usage/history?limit="+limit+"&id="+url.QueryEscape(id)+"&unit="+unit, adminToken)
-	if unit == "" {
-		code, body = adminGet(t, p, "/usage/history?limit="+limit+"&id="+url.QueryEscape(id), adminToken)
+	q := url.Values{"limit": {limit}, "id": {id}}
+	if unit != "" {
+		q.Set("unit", unit)
 	}
+	code, body := adminGet(t, p, "/usage/history?"+q.Encode(), adminToken)
 	if code != 200 {
 		t.Fatalf("history %s in %q: %d %s", limit, unit, code, body)
 	}
