@@ -15,10 +15,10 @@ import (
 // benchHits is the gateway's typical decision: four limits of one request.
 func benchHits(b *testing.B, ids []string) []Hit {
 	return []Hit{
-		{rule(b, "per_project", 1<<40, "hour", Fixed), ids[0]},
-		{rule(b, "per_key", 1<<40, "month", Fixed), ids[1%len(ids)]},
-		{rule(b, "per_org", MaxGCRALimit(mustWindow(b, "hour")), "hour", GCRA), ids[2%len(ids)]},
-		{rule(b, "per_ip", 1<<40, "day", Fixed), ids[3%len(ids)]},
+		{Rule: rule(b, "per_project", 1<<40, "hour", Fixed), ID: ids[0]},
+		{Rule: rule(b, "per_key", 1<<40, "month", Fixed), ID: ids[1%len(ids)]},
+		{Rule: rule(b, "per_org", MaxGCRALimit(mustWindow(b, "hour")), "hour", GCRA), ID: ids[2%len(ids)]},
+		{Rule: rule(b, "per_ip", 1<<40, "day", Fixed), ID: ids[3%len(ids)]},
 	}
 }
 

@@ -59,7 +59,7 @@ func TestClusterMasterDownOpensOnlyItsBreaker(t *testing.T) {
 	}
 	for _, x := range gs {
 		for _, id := range ids {
-			if err := take(x.g, Hit{r, id}); err != nil {
+			if err := take(x.g, Hit{Rule: r, ID: id}); err != nil {
 				t.Fatalf("%s: before the kill: %v", x.name, err)
 			}
 		}
@@ -70,7 +70,7 @@ func TestClusterMasterDownOpensOnlyItsBreaker(t *testing.T) {
 	// alone, so the healthy one's breaker stays closed (blamed, it would open after 5).
 	for _, x := range gs {
 		for i := range 10 {
-			err := take(x.g, Hit{r, dead}, Hit{other, healthy[0]})
+			err := take(x.g, Hit{Rule: r, ID: dead}, Hit{Rule: other, ID: healthy[0]})
 			if err == nil {
 				t.Fatalf("%s: spanning request %d with its master dead: admitted", x.name, i)
 			}
@@ -84,7 +84,7 @@ func TestClusterMasterDownOpensOnlyItsBreaker(t *testing.T) {
 		if blamed != 0 {
 			t.Fatalf("%s: the healthy node %s was blamed for %d failures of the dead one", x.name, other0.Addr, blamed)
 		}
-		err := take(x.g, Hit{r, dead}, Hit{other, healthy[0]})
+		err := take(x.g, Hit{Rule: r, ID: dead}, Hit{Rule: other, ID: healthy[0]})
 		var ne *NodeError
 		if !errors.Is(err, ErrBreakerOpen) || !errors.As(err, &ne) || ne.Node != victim.Addr || Classify(err) != KindBreakerOpen {
 			t.Fatalf("%s: spanning request with the breaker open: %v, want ErrBreakerOpen naming %s", x.name, err, victim.Addr)
@@ -114,12 +114,12 @@ func TestClusterMasterDownOpensOnlyItsBreaker(t *testing.T) {
 		}
 		for _, x := range gs {
 			for _, id := range healthy {
-				if err := take(x.g, Hit{r, id}); err != nil {
+				if err := take(x.g, Hit{Rule: r, ID: id}); err != nil {
 					healthyErrs++
 					t.Errorf("%s: tenant %s on a healthy master: %v", x.name, id, err)
 				}
 			}
-			if err := take(x.g, Hit{r, dead}); err != nil {
+			if err := take(x.g, Hit{Rule: r, ID: dead}); err != nil {
 				deadErrs++
 			}
 		}
@@ -137,7 +137,7 @@ func TestClusterMasterDownOpensOnlyItsBreaker(t *testing.T) {
 	for _, x := range gs {
 		deadline := time.Now().Add(15 * time.Second)
 		for {
-			err := take(x.g, Hit{r, dead})
+			err := take(x.g, Hit{Rule: r, ID: dead})
 			if err == nil && len(x.g.OpenNodes()) == 0 && slices.Contains(x.log.all(), victim.Addr+" gone") {
 				break
 			}

@@ -37,7 +37,7 @@ func testCoalescedStall(t *testing.T, byDeadline bool) {
 		t.Fatalf("Guard inline %t with ContextTimeoutEnabled %t", g.inline, byDeadline)
 	}
 	r := rule(t, "stall", 1_000_000, "hour", Fixed)
-	hits := []Hit{{r, "a"}}
+	hits := []Hit{{Rule: r, ID: "a"}}
 	var d Decision
 	if err := g.Take(context.Background(), hits, &d); err != nil {
 		t.Fatal(err)
@@ -119,7 +119,7 @@ func TestCoalescedExactAndOneScriptEach(t *testing.T) {
 			defer wg.Done()
 			var d Decision
 			for i := range 20 {
-				hits := []Hit{{r, "tenant"}, {rule(t, "other", 1_000_000, "day", Fixed), fmt.Sprintf("w%d-%d", w, i%3)}}
+				hits := []Hit{{Rule: r, ID: "tenant"}, {Rule: rule(t, "other", 1_000_000, "day", Fixed), ID: fmt.Sprintf("w%d-%d", w, i%3)}}
 				if err := s.Take(context.Background(), hits, &d); err != nil {
 					t.Error(err)
 					return
@@ -179,7 +179,7 @@ func takeConcurrently(t *testing.T, s *Redis, r *Rule, workers, each int) {
 			defer wg.Done()
 			var d Decision
 			for range each {
-				if err := s.Take(context.Background(), []Hit{{r, fmt.Sprint("w", w)}}, &d); err != nil {
+				if err := s.Take(context.Background(), []Hit{{Rule: r, ID: fmt.Sprint("w", w)}}, &d); err != nil {
 					t.Error(err)
 					return
 				}
@@ -283,7 +283,7 @@ func TestCoalescedLoneCallsGoAtOnce(t *testing.T) {
 	pool0, pipe0 := poolUses(c)
 	var d Decision
 	for i := range 100 {
-		if err := s.Take(context.Background(), []Hit{{r, fmt.Sprint("seq", i)}}, &d); err != nil {
+		if err := s.Take(context.Background(), []Hit{{Rule: r, ID: fmt.Sprint("seq", i)}}, &d); err != nil {
 			t.Fatal(err)
 		}
 	}

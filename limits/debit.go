@@ -23,25 +23,33 @@ import (
 // new month is charged 70 and the old one keeps what it had.
 
 // chargeLua is how the scripts count an answer's tokens (debitLua, settleLua):
-// charge(key, spec, n, sec, now_us) adds n to the window current at sec, first moving the
-// ended window's count aside when a new one begins (history_redis.go), and never shortens the
-// counter's life (keep_until): it may hold the holds of answers in flight, which outlive a
+// charge(key, spec, n, sec, now_us, allow) adds n to the window current at sec, first moving
+// the ended window's count aside when a new one begins (history_redis.go), and never shortens
+// the counter's life (keep_until): it may hold the holds of answers in flight, which outlive a
 // window shorter than their ttl (a shadow limit debits the answers it had no room to hold).
+// For a spec with marks (thresholds.go), it marks what the charge was the first to reach
+// against allow, the allowance the admitting decision applied (cross). It returns those bits
+// of Result.Crossed, the window's start and the count after the charge.
 const chargeLua = `
-local function charge(key, spec, n, sec, now_us)
+local function charge(key, spec, n, sec, now_us, allow)
   -- In the spec's window: the gateway settles an answer with the rule in force when it ends
   -- (a change of window since its admission re-keys the counter here, as a take would).
   local _, _, win = parse(spec)
   local ws, we = bounds(win, sec)
   local _, same = count(key, ws, win)
+  local used
   if same then
-    redis.call('HINCRBY', key, 'n', n)
-    return
+    used = redis.call('HINCRBY', key, 'n', n)
+  else
+    local keep = keep_of(spec)
+    local carry = keep_past(key, win, keep, ws)
+    used = carry + n
+    redis.call('HSET', key, 's', ws, 'n', used)
+    keep_until(key, kept_until(we, win, keep) * 1000, now_us)
   end
-  local keep = keep_of(spec)
-  local carry = keep_past(key, win, keep, ws)
-  redis.call('HSET', key, 's', ws, 'n', carry + n)
-  keep_until(key, kept_until(we, win, keep) * 1000, now_us)
+  local mk = allow > 0 and marks(spec)
+  if not mk then return 0, ws, used end
+  return cross(key, mk, used, allow, same, ws, we, now_us), ws, used
 end
 `
 
@@ -52,6 +60,7 @@ func (r *Redis) Debit(ctx context.Context, hits []Hit, n int64) error {
 	}
 	var keys []string
 	var args []any
+	var charged []Hit
 	for i := range hits {
 		cr, err := r.rules.get(hits[i].Rule)
 		if err != nil {
@@ -61,38 +70,63 @@ func (r *Redis) Debit(ctx context.Context, hits []Hit, n int64) error {
 			continue
 		}
 		keys = append(keys, cr.keyPre+hits[i].ID+"}")
-		args = append(args, cr.spec, strconv.FormatInt(n, 10))
+		args = append(args, cr.spec, strconv.FormatInt(n, 10), strconv.FormatInt(hits[i].Allow, 10))
+		charged = append(charged, hits[i])
 	}
 	if len(keys) == 0 {
 		return nil
 	}
+	vals := make([]int64, 3*len(keys)) // per key: the bits crossed, the window start, the count
 	if r.cluster != nil && len(keys) > 1 {
 		// The keys may live on different nodes: one call per key, in one pipeline.
 		pipe := r.cluster.Pipeline()
 		cmds := make([]*redis.Cmd, len(keys))
 		for i, k := range keys {
-			cmds[i] = pipe.EvalSha(ctx, debitScript.Hash(), []string{k}, args[2*i:2*i+2]...)
+			cmds[i] = pipe.EvalSha(ctx, debitScript.Hash(), []string{k}, args[3*i:3*i+3]...)
 		}
 		_, _ = pipe.Exec(ctx) // errors are inspected per command
 		var errs []error
 		for i, c := range cmds {
 			err := c.Err()
 			if redis.HasErrorPrefix(err, "NOSCRIPT") { // a restarted node: nothing ran there
-				err = r.cluster.Eval(ctx, debitLua, []string{keys[i]}, args[2*i:2*i+2]...).Err()
+				c = r.cluster.Eval(ctx, debitLua, []string{keys[i]}, args[3*i:3*i+3]...)
+				err = c.Err()
 			}
 			if err != nil && err != redis.Nil {
 				errs = append(errs, &NodeError{Node: r.nodeOf(ctx, keys[i]), Err: err})
+				continue
+			}
+			if reply, _ := c.Val().(string); scanInts(reply, vals[3*i:3*i+3]) != nil {
+				clear(vals[3*i : 3*i+3]) // unknown: nothing reported
 			}
 		}
+		r.reportCharges(charged, vals)
 		if len(errs) > 0 {
 			return withKey(fmt.Errorf("limits: debit: %w", errors.Join(errs...)), keys)
 		}
 		return nil
 	}
-	if err := debitScript.Run(ctx, r.client, keys, args...).Err(); err != nil && err != redis.Nil {
+	cmd := debitScript.Run(ctx, r.client, keys, args...)
+	if err := cmd.Err(); err != nil && err != redis.Nil {
 		return withKey(fmt.Errorf("limits: debit: %w", err), keys)
 	}
+	if reply, _ := cmd.Val().(string); scanInts(reply, vals) == nil {
+		r.reportCharges(charged, vals)
+	}
 	return nil
+}
+
+// reportCharges reports what charges crossed (WithCrossings): vals holds, for each of hits,
+// the bits crossed, the window start and the count after the charge (chargeLua).
+func (r *Redis) reportCharges(hits []Hit, vals []int64) {
+	if r.onCrossed == nil {
+		return
+	}
+	for i, h := range hits {
+		if v := vals[3*i : 3*i+3]; v[0] > 0 && v[0] <= crossedMax {
+			r.onCrossed(Crossed{Rule: h.Rule, ID: h.ID, Bits: uint16(v[0]), WindowStart: v[1], Used: v[2], Allow: h.Allow})
+		}
+	}
 }
 
 // Debit implements Store.
@@ -103,19 +137,31 @@ func (m *Memory) Debit(ctx context.Context, hits []Hit, n int64) error {
 	if n <= 0 {
 		return nil
 	}
-	sec := m.now().Unix()
-	return m.eachLocked(ctx, "debit", hits, func(r *Rule, cr *compiled) bool { return cr.enabled && r.Unit == Tokens },
-		func(h *memHit) { m.charge(h, n, sec) })
+	now := m.clock()
+	var crossed []Crossed
+	err := m.eachLocked(ctx, "debit", hits, func(r *Rule, cr *compiled) bool { return cr.enabled && r.Unit == Tokens },
+		func(h *memHit) { crossed = m.charge(h, n, now, crossed) })
+	report(m.onCrossed, crossed)
+	return err
 }
 
-// charge adds n tokens to h's counter in the window current at Unix second sec, the one an
-// answer ends in, first keeping the ended window for history (roll, which never shortens the
-// entry's life); Debit and Settle alike (the caller holds the shard lock).
-func (m *Memory) charge(h *memHit, n, sec int64) {
+// charge adds n tokens to h's counter in the window current at now, the one an answer ends
+// in, first keeping the ended window for history (roll, which never shortens the entry's
+// life), and appends to crossed what it was the first to reach (chargeLua's cross); Debit
+// and Settle alike (the caller holds the shard lock).
+func (m *Memory) charge(h *memHit, n int64, now memTime, crossed []Crossed) []Crossed {
 	e := m.entry(h)
-	ws, we := h.cr.snap.Window.boundsUnix(sec)
-	e.roll(&h.cr.snap, ws, we) // in the rule's window, as chargeLua
+	r := &h.cr.snap
+	ws, we := r.Window.boundsUnix(now.sec)
+	e.roll(r, ws, we) // in the rule's window, as chargeLua
 	e.n += n
+	if h.allow <= 0 || !marks(r) {
+		return crossed
+	}
+	if bits := e.cross(r, h.allow, ws, we, now.us); bits != 0 {
+		crossed = append(crossed, Crossed{Rule: h.rule, ID: h.key.id, Bits: bits, WindowStart: ws, Used: e.n, Allow: h.allow})
+	}
+	return crossed
 }
 
 // Debit implements Store. Like Take, it goes through the breakers of the nodes its tokens

@@ -95,7 +95,7 @@ func TestGuardStalledRedis(t *testing.T) {
 	var log stateLog
 	const timeout = 100 * time.Millisecond
 	g := NewGuard(newRedisT(t, c, "gw"), GuardOptions{Timeout: timeout, FailureThreshold: 3, Cooldown: time.Hour, OnBreaker: log.add})
-	hits := []Hit{{rule(t, "r", 10, "hour", Fixed), "a"}}
+	hits := []Hit{{Rule: rule(t, "r", 10, "hour", Fixed), ID: "a"}}
 	var d Decision
 	for i := 0; i < 3; i++ {
 		err := timedTake(t, g, hits, &d, timeout+margin)
@@ -131,7 +131,7 @@ func TestGuardRedisDownAndBack(t *testing.T) {
 	const timeout, cooldown = 200 * time.Millisecond, 300 * time.Millisecond
 	g := NewGuard(newRedisT(t, c, "gw"), GuardOptions{Timeout: timeout, FailureThreshold: 3, Cooldown: cooldown, OnBreaker: log.add})
 	r := rule(t, "r", 1000, "hour", Fixed)
-	hits := []Hit{{r, "a"}}
+	hits := []Hit{{Rule: r, ID: "a"}}
 	var d Decision
 	if err := timedTake(t, g, hits, &d, timeout+margin); err != nil || !d.Allowed || d.Results[0].Remaining != 999 {
 		t.Fatalf("healthy take: %+v %v", d, err)
@@ -190,7 +190,7 @@ func TestGuardPassThrough(t *testing.T) {
 	r := rule(t, "r", 2, "hour", Fixed)
 	var d Decision
 	for i := 0; i < 3; i++ {
-		if err := g.Take(context.Background(), []Hit{{r, "a"}, {r, "b"}}, &d); err != nil {
+		if err := g.Take(context.Background(), []Hit{{Rule: r, ID: "a"}, {Rule: r, ID: "b"}}, &d); err != nil {
 			t.Fatal(err)
 		}
 		if d.Allowed != (i < 2) || len(d.Results) != 2 || d.Results[0].Rule != r {
@@ -202,7 +202,7 @@ func TestGuardPassThrough(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if err := g.Take(ctx, []Hit{{r, "a"}}, &d); err == nil {
+	if err := g.Take(ctx, []Hit{{Rule: r, ID: "a"}}, &d); err == nil {
 		t.Fatal("cancelled ctx: no error")
 	}
 	if open := g.OpenNodes(); len(open) != 0 {
@@ -223,10 +223,10 @@ func TestGuardOffPathWritesOutlastTimeout(t *testing.T) {
 	tokens.Unit = Tokens
 	reqs := rule(t, "req", 10, "hour", Fixed)
 	var d Decision
-	if err := g.Take(context.Background(), []Hit{{reqs, "a"}}, &d); err != nil {
+	if err := g.Take(context.Background(), []Hit{{Rule: reqs, ID: "a"}}, &d); err != nil {
 		t.Fatal(err)
 	}
-	taken := d.Taken([]Hit{{reqs, "a"}}, nil)
+	taken := d.Taken([]Hit{{Rule: reqs, ID: "a"}}, nil)
 	if len(taken) != 1 {
 		t.Fatalf("taken %v", taken)
 	}
@@ -240,10 +240,10 @@ func TestGuardOffPathWritesOutlastTimeout(t *testing.T) {
 
 	pause()
 	start := time.Now()
-	if err := g.Take(context.Background(), []Hit{{reqs, "b"}}, &d); err == nil || time.Since(start) > timeout+margin {
+	if err := g.Take(context.Background(), []Hit{{Rule: reqs, ID: "b"}}, &d); err == nil || time.Since(start) > timeout+margin {
 		t.Fatalf("a Take during the pause: %v after %v, want an error within %v", err, time.Since(start), timeout)
 	}
-	if err := g.Debit(ctx, []Hit{{tokens, "a"}}, 7); err != nil {
+	if err := g.Debit(ctx, []Hit{{Rule: tokens, ID: "a"}}, 7); err != nil {
 		t.Fatalf("a debit during the pause: %v", err)
 	}
 	pause()

@@ -222,7 +222,7 @@ func (e *memEntry) rollIn(w Window, keep int, ws, we int64) {
 			e.past = e.past[:len(e.past)-1]
 		}
 		e.ws, e.n = ws, carry
-		e.reached, e.exhausted = 0, false // the marks belong to the window that ended
+		e.reached, e.exhausted, e.forecast = 0, false, false // the marks belong to the window that ended
 	}
 	e.win = w
 	// Never sooner than before: the entry may hold holds of answers in flight (hold_memory.go).

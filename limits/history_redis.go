@@ -51,7 +51,8 @@ local function keep_past(key, win, keep, ws)
   local v = redis.call('HMGET', key, 's', 'n', 'w')
   local s, n = tonumber(v[1]), tonumber(v[2]) or 0
   if v[3] ~= win then redis.call('HSET', key, 'w', win) end
-  if not s then return 0 end -- a new tenant: nothing to keep or drop
+  redis.call('HDEL', key, 'x', 'e', 'f') -- the marks belong to the window that ended (cross)
+  if not s then return 0 end -- a new tenant (or a reset one): nothing to keep or drop
   local carry = 0
   if v[3] and v[3] ~= win then
     if keep > 0 then redis.call('HSET', key, 'm', 1) end

@@ -197,8 +197,11 @@ end
 
 // settleLua ends the holds of decision ARGV[1] on KEYS: a tokens limit ('t') is charged
 // ARGV[2] tokens in its current window, the one the answer ends in (chargeLua; -1: released,
-// nothing charged), a streams slot ('c') is given back. ARGV[2+i] is the spec of KEYS[i].
-// Reply: per key, 1 when a tokens hold that is charged had expired (or was gone), else 0.
+// nothing charged), a streams slot ('c') is given back. ARGV[2+i] is the spec of KEYS[i],
+// ARGV[2+#KEYS+i] the allowance its admitting decision applied (0 or absent: unknown).
+// Reply: per key, "<expired> <bits crossed> <window start> <count>": expired is 1 when a
+// tokens hold that is charged had expired (or was gone); the rest is chargeLua's (0 0 0 when
+// nothing was charged).
 const settleLua = windowLua + holdLua + chargeLua + `
 local t = redis.call('TIME')
 local sec = tonumber(t[1])
@@ -207,14 +210,15 @@ local field = 'h:' .. ARGV[1]
 local n = tonumber(ARGV[2])
 local out = {}
 for i = 1, #KEYS do
-  local algo = parse(ARGV[i + 2])
+  local spec = ARGV[i + 2]
+  local algo = parse(spec)
   local live = unhold(KEYS[i], field, now_us)
-  local expired = 0
+  local expired, bits, ws, used = 0, 0, 0, 0
   if algo == 't' and n >= 0 then
     if not live then expired = 1 end
-    if n > 0 then charge(KEYS[i], ARGV[i + 2], n, sec, now_us) end
+    if n > 0 then bits, ws, used = charge(KEYS[i], spec, n, sec, now_us, tonumber(ARGV[2 + #KEYS + i]) or 0) end
   end
-  out[i] = tostring(expired)
+  out[i] = string.format('%d %d %d %d', expired, bits, ws, used)
 end
 return table.concat(out, ' ')
 `
@@ -235,53 +239,77 @@ func (r *Redis) Settle(ctx context.Context, hold string, hits []Hit, n int64) ([
 	if len(keys) == 0 {
 		return nil, nil
 	}
+	var held []Hit // keys[i]'s hit (heldKeys' order)
+	for _, h := range hits {
+		if holds(h.Rule) {
+			held = append(held, h)
+		}
+	}
 	amount := strconv.FormatInt(max(n, -1), 10)
 	var expired []string
-	run := func(keys, names []string, specs []any) error {
-		args := append([]any{hold, amount}, specs...)
-		cmd, err := r.runSettle(ctx, keys, args)
+	// run settles the keys of idx, which share a slot.
+	run := func(idx []int) error {
+		ks := make([]string, len(idx))
+		args := make([]any, 2, 2+2*len(idx))
+		args[0], args[1] = hold, amount
+		for j, i := range idx {
+			ks[j] = keys[i]
+			args = append(args, specs[i])
+		}
+		for _, i := range idx {
+			args = append(args, strconv.FormatInt(held[i].Allow, 10))
+		}
+		cmd, err := r.runSettle(ctx, ks, args)
 		if err != nil {
-			return withKey(fmt.Errorf("limits: settle: %w", err), keys)
+			return withKey(fmt.Errorf("limits: settle: %w", err), ks)
 		}
 		// Not replicated in time (WithWaitReplicas): the master settled all the same.
 		replErr := cmd.Err()
 		if replErr != nil && !errors.Is(replErr, ErrNotReplicated) {
-			return withKey(fmt.Errorf("limits: settle: %w", replErr), keys)
+			return withKey(fmt.Errorf("limits: settle: %w", replErr), ks)
 		}
 		reply, _ := cmd.Val().(string)
-		flags := make([]int64, len(keys))
-		if err := scanInts(reply, flags); err != nil {
-			return withKey(fmt.Errorf("limits: settle: %w", err), keys)
+		vals := make([]int64, 4*len(ks)) // per key: expired, then chargeLua's three
+		if err := scanInts(reply, vals); err != nil {
+			return withKey(fmt.Errorf("limits: settle: %w", err), ks)
 		}
-		for i, f := range flags {
-			if f == 1 {
+		charged := make([]Hit, len(idx))
+		charges := make([]int64, 0, 3*len(idx))
+		for j, i := range idx {
+			if vals[4*j] == 1 {
 				expired = append(expired, names[i])
 			}
+			charged[j] = held[i]
+			charges = append(charges, vals[4*j+1:4*j+4]...)
 		}
+		r.reportCharges(charged, charges)
 		if replErr != nil {
-			return withKey(fmt.Errorf("limits: settle: %w", replErr), keys)
+			return withKey(fmt.Errorf("limits: settle: %w", replErr), ks)
 		}
 		return nil
 	}
+	all := make([]int, len(keys))
+	for i := range all {
+		all[i] = i
+	}
 	if r.cluster == nil {
-		return expired, r.followTopology(ctx, run(keys, names, specs))
+		return expired, r.followTopology(ctx, run(all))
 	}
 	// Cluster: one call per slot (rarely more than one).
-	for len(keys) > 0 {
-		slot := keySlot(keys[0])
-		var k1, n1, k2, n2 []string
-		var s1, s2 []any
-		for i, k := range keys {
-			if keySlot(k) == slot {
-				k1, n1, s1 = append(k1, k), append(n1, names[i]), append(s1, specs[i])
+	for len(all) > 0 {
+		slot := keySlot(keys[all[0]])
+		var same, rest []int
+		for _, i := range all {
+			if keySlot(keys[i]) == slot {
+				same = append(same, i)
 			} else {
-				k2, n2, s2 = append(k2, k), append(n2, names[i]), append(s2, specs[i])
+				rest = append(rest, i)
 			}
 		}
-		if err := run(k1, n1, s1); err != nil {
-			return expired, r.followTopology(ctx, &NodeError{Node: r.nodeOf(ctx, k1[0]), Err: err})
+		if err := run(same); err != nil {
+			return expired, r.followTopology(ctx, &NodeError{Node: r.nodeOf(ctx, keys[same[0]]), Err: err})
 		}
-		keys, names, specs = k2, n2, s2
+		all = rest
 	}
 	return expired, nil
 }

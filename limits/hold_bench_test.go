@@ -31,7 +31,7 @@ func BenchmarkHoldCost(b *testing.B) {
 			}
 			tok := reserveRule(b, "tok", 1<<40, 4000, 0)
 			st := streamsRule("st", 1<<40, 0)
-			hits := append(benchHits(b, []string{"proj", "keyhash", "org", "1.2.3.4"}), Hit{tok, "org"}, Hit{st, "org"})
+			hits := append(benchHits(b, []string{"proj", "keyhash", "org", "1.2.3.4"}), Hit{Rule: tok, ID: "org"}, Hit{Rule: st, ID: "org"})
 			var d Decision
 			for range inflight + 1 {
 				if err := s.Take(ctx, hits, &d); err != nil || !d.Allowed {

@@ -85,6 +85,7 @@ func (m *Memory) settleHolds(h *memHit, r *Result, charge bool, hid string, now 
 		if h.cnt+h.cr.snap.Reserve <= h.allow {
 			r.RetryAfter = time.Second // held tokens come back as answers end
 		}
+		h.exhaust(r)
 	}
 }
 
@@ -92,6 +93,7 @@ func (m *Memory) settleHolds(h *memHit, r *Result, charge bool, hid string, now 
 func (m *Memory) Settle(ctx context.Context, hold string, hits []Hit, n int64) ([]string, error) {
 	now := m.clock()
 	var expired []string
+	var crossed []Crossed
 	err := m.eachHeld(ctx, "settle", hold, hits, func(h *memHit) {
 		cr := h.cr
 		live := false
@@ -106,9 +108,10 @@ func (m *Memory) Settle(ctx context.Context, hold string, hits []Hit, n int64) (
 				expired = append(expired, cr.snap.Name)
 			}
 			if n > 0 {
-				m.charge(h, n, now.sec)
+				crossed = m.charge(h, n, now, crossed)
 			}
 		}
 	})
+	report(m.onCrossed, crossed)
 	return expired, err
 }

@@ -40,14 +40,18 @@ type Rule struct {
 	// History is how many windows a fixed-window limit keeps after they end, for usage history
 	// and billing exports (see history.go); 0 keeps none. GCRA limits have no windows to keep.
 	History int
-	// Thresholds (fixed-window requests limits) are reported in Result.Crossed by the decision
+	// Thresholds (fixed-window requests and tokens limits) are reported in Result.Crossed by the decision
 	// that takes a tenant's count to or past them, against the allowance in force, once per
 	// tenant and window: the counter marks what it reported, so replicas deciding at the same
 	// instant report each crossing once (thresholds.go).
 	Thresholds Thresholds
-	// Exhausted (fixed-window requests limits, enforced) reports a tenant's first refusal in
-	// a window in Result.Crossed (CrossedExhausted), once per tenant and window likewise.
+	// Exhausted (fixed-window requests and tokens limits, enforced) reports a tenant's first
+	// refusal in a window in Result.Crossed (CrossedExhausted), once per tenant and window
+	// likewise.
 	Exhausted bool
+	// Forecast reports, once per tenant and window (CrossedForecast), the first decision or
+	// charge after which the tenant runs out before the window ends at its rate so far.
+	Forecast bool
 }
 
 // Unit is what a limit counts.
@@ -88,6 +92,9 @@ type Hit struct {
 	// ID is already safe for a key name: projectId, SHA-256 hex of a key, org
 	// name, or an IP / IPv6 /64 prefix. Never a raw secret.
 	ID string
+	// Allow is the allowance the admitting decision applied (Result.Limit), which a charge of
+	// tokens (Debit, Settle) measures thresholds and forecasts against; 0: none are reported.
+	Allow int64
 }
 
 // Result is the outcome for one hit of a decision.

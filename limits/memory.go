@@ -24,12 +24,14 @@ const sweepEvery = 256
 // gateway instance and tests. Expired windows are removed lazily: every
 // sweepEvery Takes one shard is swept, so no goroutine needs stopping.
 type Memory struct {
-	now    func() time.Time
-	seed   maphash.Seed
-	rules  ruleCache
-	ops    atomic.Uint64
-	shards [memShards]memShard
-	quotas memQuotas
+	now   func() time.Time
+	seed  maphash.Seed
+	rules ruleCache
+	ops   atomic.Uint64
+	// onCrossed is told what charges of tokens crossed (WithMemoryCrossings); nil: nobody asks.
+	onCrossed func(Crossed)
+	shards    [memShards]memShard
+	quotas    memQuotas
 }
 
 type memShard struct {
@@ -53,6 +55,7 @@ type memEntry struct {
 	// reached and exhausted mark what decisions reported in the window ws (thresholds.go).
 	reached   uint8
 	exhausted bool
+	forecast  bool
 	// holds are the live holds (tokens limits with a reserve) or slots (streams limits) by
 	// decision (see hold.go).
 	holds map[string]memHold
@@ -85,6 +88,7 @@ const jan2017 = 1483228800 // GCRA time base of redis_rate (see takeLua)
 // memHit is the per-hit working state of one Take.
 type memHit struct {
 	cr    *compiled
+	rule  *Rule // the caller's (eachLocked), which Crossed reports
 	key   memKey
 	shard int
 	e     *memEntry
@@ -236,9 +240,11 @@ func (m *Memory) settle(h *memHit, r *Result, allOK bool, now memTime, hid strin
 		m.settleHolds(h, r, allOK && h.ok, hid, now)
 	case h.cr.snap.Unit == Tokens: // only checked: Debit counts the tokens later
 		r.Reset = time.Duration(h.we*1e6-now.us) * time.Microsecond
+		r.WindowStart = h.ws
 		r.Remaining = max(h.allow-h.cnt, 0)
 		if !h.ok {
 			r.RetryAfter = r.Reset
+			h.exhaust(r)
 		}
 	case h.cr.snap.Algorithm == Fixed:
 		m.settleFixed(h, r, allOK && h.ok, now)
@@ -258,25 +264,25 @@ func (m *Memory) settleFixed(h *memHit, r *Result, charge bool, now memTime) {
 		r.Remaining = max(h.allow-h.cnt, 0)
 		if !h.ok {
 			r.RetryAfter = r.Reset
-			// The tenant's first refusal in a window the entry holds (takeLua's e).
-			if marks(&h.cr.snap) && h.cr.snap.Exhausted && !h.cr.snap.Shadow && h.same && !h.e.exhausted {
-				h.e.exhausted = true
-				r.Crossed |= CrossedExhausted
-			}
+			h.exhaust(r)
 		}
 		return
 	}
 	e := m.entry(h)
-	e.roll(&h.cr.snap, h.ws, h.we) // a new window starts without marks (takeLua's x and e)
+	e.roll(&h.cr.snap, h.ws, h.we) // a new window starts without marks (keep_past's x, e and f)
 	e.n++
 	r.Remaining = h.allow - e.n
 	if marks(&h.cr.snap) {
-		if k := h.cr.snap.Thresholds.reached(e.n, h.allow); k > int(e.reached) {
-			for j := int(e.reached); j < k; j++ {
-				r.Crossed |= 1 << j
-			}
-			e.reached = uint8(k)
-		}
+		r.Crossed = e.cross(&h.cr.snap, h.allow, h.ws, h.we, now.us)
+	}
+}
+
+// exhaust reports in r a refusal that is the tenant's first in a window the entry holds
+// (takeLua's e), for a limit reporting exhaustion (Rule.Exhausted).
+func (h *memHit) exhaust(r *Result) {
+	if s := &h.cr.snap; marks(s) && s.Exhausted && !s.Shadow && h.same && !h.e.exhausted {
+		h.e.exhausted = true
+		r.Crossed |= CrossedExhausted
 	}
 }
 

@@ -26,13 +26,13 @@ func TestMemoryMonthRollover(t *testing.T) {
 	var d Decision
 	ctx := context.Background()
 	for i := 0; i < 3; i++ {
-		m.Take(ctx, []Hit{{r, "k"}}, &d)
+		m.Take(ctx, []Hit{{Rule: r, ID: "k"}}, &d)
 	}
 	if d.Allowed || d.Results[0].Reset != 2*time.Second || d.Results[0].RetryAfter != 2*time.Second {
 		t.Fatalf("3rd take in February: %+v", d)
 	}
 	clk.set(utc(2024, 3, 1, 0, 0, 0))
-	if m.Take(ctx, []Hit{{r, "k"}}, &d); !d.Allowed || d.Results[0].Remaining != 1 {
+	if m.Take(ctx, []Hit{{Rule: r, ID: "k"}}, &d); !d.Allowed || d.Results[0].Remaining != 1 {
 		t.Fatalf("first take in March: %+v", d)
 	}
 	u, _ := m.Usage(ctx, r, "k")
@@ -50,16 +50,16 @@ func TestMemoryGCRAReplenish(t *testing.T) {
 	var d Decision
 	ctx := context.Background()
 	for i, want := range []int64{3, 2, 1, 0} {
-		if m.Take(ctx, []Hit{{r, "a"}}, &d); !d.Allowed || d.Results[0].Remaining != want {
+		if m.Take(ctx, []Hit{{Rule: r, ID: "a"}}, &d); !d.Allowed || d.Results[0].Remaining != want {
 			t.Fatalf("take %d: %+v", i, d)
 		}
 	}
-	m.Take(ctx, []Hit{{r, "a"}}, &d)
+	m.Take(ctx, []Hit{{Rule: r, ID: "a"}}, &d)
 	if d.Allowed || d.Results[0].RetryAfter != time.Second || d.Results[0].Reset != 4*time.Second {
 		t.Fatalf("5th take: %+v", d)
 	}
 	clk.add(time.Second)
-	if m.Take(ctx, []Hit{{r, "a"}}, &d); !d.Allowed || d.Results[0].Remaining != 0 {
+	if m.Take(ctx, []Hit{{Rule: r, ID: "a"}}, &d); !d.Allowed || d.Results[0].Remaining != 0 {
 		t.Fatalf("after 1s: %+v", d)
 	}
 	clk.add(10 * time.Second)
@@ -77,7 +77,7 @@ func TestMemorySweep(t *testing.T) {
 	var d Decision
 	ids := []string{"a", "b", "c", "d", "e", "f", "g", "h"}
 	for _, id := range ids {
-		m.Take(context.Background(), []Hit{{r, id}, {g, id}}, &d)
+		m.Take(context.Background(), []Hit{{Rule: r, ID: id}, {Rule: g, ID: id}}, &d)
 	}
 	if m.Len() != 2*len(ids) {
 		t.Fatalf("Len %d, want %d", m.Len(), 2*len(ids))
@@ -85,7 +85,7 @@ func TestMemorySweep(t *testing.T) {
 	clk.add(11 * time.Second)
 	// Enough Takes to sweep every shard once; they all hit one key.
 	for i := 0; i < memShards*sweepEvery; i++ {
-		m.Take(context.Background(), []Hit{{r, "z"}}, &d)
+		m.Take(context.Background(), []Hit{{Rule: r, ID: "z"}}, &d)
 	}
 	if m.Len() != 1 {
 		t.Fatalf("Len %d after sweeps, want 1 (only the live key)", m.Len())

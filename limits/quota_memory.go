@@ -211,7 +211,7 @@ func (m *Memory) Reset(ctx context.Context, r *Rule, id string, who Who) (AuditE
 			// change), and a tokens limit's holds belong to the answers in flight, not to
 			// the use.
 			e.n = 0
-			e.reached, e.exhausted = 0, false // a reset window is crossed anew
+			e.reached, e.exhausted, e.forecast = 0, false, false // a reset window is crossed anew
 		} else {
 			delete(sh.m, key)
 		}

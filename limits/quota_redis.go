@@ -438,7 +438,6 @@ if algo == 'f' or algo == 't' then
     local keep = keep_of(ARGV[1])
     local carry = keep_past(ckey, win, keep, ws)
     redis.call('HSET', ckey, 's', ws, 'n', carry)
-    redis.call('HDEL', ckey, 'x', 'e') -- the marks of the ended window (takeLua)
     keep_until(ckey, kept_until(we, win, keep) * 1000, now_us)
   end
 end
@@ -460,7 +459,7 @@ elseif action == 'reset' then
   -- tokens limit's holds belong to the answers in flight, not to the window's use: only the
   -- current count goes. A streams limit's slots do go (an operator's way out before
   -- reserve_ttl).
-  if algo == 'g' or algo == 'c' or redis.call('HLEN', ckey) <= 2 then redis.call('DEL', ckey) else redis.call('HDEL', ckey, 's', 'n') end
+  if algo == 'g' or algo == 'c' or redis.call('HLEN', ckey) <= 2 then redis.call('DEL', ckey) else redis.call('HDEL', ckey, 's', 'n', 'x', 'e', 'f') end -- a reset window is crossed anew
 else
   return redis.error_reply('ERR limits: unknown quota action ' .. tostring(action))
 end

@@ -24,6 +24,8 @@ type Redis struct {
 	master  *masterName // names the node of a standalone or Sentinel client (nodes.go)
 	rules   ruleCache
 	pool    sync.Pool // *scratch, reused buffers of the hot path
+	// onCrossed is told what charges of tokens crossed (WithCrossings); nil: nobody asks.
+	onCrossed func(Crossed)
 
 	auditMax     int        // see WithRedisAuditMax
 	readsOnly    bool       // see WithReadsOnly
@@ -286,7 +288,7 @@ func parseTake(reply string, idx []int, qkeys []string, ws []int64, res []Result
 	for f.s != "" { // the marks crossed (takeLua)
 		pos, err1 := f.next()
 		bits, err2 := f.next()
-		if err1 != nil || err2 != nil || pos < 1 || pos > int64(len(idx)) || bits <= 0 || bits > 1<<(MaxThresholds+1)-1 {
+		if err1 != nil || err2 != nil || pos < 1 || pos > int64(len(idx)) || bits <= 0 || bits > crossedMax {
 			return false, fmt.Errorf("%w %q: trailing data", errMalformedReply, reply)
 		}
 		res[idx[pos-1]].Crossed = uint16(bits)

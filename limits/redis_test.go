@@ -31,7 +31,7 @@ func testGCRADifferential(t *testing.T, b backend) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := s.Take(ctx, []Hit{{r, "x"}}, &d); err != nil {
+		if err := s.Take(ctx, []Hit{{Rule: r, ID: "x"}}, &d); err != nil {
 			t.Fatal(err)
 		}
 		got := d.Results[0]
@@ -80,7 +80,7 @@ func TestKeysAndTTL(t *testing.T) {
 	}
 	var hits []Hit
 	for _, r := range rules {
-		hits = append(hits, Hit{r, "abc"})
+		hits = append(hits, Hit{Rule: r, ID: "abc"})
 	}
 	var d Decision
 	if err := s.Take(ctx, hits, &d); err != nil || !d.Allowed {
@@ -140,10 +140,10 @@ func TestOneRoundTrip(t *testing.T) {
 	ctx := context.Background()
 	s := newRedisT(t, c, "gw")
 	hits := []Hit{
-		{rule(t, "a", 100, "hour", Fixed), "p"},
-		{rule(t, "b", 100, "month", Fixed), "k"},
-		{rule(t, "c", 100, "day", GCRA), "o"},
-		{rule(t, "d", 100, "10s", Fixed), "ip"},
+		{Rule: rule(t, "a", 100, "hour", Fixed), ID: "p"},
+		{Rule: rule(t, "b", 100, "month", Fixed), ID: "k"},
+		{Rule: rule(t, "c", 100, "day", GCRA), ID: "o"},
+		{Rule: rule(t, "d", 100, "10s", Fixed), ID: "ip"},
 	}
 	var d Decision
 	if err := s.Take(ctx, hits, &d); err != nil { // loads the script (NOSCRIPT, EVAL)
@@ -189,8 +189,8 @@ func TestClusterRoundTrips(t *testing.T) {
 	s := newRedisT(t, cc, "gw")
 	ids := idsOnDistinctNodes(3)
 	r1, r2, r3 := rule(t, "a", 1000, "hour", Fixed), rule(t, "b", 1000, "hour", GCRA), rule(t, "c", 1000, "day", Fixed)
-	spread := []Hit{{r1, ids[0]}, {r2, ids[1]}, {r3, ids[2]}}
-	same := []Hit{{r1, ids[0]}, {r2, ids[0]}, {r3, ids[0]}}
+	spread := []Hit{{Rule: r1, ID: ids[0]}, {Rule: r2, ID: ids[1]}, {Rule: r3, ID: ids[2]}}
+	same := []Hit{{Rule: r1, ID: ids[0]}, {Rule: r2, ID: ids[0]}, {Rule: r3, ID: ids[0]}}
 	var d Decision
 	for _, h := range [][]Hit{spread, same} { // warm up: load scripts on every node
 		if err := s.Take(ctx, h, &d); err != nil || !d.Allowed {

@@ -211,7 +211,7 @@ func (m *Memory) eachLocked(ctx context.Context, op string, hits []Hit, want fun
 		if !want(hits[i].Rule, cr) {
 			continue
 		}
-		h := memHit{cr: cr, key: memKey{cr.keyPre, hits[i].ID}}
+		h := memHit{cr: cr, key: memKey{cr.keyPre, hits[i].ID}, allow: hits[i].Allow, rule: hits[i].Rule}
 		h.shard = m.shardOf(h.key)
 		sh := &m.shards[h.shard]
 		sh.mu.Lock()

@@ -15,9 +15,9 @@ import (
 func refundHits(t *testing.T, limit int64, win string) []Hit {
 	ids := idsOnDistinctNodes(3)
 	return []Hit{
-		{rule(t, "per_project", limit, win, Fixed), ids[0]},
-		{rule(t, "per_org", limit, win, Fixed), ids[1]},
-		{rule(t, "per_ip", limit, win, GCRA), ids[2]},
+		{Rule: rule(t, "per_project", limit, win, Fixed), ID: ids[0]},
+		{Rule: rule(t, "per_org", limit, win, Fixed), ID: ids[1]},
+		{Rule: rule(t, "per_ip", limit, win, GCRA), ID: ids[2]},
 	}
 }
 
@@ -117,7 +117,7 @@ func TestRefund(t *testing.T) {
 				hits := refundHits(t, 1, "hour")
 				tokens := &Rule{Name: "tokens", Limit: 100, Window: mustWindow(t, "hour"), Unit: Tokens}
 				off := &Rule{Name: "off", Limit: 0, Window: mustWindow(t, "hour")}
-				all := append(hits, Hit{tokens, hits[0].ID}, Hit{off, hits[0].ID})
+				all := append(hits, Hit{Rule: tokens, ID: hits[0].ID}, Hit{Rule: off, ID: hits[0].ID})
 				d := takeOK(t, s, all)
 				if got := d.Taken(all, nil); len(got) != 3 {
 					t.Fatalf("taken %+v, want the three requests limits", got)

@@ -96,14 +96,15 @@ local function count(key, ws, win)
   return n or 0, true
 end
 
--- marks reads a spec's word of marks, " x<e>:<ppm>,...": whether a tenant's first refusal in a
--- window is reported, and the thresholds in millionths; nil for a spec without (thresholds.go).
+-- marks reads a spec's word of marks, " x<e><f>:<ppm>,...": whether a tenant's first refusal
+-- in a window is reported, whether it is forecast, and the thresholds in millionths; nil for a
+-- spec without (thresholds.go).
 local function marks(spec)
-  local e, list = string.match(spec, ' x(%d):([%d,]*)')
+  local e, f, list = string.match(spec, ' x(%d)(%d):([%d,]*)')
   if not e then return nil end
   local th = {}
   for p in string.gmatch(list, '%d+') do th[#th + 1] = tonumber(p) end
-  return {e = e == '1', th = th}
+  return {e = e == '1', f = f == '1', th = th}
 end
 
 -- reached is how many thresholds used units of allow reach (Thresholds.reached).
@@ -114,6 +115,33 @@ local function reached(th, used, allow)
     if used * 1e6 >= th[i] * allow then k = i end
   end
   return k
+end
+
+-- forecasts is forecasts in thresholds.go, in the same doubles.
+local function forecasts(used, allow, ws, we, now_us)
+  if allow <= 0 or used >= allow then return false end
+  local elapsed, span = now_us - ws * 1e6, (we - ws) * 1e6
+  return elapsed * 20 >= span and used * 20 >= allow and elapsed * allow < used * span
+end
+
+-- cross marks in key what used units of allow were the first in the window [ws, we) to reach
+-- (x: how many thresholds; f: the forecast) and returns their bits of Result.Crossed (0 most
+-- of the time); same says the hash already counted in this window (else it holds no marks).
+local function cross(key, mk, used, allow, same, ws, we, now_us)
+  local bits = 0
+  local k = reached(mk.th, used, allow)
+  if k > 0 then
+    local x = 0
+    if same then x = tonumber(redis.call('HGET', key, 'x')) or 0 end
+    if k > x then
+      redis.call('HSET', key, 'x', k)
+      for j = x + 1, k do bits = bits + 2 ^ (j - 1) end
+    end
+  end
+  if mk.f and forecasts(used, allow, ws, we, now_us) and redis.call('HSETNX', key, 'f', 1) == 1 then
+    bits = bits + 512
+  end
+  return bits
 end
 
 local function period_of(win)
@@ -212,7 +240,7 @@ for i = 1, n do
     if quotas then base, g, ends = quota(KEYS[qk], limit, win, sec, now_us) end
   end
   local h = {algo = algo, limit = allowance(base, g), base = base, ends = ends, q = q, shadow = shadow}
-  if algo == 'f' then h.mk = marks(ARGV[i]) end
+  if algo == 'f' or algo == 't' then h.mk = marks(ARGV[i]) end
   if algo == 'f' or algo == 't' then
     local ws, we = bounds(win, sec)
     local cnt, same = count(KEYS[i], ws, win)
@@ -275,6 +303,11 @@ for i = 1, n do
       retry = reset
       -- Denied for the holds of answers in flight, which come back as they end.
       if h.reserve > 0 and h.cnt + h.reserve <= h.limit then retry = 1000000 end
+      -- The tenant's first refusal in the window, as for requests below (the thresholds of
+      -- tokens are crossed by the charges, chargeLua).
+      if h.mk and h.mk.e and h.same and redis.call('HSETNX', KEYS[i], 'e', 1) == 1 then
+        crossed[i] = 256
+      end
     end
   elseif h.algo == 'c' then
     rem = math.max(h.limit - h.cnt, 0)
@@ -294,20 +327,14 @@ for i = 1, n do
         local win, keep = win_keep(ARGV[i])
         local carry = keep_past(KEYS[i], win, keep, h.ws)
         redis.call('HSET', KEYS[i], 's', h.ws, 'n', carry + 1)
-        if h.mk then redis.call('HDEL', KEYS[i], 'x', 'e') end -- the marks of the ended window
         keep_until(KEYS[i], kept_until(h.we, win, keep) * 1000, now_us) -- never shorter (w: its window may have been longer)
       end
       rem = h.limit - h.cnt - 1
-      -- Thresholds: the first decision of the window to reach one reports it, and marks it
-      -- in the counter (x: how many are reached), so that it is reported once.
-      local k = h.mk and reached(h.mk.th, h.cnt + 1, h.limit) or 0
-      if k > 0 then
-        local x = 0
-        if h.same then x = tonumber(redis.call('HGET', KEYS[i], 'x')) or 0 end
-        if k > x then
-          redis.call('HSET', KEYS[i], 'x', k)
-          for j = x + 1, k do crossed[i] = (crossed[i] or 0) + 2 ^ (j - 1) end
-        end
+      -- Thresholds and the forecast: the first decision of the window to reach one reports
+      -- it, and marks it in the counter, so that it is reported once.
+      if h.mk then
+        local bits = cross(KEYS[i], h.mk, h.cnt + 1, h.limit, h.same, h.ws, h.we, now_us)
+        if bits > 0 then crossed[i] = bits end
       end
     else
       rem = math.max(h.limit - h.cnt, 0)
@@ -444,17 +471,25 @@ return string.format('%d %d %d %d %d %d %d %d', used, math.max(allow - used - re
 `
 
 // debitLua adds tokens to tokens limits ('t' specs) in their current windows (chargeLua).
-// ARGV[2i-1] is the spec of KEYS[i], ARGV[2i] the amount. Other specs are ignored.
+// ARGV[3i-2] is the spec of KEYS[i], ARGV[3i-1] the amount, ARGV[3i] the allowance the
+// admitting decision applied (0: unknown). Other specs are ignored. Reply: per key, "<bits
+// crossed> <window start> <count>" (0 0 0 for a key not charged).
 const debitLua = windowLua + chargeLua + `
 local t = redis.call('TIME')
 local sec = tonumber(t[1])
 local now_us = sec * 1000000 + tonumber(t[2])
+local out = {}
 for i = 1, #KEYS do
-  local algo = parse(ARGV[2 * i - 1])
-  local n = tonumber(ARGV[2 * i])
-  if algo == 't' and n and n > 0 then charge(KEYS[i], ARGV[2 * i - 1], n, sec, now_us) end
+  local spec = ARGV[3 * i - 2]
+  local algo = parse(spec)
+  local n = tonumber(ARGV[3 * i - 1])
+  local bits, ws, used = 0, 0, 0
+  if algo == 't' and n and n > 0 then
+    bits, ws, used = charge(KEYS[i], spec, n, sec, now_us, tonumber(ARGV[3 * i]) or 0)
+  end
+  out[i] = string.format('%d %d %d', bits, ws, used)
 end
-return 1
+return table.concat(out, ' ')
 `
 
 // nodePrelude turns takeLua and giveBackLua into their Redis Cluster variants, which decide

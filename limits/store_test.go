@@ -190,7 +190,7 @@ func testExactMultiRule(t *testing.T, b backend) {
 		wg.Add(1)
 		go func(s Store) {
 			defer wg.Done()
-			hits := []Hit{{loose, ids[0]}, {g, ids[2]}, {tight, ids[1]}}
+			hits := []Hit{{Rule: loose, ID: ids[0]}, {Rule: g, ID: ids[2]}, {Rule: tight, ID: ids[1]}}
 			var d Decision
 			for i := 0; i < 10; i++ {
 				if err := s.Take(context.Background(), hits, &d); err != nil {
@@ -227,7 +227,7 @@ func testAllOrNothing(t *testing.T, b backend) {
 	big := rule(t, "big", 100, "hour", Fixed)
 	small := rule(t, "small", 2, "hour", Fixed)
 	gc := rule(t, "gc", 50, "hour", GCRA)
-	hits := []Hit{{big, ids[0]}, {gc, ids[2]}, {small, ids[1]}}
+	hits := []Hit{{Rule: big, ID: ids[0]}, {Rule: gc, ID: ids[2]}, {Rule: small, ID: ids[1]}}
 	var d Decision
 	for i := 0; i < 5; i++ {
 		if err := s.Take(ctx, hits, &d); err != nil {
@@ -278,7 +278,7 @@ func testNewWindow(t *testing.T, b backend) {
 	r := rule(t, "nw", 3, "1s", Fixed)
 	alignWindow(t, time.Second, 500*time.Millisecond)
 	var d Decision
-	hits := []Hit{{r, "x"}}
+	hits := []Hit{{Rule: r, ID: "x"}}
 	for i := 0; i < 4; i++ {
 		if err := s.Take(ctx, hits, &d); err != nil {
 			t.Fatal(err)
@@ -306,7 +306,7 @@ func testUsage(t *testing.T, b backend) {
 	}
 	var d Decision
 	for i := 0; i < 3; i++ {
-		if err := s.Take(ctx, []Hit{{fixed, "a"}, {gc, "a"}, {month, "a"}}, &d); err != nil || !d.Allowed {
+		if err := s.Take(ctx, []Hit{{Rule: fixed, ID: "a"}, {Rule: gc, ID: "a"}, {Rule: month, ID: "a"}}, &d); err != nil || !d.Allowed {
 			t.Fatalf("take: %+v %v", d, err)
 		}
 	}
@@ -345,23 +345,23 @@ func testDisabled(t *testing.T, b backend) {
 	on := rule(t, "on", 1, "hour", Fixed)
 	var d Decision
 	for i := 0; i < 3; i++ {
-		if err := s.Take(context.Background(), []Hit{{off, "a"}}, &d); err != nil || !d.Allowed {
+		if err := s.Take(context.Background(), []Hit{{Rule: off, ID: "a"}}, &d); err != nil || !d.Allowed {
 			t.Fatalf("disabled rule denied: %+v %v", d, err)
 		}
 	}
-	s.Take(context.Background(), []Hit{{off, "a"}, {on, "a"}}, &d)
+	s.Take(context.Background(), []Hit{{Rule: off, ID: "a"}, {Rule: on, ID: "a"}}, &d)
 	if !d.Allowed {
 		t.Fatalf("first take with limit 1 denied: %+v", d)
 	}
-	s.Take(context.Background(), []Hit{{off, "a"}, {on, "a"}}, &d)
+	s.Take(context.Background(), []Hit{{Rule: off, ID: "a"}, {Rule: on, ID: "a"}}, &d)
 	if d.Allowed || d.Denied() != 1 {
 		t.Fatalf("second take: %+v", d)
 	}
 	bad := &Rule{Name: "x{y}", Limit: 1, Window: mustWindow(t, "hour")}
-	if err := s.Take(context.Background(), []Hit{{bad, "a"}}, &d); err == nil {
+	if err := s.Take(context.Background(), []Hit{{Rule: bad, ID: "a"}}, &d); err == nil {
 		t.Fatal("rule name with braces accepted")
 	}
-	if err := s.Take(context.Background(), []Hit{{nil, "a"}}, &d); err == nil {
+	if err := s.Take(context.Background(), []Hit{{Rule: nil, ID: "a"}}, &d); err == nil {
 		t.Fatal("nil rule accepted")
 	}
 }
@@ -375,7 +375,7 @@ func testGCRAWithFixed(t *testing.T, b backend) {
 	fx := rule(t, "f2", 100, "hour", Fixed)
 	var d Decision
 	for i := 0; i < 5; i++ {
-		if err := s.Take(context.Background(), []Hit{{fx, ids[0]}, {gc, ids[1]}}, &d); err != nil {
+		if err := s.Take(context.Background(), []Hit{{Rule: fx, ID: ids[0]}, {Rule: gc, ID: ids[1]}}, &d); err != nil {
 			t.Fatal(err)
 		}
 		if d.Allowed != (i < 3) {

@@ -58,14 +58,36 @@ func (t Thresholds) reached(used, allow int64) int {
 // CrossedExhausted is the bit of Result.Crossed for a tenant's first refusal in a window.
 const CrossedExhausted = 1 << MaxThresholds
 
-// marks says whether decisions under r mark crossings: a fixed-window requests limit with
-// thresholds, or an enforced one reporting exhaustion.
+// CrossedForecast is the bit of Result.Crossed for the first decision of a window after
+// which, at the window's burn rate so far, the tenant runs out before the window ends
+// (Rule.Forecast; see forecasts).
+const CrossedForecast = 1 << (MaxThresholds + 1)
+
+// crossedMax is the largest Result.Crossed.
+const crossedMax = 1<<(MaxThresholds+2) - 1
+
+// marks says whether decisions under r mark crossings: a fixed-window requests or tokens
+// limit with thresholds or a forecast, or an enforced one reporting exhaustion.
 func marks(r *Rule) bool {
-	return r.Algorithm == Fixed && r.Unit == Requests && (r.Thresholds.n > 0 || r.Exhausted && !r.Shadow)
+	return r.Algorithm == Fixed && (r.Unit == Requests || r.Unit == Tokens) &&
+		(r.Thresholds.n > 0 || r.Exhausted && !r.Shadow || r.Forecast)
 }
 
-// marksSpec is the spec's word of the marks: " x<e>:<ppm>,<ppm>..." (e: 1 to report the
-// first refusal), or "" for a rule that marks nothing.
+// forecasts says whether a tenant that has used used units of allow by now (µs) in the window
+// [ws, we) (seconds) runs out before we at the rate it has spent so far: computed in doubles
+// exactly as the scripts' forecast does, so both stores agree. A forecast needs a trend: at
+// least a twentieth of the window gone and a twentieth of the allowance used, so that the
+// first requests of a window never forecast anything.
+func forecasts(used, allow, ws, we, now int64) bool {
+	if allow <= 0 || used >= allow {
+		return false
+	}
+	elapsed, span := float64(now)-float64(ws)*1e6, (float64(we)-float64(ws))*1e6
+	return elapsed*20 >= span && float64(used)*20 >= float64(allow) && elapsed*float64(allow) < float64(used)*span
+}
+
+// marksSpec is the spec's word of the marks: " x<e><f>:<ppm>,<ppm>..." (e: 1 to report the
+// first refusal; f: 1 to forecast), or "" for a rule that marks nothing.
 func marksSpec(r *Rule) string {
 	if !marks(r) {
 		return ""
@@ -73,6 +95,11 @@ func marksSpec(r *Rule) string {
 	var b strings.Builder
 	b.WriteString(" x")
 	if r.Exhausted && !r.Shadow {
+		b.WriteByte('1')
+	} else {
+		b.WriteByte('0')
+	}
+	if r.Forecast {
 		b.WriteByte('1')
 	} else {
 		b.WriteByte('0')
@@ -86,4 +113,55 @@ func marksSpec(r *Rule) string {
 		b.WriteString(strconv.FormatUint(uint64(t.ppm[i]), 10))
 	}
 	return b.String()
+}
+
+// cross marks in e what its count of allow is the first in the window [ws, we) to reach at
+// now (µs): thresholds and the forecast (takeLua's and chargeLua's cross), and returns their
+// bits of Result.Crossed.
+func (e *memEntry) cross(r *Rule, allow, ws, we, now int64) uint16 {
+	var bits uint16
+	if k := r.Thresholds.reached(e.n, allow); k > int(e.reached) {
+		for j := int(e.reached); j < k; j++ {
+			bits |= 1 << j
+		}
+		e.reached = uint8(k)
+	}
+	if r.Forecast && !e.forecast && forecasts(e.n, allow, ws, we, now) {
+		e.forecast = true
+		bits |= CrossedForecast
+	}
+	return bits
+}
+
+// Crossed is what a charge of tokens (Debit, Settle) was the first in its window to reach on
+// one tokens limit: thresholds of the allowance the admitting decision applied (Hit.Allow),
+// the forecast. A charge has no Decision to carry it, so the stores report it to the function
+// given by WithCrossings (Redis) or WithMemoryCrossings (in process).
+type Crossed struct {
+	Rule        *Rule
+	ID          string
+	Bits        uint16 // as Result.Crossed
+	WindowStart int64  // Unix seconds
+	Used, Allow int64
+}
+
+// WithCrossings makes the store report the crossings of its charges of tokens to f, which
+// must only hand them over (it runs after the store's call, on the charging goroutine).
+func WithCrossings(f func(Crossed)) RedisOption {
+	return func(r *Redis) { r.onCrossed = f }
+}
+
+// WithMemoryCrossings is WithCrossings for the in-process store.
+func WithMemoryCrossings(f func(Crossed)) MemoryOption {
+	return func(m *Memory) { m.onCrossed = f }
+}
+
+// report hands each charge's crossing to f, if any.
+func report(f func(Crossed), cs []Crossed) {
+	if f == nil {
+		return
+	}
+	for _, c := range cs {
+		f(c)
+	}
 }

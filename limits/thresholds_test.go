@@ -20,22 +20,26 @@ func TestNewThresholds(t *testing.T) {
 		}
 	}
 	r := &Rule{Name: "r", Limit: 10, Window: mustWindow(t, "hour"), Thresholds: th, Exhausted: true}
-	if got := marksSpec(r); got != " x1:500000,800000,1000000" {
+	if got := marksSpec(r); got != " x10:500000,800000,1000000" {
 		t.Fatalf("spec %q", got)
 	}
 	r.Shadow = true // a shadow limit never refuses: no exhaustion to report
-	if got := marksSpec(r); got != " x0:500000,800000,1000000" {
+	if got := marksSpec(r); got != " x00:500000,800000,1000000" {
 		t.Fatalf("spec %q", got)
 	}
 	for _, r := range []*Rule{
 		{Name: "g", Limit: 10, Window: mustWindow(t, "hour"), Algorithm: GCRA, Thresholds: th},
-		{Name: "t", Limit: 10, Window: mustWindow(t, "hour"), Unit: Tokens, Thresholds: th},
+		{Name: "c", Limit: 10, Window: mustWindow(t, "hour"), Unit: Streams, Thresholds: th},
 		{Name: "s", Limit: 10, Window: mustWindow(t, "hour"), Shadow: true, Exhausted: true},
 		{Name: "n", Limit: 10, Window: mustWindow(t, "hour")},
 	} {
 		if marksSpec(r) != "" {
 			t.Errorf("%s marks", r.Name)
 		}
+	}
+	r = &Rule{Name: "t", Limit: 10, Window: mustWindow(t, "hour"), Unit: Tokens, Forecast: true}
+	if got := marksSpec(r); got != " x01:" {
+		t.Fatalf("tokens spec %q", got)
 	}
 	if th.reached(7, 0) != 0 || th.reached(4, 10) != 0 || th.reached(5, 10) != 1 || th.reached(8, 10) != 2 || th.reached(12, 10) != 3 {
 		t.Fatal("reached")
@@ -174,5 +178,118 @@ func TestCrossingsConcurrentReplicas(t *testing.T) {
 	}
 	if calls := redistest.ScriptCalls(t, client) - before; calls != 50 {
 		t.Fatalf("%d script calls for 50 decisions", calls)
+	}
+}
+
+// chargeStores runs f on the in-process store and on Redis, each reporting the crossings of
+// its charges of tokens to the function f reads them from.
+func chargeStores(t *testing.T, f func(t *testing.T, s Store, crossed func() []Crossed)) {
+	var mu sync.Mutex
+	var got []Crossed
+	note := func(c Crossed) { mu.Lock(); got = append(got, c); mu.Unlock() }
+	read := func() []Crossed { mu.Lock(); defer mu.Unlock(); c := got; got = nil; return c }
+	t.Run("memory", func(t *testing.T) { read(); f(t, NewMemory(WithMemoryCrossings(note)), read) })
+	t.Run("redis", func(t *testing.T) {
+		srv := redistest.Start(t)
+		read()
+		f(t, newRedisT(t, srv.Client(t), "gw", WithCrossings(note)), read)
+	})
+}
+
+// A tokens limit's thresholds are crossed by the charges that count the answers' tokens (a
+// debit, or a settle of a reserve), against the allowance the admission applied, once per
+// tenant and window; its first refusal is reported by the take.
+func TestTokensCrossings(t *testing.T) {
+	chargeStores(t, func(t *testing.T, s Store, crossed func() []Crossed) {
+		ctx := context.Background()
+		th, _ := NewThresholds(0.5, 0.8)
+		plain := &Rule{Name: "plain", Limit: 100, Window: mustWindow(t, "hour"), Unit: Tokens, Thresholds: th, Exhausted: true}
+		held := &Rule{Name: "held", Limit: 100, Window: mustWindow(t, "hour"), Unit: Tokens, Reserve: 10, ReserveTTL: time.Minute, Thresholds: th, Exhausted: true}
+		take := func(r *Rule) (Decision, Hit) {
+			t.Helper()
+			var d Decision
+			h := Hit{Rule: r, ID: "acme"}
+			if err := s.Take(ctx, []Hit{h}, &d); err != nil {
+				t.Fatal(err)
+			}
+			h.Allow = d.Results[0].Limit
+			return d, h
+		}
+		// Debits: 40 crosses nothing, 25 crosses 0.5, 20 crosses 0.8, 30 nothing again.
+		for i, step := range []struct {
+			n    int64
+			bits uint16
+		}{{40, 0}, {25, 1}, {20, 2}, {30, 0}} {
+			d, h := take(plain)
+			if !d.Allowed || d.Results[0].Crossed != 0 {
+				t.Fatalf("plain take %d: %+v", i, d.Results[0])
+			}
+			if err := s.Debit(ctx, []Hit{h}, step.n); err != nil {
+				t.Fatal(err)
+			}
+			got := crossed()
+			if step.bits == 0 && len(got) != 0 || step.bits != 0 && (len(got) != 1 || got[0].Bits != step.bits || got[0].Rule != plain || got[0].ID != "acme" || got[0].Allow != 100) {
+				t.Fatalf("debit %d of %d: crossed %+v, want bits %b", i, step.n, got, step.bits)
+			}
+		}
+		// 115 of 100 used: the first refusal is reported once.
+		for i, want := range []uint16{CrossedExhausted, 0} {
+			if d, _ := take(plain); d.Allowed || d.Results[0].Crossed != want {
+				t.Fatalf("refusal %d: %+v", i, d.Results[0])
+			}
+		}
+		// A debit without the admission's allowance reports nothing (Hit.Allow 0).
+		if err := s.Debit(ctx, []Hit{{Rule: held, ID: "acme"}}, 60); err != nil {
+			t.Fatal(err)
+		}
+		if got := crossed(); len(got) != 0 {
+			t.Fatalf("debit without allowance crossed %+v", got)
+		}
+		// Settles of holds: 60 used; an answer of 25 takes it past 0.8 (0.5 was passed by a
+		// debit that reported nothing, so both are reported now).
+		d, h := take(held)
+		if !d.Allowed {
+			t.Fatalf("held take: %+v", d.Results[0])
+		}
+		if _, err := s.Settle(ctx, d.Hold, []Hit{h}, 25); err != nil {
+			t.Fatal(err)
+		}
+		got := crossed()
+		if len(got) != 1 || got[0].Bits != 3 || got[0].Used != 85 || got[0].WindowStart != d.Results[0].WindowStart {
+			t.Fatalf("settle crossed %+v", got)
+		}
+	})
+}
+
+// A forecast is reported once per tenant and window, by the first decision after which the
+// tenant runs out before the window ends at its rate so far, and never by a window's first
+// requests.
+func TestForecastReportedOnce(t *testing.T) {
+	thresholdStores(t, func(t *testing.T, s Store) {
+		r := &Rule{Name: "f", Limit: 100, Window: mustWindow(t, "20s"), Forecast: true}
+		// Well inside a window: past its first twentieth (1 s), before its tenth second.
+		for {
+			in := time.Now().UnixMilli() % 20000
+			if in > 1200 && in < 6000 {
+				break
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		var at []int
+		for i := 1; i <= 60; i++ {
+			if _, c := takeCrossed(t, s, r, "acme"); c != 0 {
+				if c != CrossedForecast {
+					t.Fatalf("take %d crossed %b", i, c)
+				}
+				at = append(at, i)
+			}
+		}
+		// 60 in under 10 s of a 20 s window of 100 runs out; the trend needs 5 used.
+		if len(at) != 1 || at[0] < 5 {
+			t.Fatalf("forecast at takes %v", at)
+		}
+	})
+	if forecasts(5, 100, 0, 20, 500_000) || !forecasts(50, 100, 0, 20, 2_000_000) || forecasts(50, 100, 0, 20, 11_000_000) || forecasts(100, 100, 0, 20, 2_000_000) {
+		t.Fatal("forecasts")
 	}
 }

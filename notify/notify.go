@@ -24,6 +24,10 @@ type Event struct {
 	ID   string    `json:"id"`
 	Time time.Time `json:"time"`
 	Data any       `json:"data"`
+	// Once (with a StableID) makes the outbox take the event only if it has not taken it in
+	// the last SeenFor: for events that every replica detects (an override's end, a
+	// revocation), so that one delivered already is not delivered again.
+	Once bool `json:"-"`
 }
 
 // Endpoint is one webhook: where events go, the keys that sign them, and which it takes.
@@ -148,7 +152,7 @@ func (n *Notifier) Publish(ctx context.Context, ev Event, limit string) error {
 	var ds []Delivery
 	for _, e := range n.order {
 		if e.takes(ev.Type, limit) {
-			ds = append(ds, Delivery{Key: DeliveryKey(ev.ID, e.Name), ID: ev.ID, Endpoint: e.Name, Type: ev.Type, Body: body, Created: now, Next: now})
+			ds = append(ds, Delivery{Key: DeliveryKey(ev.ID, e.Name), ID: ev.ID, Endpoint: e.Name, Type: ev.Type, Body: body, Created: now, Next: now, Once: ev.Once})
 		}
 	}
 	if len(ds) == 0 {

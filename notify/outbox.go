@@ -31,6 +31,9 @@ type Delivery struct {
 	Next      time.Time `json:"next"`
 	LastError string    `json:"last_error,omitempty"`
 	Dead      bool      `json:"dead,omitempty"`
+	// Once: the outbox takes the delivery only if it took none of its key in the last
+	// SeenFor (Event.Once).
+	Once bool `json:"once,omitempty"`
 
 	// lease is the claim this copy was handed under; Done, Retry and Kill act only while it
 	// still holds, so a replica whose lease ran out cannot undo another's work.
@@ -65,8 +68,9 @@ func StableID(parts ...string) string {
 // claimed delivery is handed to no other claimer until its lease runs out, so a claimer that
 // dies leaves it to the next one.
 type Outbox interface {
-	// Add stores deliveries before any attempt; a key already held is left as it is. When
-	// the outbox is full the oldest deliveries make room, and are returned.
+	// Add stores deliveries before any attempt; a key already held is left as it is, and so is
+	// a Once delivery whose key was added in the last SeenFor (delivered since, or dropped).
+	// When the outbox is full the oldest deliveries make room, and are returned.
 	Add(ctx context.Context, ds []Delivery) (dropped []Delivery, err error)
 	// Claim leases up to n pending deliveries due at now, for lease.
 	Claim(ctx context.Context, now time.Time, n int, lease time.Duration) ([]Delivery, error)
@@ -89,6 +93,9 @@ type Outbox interface {
 	Count(ctx context.Context) (pending, dead int, err error)
 }
 
+// SeenFor is how long an outbox remembers the keys of Once deliveries.
+const SeenFor = 48 * time.Hour
+
 // ErrInvalid is returned for a delivery without a key, id, endpoint or body.
 var ErrInvalid = errors.New("notify: a delivery needs a key, an id, an endpoint and a body")
 
@@ -103,6 +110,7 @@ type Memory struct {
 	max   int
 	seq   int64
 	items map[string]*memItem
+	seen  map[string]time.Time // Once keys by when added
 }
 
 type memItem struct {
@@ -117,7 +125,7 @@ func NewMemory(max int) *Memory {
 	if max < 1 {
 		max = 1
 	}
-	return &Memory{max: max, items: map[string]*memItem{}}
+	return &Memory{max: max, items: map[string]*memItem{}, seen: map[string]time.Time{}}
 }
 
 func (m *Memory) Add(_ context.Context, ds []Delivery) ([]Delivery, error) {
@@ -129,9 +137,20 @@ func (m *Memory) Add(_ context.Context, ds []Delivery) ([]Delivery, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var dropped []Delivery
+	for k, at := range m.seen {
+		if time.Since(at) > SeenFor {
+			delete(m.seen, k)
+		}
+	}
 	for _, d := range ds {
 		if _, ok := m.items[d.Key]; ok {
 			continue
+		}
+		if d.Once {
+			if _, ok := m.seen[d.Key]; ok {
+				continue
+			}
+			m.seen[d.Key] = time.Now()
 		}
 		for len(m.items) >= m.max {
 			oldest := m.oldestLocked()

@@ -164,3 +164,35 @@ func TestOutboxFullDropsOldest(t *testing.T) {
 		}
 	})
 }
+
+// A Once delivery (an event every replica detects) is taken once: not again after it was
+// delivered, while a plain one with a key no longer held is taken again.
+func TestOutboxOnce(t *testing.T) {
+	outboxes(t, 100, func(t *testing.T, box Outbox) {
+		ctx := context.Background()
+		once := delivery("evt_once", "a", t0)
+		once.Once = true
+		plain := delivery("evt_plain", "a", t0)
+		for round := range 2 {
+			if _, err := box.Add(ctx, []Delivery{once, plain}); err != nil {
+				t.Fatal(err)
+			}
+			claimed, err := box.Claim(ctx, t0, 10, time.Minute)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := []string{"evt_once/a", "evt_plain/a"}
+			if round == 1 {
+				want = want[1:]
+			}
+			if fmt.Sprint(keys(claimed)) != fmt.Sprint(want) {
+				t.Fatalf("round %d claimed %v, want %v", round, keys(claimed), want)
+			}
+			for _, d := range claimed {
+				if ok, err := box.Done(ctx, d); !ok || err != nil {
+					t.Fatal(ok, err)
+				}
+			}
+		}
+	})
+}

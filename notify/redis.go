@@ -23,10 +23,12 @@ import (
 //	                                dropping the oldest when full
 //	<prefix>:notify:{notify}:lease  hash: key -> the token of its current claim
 //	<prefix>:notify:{notify}:seq    counter of claim tokens
+//	<prefix>:notify:{notify}:seen   sorted set: keys of Once deliveries by when added (ms),
+//	                                for SeenFor
 type Redis struct {
 	c   redis.UniversalClient
 	max int
-	k   []string // items, due, dead, age, lease, seq
+	k   []string // items, due, dead, age, lease, seq, seen
 }
 
 // NewRedis returns the outbox under prefix (redis.key_prefix), holding at most max
@@ -36,17 +38,25 @@ func NewRedis(c redis.UniversalClient, prefix string, max int) *Redis {
 		max = 1
 	}
 	base := prefix + ":notify:{notify}:"
-	return &Redis{c: c, max: max, k: []string{base + "items", base + "due", base + "dead", base + "age", base + "lease", base + "seq"}}
+	return &Redis{c: c, max: max, k: []string{base + "items", base + "due", base + "dead", base + "age", base + "lease", base + "seq", base + "seen"}}
 }
 
 func ms(t time.Time) int64 { return t.UnixMilli() }
 
+// addScript: ARGV[1] is the bound, ARGV[2] now (ms), ARGV[3] SeenFor (ms); then per
+// delivery its key, record, due, created (ms) and once (1 or 0).
 var addScript = redis.NewScript(`
 local max = tonumber(ARGV[1])
+local now = tonumber(ARGV[2])
+redis.call('ZREMRANGEBYSCORE', KEYS[7], '-inf', now - tonumber(ARGV[3]))
 local dropped = {}
-for i = 2, #ARGV, 4 do
+for i = 4, #ARGV, 5 do
   local k = ARGV[i]
-  if redis.call('HEXISTS', KEYS[1], k) == 0 then
+  local fresh = redis.call('HEXISTS', KEYS[1], k) == 0
+  if fresh and ARGV[i+4] == '1' then
+    fresh = redis.call('ZADD', KEYS[7], 'NX', now, k) == 1
+  end
+  if fresh then
     while redis.call('HLEN', KEYS[1]) >= max do
       local o = redis.call('ZRANGE', KEYS[4], 0, 0)
       if #o == 0 then break end
@@ -70,7 +80,7 @@ func (r *Redis) Add(ctx context.Context, ds []Delivery) ([]Delivery, error) {
 	if len(ds) == 0 {
 		return nil, nil
 	}
-	args := []any{r.max}
+	args := []any{r.max, ms(time.Now()), SeenFor.Milliseconds()}
 	for _, d := range ds {
 		if !validDelivery(d) {
 			return nil, ErrInvalid
@@ -80,7 +90,11 @@ func (r *Redis) Add(ctx context.Context, ds []Delivery) ([]Delivery, error) {
 		if err != nil {
 			return nil, err
 		}
-		args = append(args, d.Key, v, ms(d.Next), ms(d.Created))
+		once := 0
+		if d.Once {
+			once = 1
+		}
+		args = append(args, d.Key, v, ms(d.Next), ms(d.Created), once)
 	}
 	res, err := addScript.Run(ctx, r.c, r.k, args...).StringSlice()
 	if err != nil {

@@ -97,6 +97,7 @@ func (g *Gateway) authenticateRegistered(s *scope, r *http.Request, digest strin
 	}
 	s.org = e.Org
 	s.plan = e.Plan
+	s.label = e.Label
 	if s.plan == "" {
 		s.plan = s.snap.orgPlan[s.org]
 	}

@@ -15,12 +15,15 @@ type Crossing struct {
 	Tenant      string // the id the limit counts by (a key's digest, never a key)
 	By          string // project, key, org or ip
 	Org         string // the request's org, when known
+	Label       string // the registered key's label, when known
 	WindowStart time.Time
 	Used        int64 // the tenant's use after the decision
 	Quota       int64 // the allowance in force: the limit or override, plus grants
-	// Thresholds reached, as fractions of Quota; Exhausted: the tenant's first refusal.
+	// Thresholds reached, as fractions of Quota; Exhausted: the tenant's first refusal;
+	// Forecast: at the window's rate so far, the tenant runs out before the window ends.
 	Thresholds []float64
 	Exhausted  bool
+	Forecast   bool
 	Time       time.Time
 }
 
@@ -31,14 +34,24 @@ func (g *Gateway) reportCrossings(s *scope, set *limitSet, hits []limits.Hit, de
 		if res.Crossed == 0 {
 			continue
 		}
-		c := Crossing{Limit: l.rule.Name, Tenant: hits[i].ID, By: l.by.String(), Org: s.org,
-			WindowStart: time.Unix(res.WindowStart, 0).UTC(), Used: max(res.Limit-res.Remaining, 0), Quota: res.Limit,
-			Exhausted: res.Crossed&limits.CrossedExhausted != 0, Time: s.start}
-		for j := range l.rule.Thresholds.Len() {
-			if res.Crossed&(1<<j) != 0 {
-				c.Thresholds = append(c.Thresholds, l.rule.Thresholds.At(j))
-			}
-		}
+		// A tokens limit's refusal counts the holds of its answers in flight as used.
+		used := max(res.Limit-res.Remaining, 0)
+		c := CrossingOf(l.rule, res.Crossed)
+		c.Tenant, c.By, c.Org, c.Label, c.Time = hits[i].ID, l.by.String(), s.org, s.label, s.start
+		c.WindowStart, c.Used, c.Quota = time.Unix(res.WindowStart, 0).UTC(), used, res.Limit
 		g.crossings(c)
 	}
+}
+
+// CrossingOf is the crossing the bits of limits.Result.Crossed (or limits.Crossed) say a
+// decision or a charge made on rule: the limit's name and what was reached. The caller fills
+// in the tenant and the numbers.
+func CrossingOf(rule *limits.Rule, bits uint16) Crossing {
+	c := Crossing{Limit: rule.Name, Exhausted: bits&limits.CrossedExhausted != 0, Forecast: bits&limits.CrossedForecast != 0}
+	for j := range rule.Thresholds.Len() {
+		if bits&(1<<j) != 0 {
+			c.Thresholds = append(c.Thresholds, rule.Thresholds.At(j))
+		}
+	}
+	return c
 }

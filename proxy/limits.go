@@ -146,7 +146,7 @@ func compileLimits(cfg *config.Config, routes []*route, refusals *refusalCounts)
 				if err != nil {
 					return nil, fmt.Errorf("limits.%s.thresholds: %w", s.Name, err)
 				}
-				c.rule.Thresholds, c.rule.Exhausted = th, !s.Shadow
+				c.rule.Thresholds, c.rule.Exhausted, c.rule.Forecast = th, !s.Shadow, s.Forecast
 			}
 			if s.Limit > 0 {
 				all[plan] = append(all[plan], routeLimit{rule: c.rule, by: b, shadow: c.shadow})
@@ -300,14 +300,25 @@ func (g *Gateway) limit(s *scope, r *http.Request) bool {
 // them are kept on the scope, to be debited with the answer's tokens (see countTokens).
 func (g *Gateway) decide(s *scope, r *http.Request, set *limitSet, st *limitState) (*limits.Decision, error) {
 	st.hits = st.hits[:0]
+	tokens := false
 	for _, l := range set.limits {
-		h := limits.Hit{Rule: l.rule, ID: s.limitID(l.by, r)}
-		st.hits = append(st.hits, h)
-		if l.rule.Unit == limits.Tokens {
-			s.tokenHits = append(s.tokenHits, h)
+		st.hits = append(st.hits, limits.Hit{Rule: l.rule, ID: s.limitID(l.by, r)})
+		tokens = tokens || l.rule.Unit == limits.Tokens
+	}
+	dec, err := g.take(st.hits, &st.dec, r)
+	if tokens {
+		for i, h := range st.hits {
+			if h.Rule.Unit != limits.Tokens {
+				continue
+			}
+			// The allowance the charge of the answer's tokens measures thresholds against.
+			if err == nil && i < len(dec.Results) {
+				st.hits[i].Allow = dec.Results[i].Limit
+			}
+			s.tokenHits = append(s.tokenHits, st.hits[i])
 		}
 	}
-	return g.take(st.hits, &st.dec, r)
+	return dec, err
 }
 
 // account records a decision: the metrics of each limit and of the org, what the access log

@@ -44,6 +44,8 @@ type scope struct {
 	// else the org of the path's domain), plan picks the limit set.
 	org  string
 	plan string
+	// label is the registered key's label (auth.mode: registry), for notifications.
+	label string
 
 	code           string // the gateway's own error code when it answered itself
 	field          string // invalid_request: the offending field

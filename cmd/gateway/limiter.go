@@ -94,12 +94,21 @@ type limiter struct {
 	reachable bool
 }
 
-func newLimiter(client, reader redis.UniversalClient, c config.Redis, q config.Quota, m *metrics.Metrics, log *zap.Logger) *limiter {
+// newLimiter builds the store; charged, when set, is told what charges of tokens crossed
+// (notifications).
+func newLimiter(client, reader redis.UniversalClient, c config.Redis, q config.Quota, charged func(limits.Crossed), m *metrics.Metrics, log *zap.Logger) *limiter {
 	if client == nil {
-		mem := limits.NewMemory(limits.WithAuditMax(q.AuditMax))
+		mopts := []limits.MemoryOption{limits.WithAuditMax(q.AuditMax)}
+		if charged != nil {
+			mopts = append(mopts, limits.WithMemoryCrossings(charged))
+		}
+		mem := limits.NewMemory(mopts...)
 		return &limiter{Limiter: mem, quotas: mem, history: mem}
 	}
 	opts := []limits.RedisOption{limits.WithRedisAuditMax(q.AuditMax)}
+	if charged != nil {
+		opts = append(opts, limits.WithCrossings(charged))
+	}
 	if c.WaitReplicas > 0 {
 		// WAIT answers within the call's own bound, so a lagging replica shows as
 		// ErrNotReplicated rather than as a timeout.

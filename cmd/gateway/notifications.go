@@ -3,13 +3,16 @@ package main
 import (
 	"context"
 	"maps"
-	"strconv"
+	"math"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
+	"github.com/docsgate/gateway/auth"
 	"github.com/docsgate/gateway/config"
+	"github.com/docsgate/gateway/limits"
 	"github.com/docsgate/gateway/metrics"
 	"github.com/docsgate/gateway/notify"
 	"github.com/docsgate/gateway/proxy"
@@ -23,6 +26,14 @@ const (
 	outboxMax = 100_000
 	// outboxPoll is how often the outbox's gauges are read.
 	outboxPoll = 5 * time.Second
+	// overridesEvery and keysEvery are how often overrides and keys are read for their ends
+	// and revocations (an override is also read again as it ends). An override that ends
+	// less than overridesEvery after it was set may end unseen, and unannounced.
+	overridesEvery = 5 * time.Second
+	keysEvery      = 15 * time.Second
+	// revokedWithin is how far back a revocation is still announced: a replica that starts
+	// announces the last hour's (each once, whatever the replicas: Event.Once).
+	revokedWithin = time.Hour
 )
 
 // notifier turns the limits' crossings into webhook events: written into the outbox (the
@@ -35,6 +46,9 @@ type notifier struct {
 	client redis.UniversalClient // the outbox's own client; nil in process
 	log    *zap.Logger
 	m      *metrics.Metrics
+	// by is what each limit of the config in force counts by (configure), for the crossings
+	// of charges, which know only the rule.
+	by atomic.Pointer[map[string]string]
 }
 
 func newNotifier(cfg *config.Config, m *metrics.Metrics, log *zap.Logger) *notifier {
@@ -61,7 +75,33 @@ func newNotifier(cfg *config.Config, m *metrics.Metrics, log *zap.Logger) *notif
 			m.Notification(d.Type, d.Endpoint, result, latency)
 		}})
 	m.NotificationSeries(config.EventTypes, names)
+	nt.configure(cfg)
 	return nt
+}
+
+// configure records what the limits of cfg count by (at start and on every reload).
+func (nt *notifier) configure(cfg *config.Config) {
+	if nt == nil {
+		return
+	}
+	by := map[string]string{}
+	for _, s := range cfg.ResolvedLimits() {
+		by[s.Name] = s.By
+	}
+	nt.by.Store(&by)
+}
+
+// charged is the limits' WithCrossings: what a charge of tokens crossed, queued as crossed
+// queues a decision's. A charge knows no request: the org is the tenant's own when the limit
+// counts by org, else unknown.
+func (nt *notifier) charged(x limits.Crossed) {
+	c := proxy.CrossingOf(x.Rule, x.Bits)
+	c.Tenant, c.By = x.ID, (*nt.by.Load())[x.Rule.Name]
+	if c.By == "org" {
+		c.Org = x.ID
+	}
+	c.WindowStart, c.Used, c.Quota, c.Time = time.Unix(x.WindowStart, 0).UTC(), x.Used, x.Allow, time.Now()
+	nt.crossed(c)
 }
 
 // crossed is proxy.Options.Crossings: it queues the crossing, or drops it (logged, counted)
@@ -99,30 +139,141 @@ func (nt *notifier) run(ctx context.Context) {
 	}
 }
 
-// publish writes the events of one crossing. Their ids derive from what they report, so an
-// event written twice is stored once.
+// publish writes the events of one crossing. Each crossing is detected once (the limits mark
+// it in the tenant's counter), so each event gets an id of its own, kept across retries.
 func (nt *notifier) publish(ctx context.Context, c proxy.Crossing) {
 	ws := c.WindowStart.Format(time.RFC3339)
 	data := map[string]any{"limit": c.Limit, "tenant": c.Tenant, "by": c.By, "window_start": ws, "used": c.Used, "quota": c.Quota}
 	if c.Org != "" {
 		data["org"] = c.Org
 	}
+	if c.Label != "" {
+		data["label"] = c.Label
+	}
 	var evs []notify.Event
 	for _, th := range c.Thresholds {
 		d := maps.Clone(data)
 		d["threshold"] = th
-		evs = append(evs, notify.Event{Type: config.EventThresholdCrossed, Time: c.Time, Data: d,
-			ID: notify.StableID(config.EventThresholdCrossed, c.Limit, c.Tenant, ws, strconv.FormatFloat(th, 'g', -1, 64))})
+		evs = append(evs, notify.Event{Type: config.EventThresholdCrossed, Data: d})
 	}
 	if c.Exhausted {
-		evs = append(evs, notify.Event{Type: config.EventExhausted, Time: c.Time, Data: data,
-			ID: notify.StableID(config.EventExhausted, c.Limit, c.Tenant, ws)})
+		evs = append(evs, notify.Event{Type: config.EventExhausted, Data: data})
+	}
+	if c.Forecast {
+		d := maps.Clone(data)
+		rate, at := burn(c)
+		d["rate_per_hour"], d["runs_out_at"] = rate, at.Format(time.RFC3339)
+		evs = append(evs, notify.Event{Type: config.EventForecast, Data: d})
 	}
 	for _, ev := range evs {
-		if err := nt.n.Publish(ctx, ev, c.Limit); err != nil {
-			nt.log.Error("notification not written to the outbox", zap.String("type", ev.Type), zap.String("limit", c.Limit), zap.Error(err))
-			nt.m.Notification(ev.Type, "", notify.ResultDropped, 0)
+		ev.Time = c.Time
+		nt.publishOne(ctx, ev, c.Limit)
+	}
+}
+
+// burn is a forecast's rate (units per hour of the window so far, to three decimals) and when
+// the tenant runs out at it.
+func burn(c proxy.Crossing) (perHour float64, runsOut time.Time) {
+	elapsed := max(c.Time.Sub(c.WindowStart), time.Second)
+	perHour = math.Round(float64(c.Used)/elapsed.Hours()*1000) / 1000
+	left := float64(max(c.Quota-c.Used, 0)) / float64(max(c.Used, 1)) * float64(elapsed)
+	return perHour, c.Time.Add(time.Duration(left)).UTC().Truncate(time.Second)
+}
+
+func (nt *notifier) publishOne(ctx context.Context, ev notify.Event, limit string) {
+	if err := nt.n.Publish(ctx, ev, limit); err != nil {
+		nt.log.Error("notification not written to the outbox", zap.String("type", ev.Type), zap.String("limit", limit), zap.Error(err))
+		nt.m.Notification(ev.Type, "", notify.ResultDropped, 0)
+	}
+}
+
+// watch announces the ends of overrides (quota.override_expired) and the revocations of keys
+// (key.revoked), read every overridesEvery and keysEvery until ctx ends. Every replica reads them; the outbox
+// takes each event once (Event.Once with an id derived from what it reports). An override
+// is announced when it leaves the list at its expiry (one ended early by an operator is not
+// announced); one that expires while no replica runs is not either. keys is nil in prefix
+// mode.
+func (nt *notifier) watch(ctx context.Context, quotas limits.QuotaStore, keys auth.Registry) {
+	var seen map[string]limits.Override // nil until the first read
+	announced := map[string]time.Time{}   // revocations published, by id, until revokedWithin
+	var keysRead time.Time
+	for {
+		if quotas != nil {
+			seen = nt.overridesEnded(ctx, quotas, seen)
 		}
+		if keys != nil && time.Since(keysRead) >= keysEvery {
+			nt.keysRevoked(ctx, keys, announced)
+			keysRead = time.Now()
+		}
+		// The next read: in overridesEvery, or just after the first override seen ends.
+		wait := overridesEvery
+		for _, o := range seen {
+			wait = min(wait, max(time.Until(o.Expires)+50*time.Millisecond, 0))
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+	}
+}
+
+func (nt *notifier) overridesEnded(ctx context.Context, quotas limits.QuotaStore, before map[string]limits.Override) map[string]limits.Override {
+	rctx, cancel := context.WithTimeout(ctx, overridesEvery)
+	defer cancel()
+	list, err := quotas.Overrides(rctx)
+	if err != nil {
+		nt.log.Warn("overrides not read for quota.override_expired", zap.Error(err))
+		return before
+	}
+	now := time.Now()
+	by := *nt.by.Load()
+	inForce := map[string]limits.Override{}
+	for _, o := range list {
+		inForce[o.Limit+"\x00"+o.ID] = o
+	}
+	for k, o := range before {
+		if cur, ok := inForce[k]; ok && cur.Expires.Equal(o.Expires) || o.Expires.After(now) {
+			continue // still in force, or ended (or replaced) before its expiry
+		}
+		exp := o.Expires.UTC().Format(time.RFC3339Nano)
+		nt.publishOne(ctx, notify.Event{Type: config.EventOverrideExpired, Time: o.Expires, Once: true,
+			ID: notify.StableID(config.EventOverrideExpired, o.Limit, o.ID, exp),
+			Data: map[string]any{"limit": o.Limit, "tenant": o.ID, "by": by[o.Limit], "override": o.Value,
+				"expires": o.Expires.UTC().Format(time.RFC3339), "reason": o.Reason}}, o.Limit)
+	}
+	return inForce
+}
+
+func (nt *notifier) keysRevoked(ctx context.Context, keys auth.Registry, announced map[string]time.Time) {
+	rctx, cancel := context.WithTimeout(ctx, overridesEvery)
+	defer cancel()
+	list, err := keys.List(rctx)
+	if err != nil {
+		nt.log.Warn("keys not read for key.revoked", zap.Error(err))
+		return
+	}
+	now := time.Now()
+	for id, at := range announced {
+		if now.Sub(at) > revokedWithin {
+			delete(announced, id)
+		}
+	}
+	for _, e := range list {
+		if e.Revoked == nil || e.Revoked.After(now) || now.Sub(*e.Revoked) > revokedWithin {
+			continue
+		}
+		rev := e.Revoked.UTC().Format(time.RFC3339Nano)
+		id := notify.StableID(config.EventKeyRevoked, e.Digest, rev)
+		if _, ok := announced[id]; ok {
+			continue
+		}
+		announced[id] = *e.Revoked
+		data := map[string]any{"key": e.Digest, "tenant": e.Digest, "by": "key", "kind": e.Kind, "org": e.Org, "revoked_at": e.Revoked.UTC().Format(time.RFC3339)}
+		if e.Label != "" {
+			data["label"] = e.Label
+		}
+		nt.publishOne(ctx, notify.Event{Type: config.EventKeyRevoked, ID: id, Time: *e.Revoked, Once: true, Data: data}, "")
 	}
 }
 

@@ -33,6 +33,7 @@ type reloader struct {
 	dev     bool          // -dev pins the level at debug
 	log     *zap.Logger
 	m       *metrics.Metrics // the config reload series
+	notes   *notifier        // nil without notifications
 
 	outcome sync.Mutex // guards last and lastErr, read by the usage page
 	last    time.Time  // when the running config was loaded
@@ -102,6 +103,7 @@ func (rl *reloader) apply() (zapcore.Level, error) {
 		level = l
 	}
 	rl.running = cfg
+	rl.notes.configure(cfg)
 	return level, nil
 }
 

@@ -21,6 +21,7 @@ import (
 	"github.com/docsgate/gateway/admin"
 	"github.com/docsgate/gateway/auth"
 	"github.com/docsgate/gateway/config"
+	"github.com/docsgate/gateway/limits"
 	"github.com/docsgate/gateway/metrics"
 	"github.com/docsgate/gateway/proxy"
 )
@@ -92,9 +93,13 @@ func serve(ctx context.Context, path string, cfg *config.Config, dev bool) error
 		defer client.Close()
 		defer reader.Close()
 	}
-	p.lim = newLimiter(client, reader, cfg.Redis, cfg.Quota, p.m, log)
 	p.notes = newNotifier(cfg, p.m, log)
 	defer p.notes.close()
+	var charged func(limits.Crossed) // what charges of tokens crossed, with notifications on
+	if p.notes != nil {
+		charged = p.notes.charged
+	}
+	p.lim = newLimiter(client, reader, cfg.Redis, cfg.Quota, charged, p.m, log)
 	keys, err := newRegistry(ctx, client, cfg, log)
 	if err != nil {
 		return err
@@ -106,7 +111,7 @@ func serve(ctx context.Context, path string, cfg *config.Config, dev bool) error
 	if err != nil {
 		return err
 	}
-	p.rl = &reloader{path: path, running: cfg, gw: p.gw, level: level, keys: keys, dev: dev, log: log, m: p.m, last: time.Now()}
+	p.rl = &reloader{path: path, running: cfg, gw: p.gw, level: level, keys: keys, dev: dev, log: log, m: p.m, last: time.Now(), notes: p.notes}
 	p.m.ConfigLoaded(true, p.rl.last)
 
 	pubLn, err := net.Listen("tcp", cfg.Listen)
@@ -172,6 +177,7 @@ func (p *process) buildGateway(ctx context.Context, keys auth.Registry) (stopTra
 	}
 	if p.notes != nil {
 		go p.notes.run(ctx)
+		go p.notes.watch(ctx, p.lim.quotas, keys)
 	}
 	if p.lim.client == nil {
 		p.log.Warn("redis.addrs is empty: limits are counted in this process only, so each replica admits its own quota; configure Redis when running more than one replica")
