@@ -195,7 +195,7 @@ func (nt *notifier) publishOne(ctx context.Context, ev notify.Event, limit strin
 // mode.
 func (nt *notifier) watch(ctx context.Context, quotas limits.QuotaStore, keys auth.Registry) {
 	var seen map[string]limits.Override // nil until the first read
-	announced := map[string]time.Time{}   // revocations published, by id, until revokedWithin
+	announced := map[string]time.Time{} // revocations published, by id, until revokedWithin
 	var keysRead time.Time
 	for {
 		if quotas != nil {
