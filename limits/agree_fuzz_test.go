@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -39,10 +40,12 @@ func FuzzStoresAgree(f *testing.F) {
 		if len(ops) > 120 {
 			ops = ops[:120]
 		}
-		rs := newRedisT(t, client, "agree"+rand.Text()[:8])
-		m := NewMemory()
+		var crossed [2][]Crossed // what each store's charges of tokens crossed
+		m := NewMemory(WithMemoryCrossings(func(c Crossed) { crossed[0] = append(crossed[0], c) }))
+		rs := newRedisT(t, client, "agree"+rand.Text()[:8], WithCrossings(func(c Crossed) { crossed[1] = append(crossed[1], c) }))
 		stores := []Store{m, rs}
 		a := newAgreement(t, stores)
+		a.crossed = &crossed
 		i := 0
 		next := func() byte {
 			if i >= len(ops) {
@@ -94,6 +97,7 @@ type agreement struct {
 	counted map[Unit]map[string]int64
 	seen    map[Unit]map[string]*Rule // a rule that reads each counter (its latest window)
 	allow   map[string]int64          // the largest allowance seen per limit
+	crossed *[2][]Crossed             // what each store's charges reported, until compared
 }
 
 // flight is an answer in flight: its holds, and the tokens limits without a reserve that its
@@ -118,7 +122,12 @@ func newAgreement(t *testing.T, stores []Store) *agreement {
 		t.Fatal(err)
 	}
 	a.r = &Rule{Name: "r", Limit: 12, Window: mustWindow(t, "2s"), History: 30, Thresholds: th, Exhausted: true}
-	a.tok = &Rule{Name: "tok", Limit: 40, Window: mustWindow(t, "1s"), Unit: Tokens, Reserve: agreeReserve, ReserveTTL: time.Hour, History: 30}
+	thTok, err := NewThresholds(0.5, 0.9)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.tok = &Rule{Name: "tok", Limit: 40, Window: mustWindow(t, "1s"), Unit: Tokens, Reserve: agreeReserve, ReserveTTL: time.Hour, History: 30,
+		Thresholds: thTok, Exhausted: true}
 	a.note()
 	return a
 }
@@ -152,9 +161,16 @@ func (a *agreement) take() {
 			a.t.Fatal(err)
 		}
 		got = append(got, d.Allowed)
-		crossed = append(crossed, d.Results[0].Crossed)
+		crossed = append(crossed, d.Results[0].Crossed, d.Results[1].Crossed)
 		if !d.Allowed {
 			continue
+		}
+		// A tokens limit's charges measure thresholds against the admission's allowance.
+		hits := slices.Clone(hits)
+		for i := range hits {
+			if hits[i].Rule.Unit == Tokens {
+				hits[i].Allow = d.Results[i].Limit
+			}
 		}
 		f := flight{hold: d.Hold, held: d.Held(hits, nil)}
 		for _, h := range hits {
@@ -168,8 +184,8 @@ func (a *agreement) take() {
 	if got[0] != got[1] {
 		a.t.Fatalf("take: memory admitted %v, redis %v", got[0], got[1])
 	}
-	if crossed[0] != crossed[1] {
-		a.t.Fatalf("take: memory crossed %b, redis %b", crossed[0], crossed[1])
+	if crossed[0] != crossed[2] || crossed[1] != crossed[3] {
+		a.t.Fatalf("take: memory crossed %b, redis %b", crossed[:2], crossed[2:])
 	}
 	if got[0] && a.r.Algorithm == Fixed && a.r.Unit == Requests {
 		a.counted[Requests][a.r.Name]++ // tokens are counted when the answer ends
@@ -200,6 +216,18 @@ func (a *agreement) settle(k int, n int64) {
 			}
 		}
 	}
+	// Both stores' charges crossed the same thresholds, at the same counts.
+	key := func(cs []Crossed) string {
+		var b strings.Builder
+		for _, c := range cs {
+			fmt.Fprintf(&b, "%s:%b@%d/%d ", c.Rule.Name, c.Bits, c.Used, c.Allow)
+		}
+		return b.String()
+	}
+	if m, r := key(a.crossed[0]), key(a.crossed[1]); m != r {
+		a.t.Fatalf("settle: memory crossed %s, redis %s", m, r)
+	}
+	a.crossed[0], a.crossed[1] = nil, nil
 }
 
 // inForce maps hits to the rules in force that count in the same counter (same name, unit
