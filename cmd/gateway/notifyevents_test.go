@@ -2,10 +2,17 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/docsgate/gateway/config"
+	"github.com/docsgate/gateway/internal/redistest"
 	"github.com/docsgate/gateway/notify"
 )
 
@@ -181,5 +188,178 @@ func waitUsageSettledAt(t *testing.T, p *proc, org, name string, used int64) {
 			t.Fatalf("%s of %s: %+v, want %d used and nothing held", name, org, u, used)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// With notifications on, a request that crosses nothing costs what it cost without them: one
+// script call, and no other command on its path. What MONITOR sees besides is the notifier's
+// own timed work (the outbox's polls, the overrides' read), never per request.
+func TestNotificationsCostNothingOnRequestPath(t *testing.T) {
+	srv := redistest.Start(t)
+	recv := newHookReceiver(t, hookSecret)
+	p := startGateway(t, tokenUpstream(t), fmt.Sprintf("redis: {addrs: [%q]}\norgs: {acme: [acme-docs]}\n"+
+		"notifications:\n  webhooks:\n    - {name: billing, url: %q, secret: %q}\n", srv.Addr, recv.url, hookSecret))
+	send(t, p, "POST", "/v2/agent/warm/job", "svc_a", `{"prompt":"x"}`)
+
+	lines, stop := watchMonitor(t, srv.Addr)
+	const n = 20
+	for i := range n {
+		send(t, p, "POST", fmt.Sprintf("/v2/agent/p%d/job", i), "svc_a", `{"prompt":"x"}`)
+		send(t, p, "POST", "/discovery/v1/assistant/acme-docs/message", "svc_dsc_k", `{"fp":"u-1-2-1-full","messages":[]}`)
+	}
+	time.Sleep(300 * time.Millisecond)
+	stop()
+	var scripts, timed, other []string
+	for l := range lines {
+		lower := strings.ToLower(l)
+		switch kind := monitorKind(l); {
+		case kind == monitorInner:
+		case strings.Contains(l, `gw:notify:{notify}:`) || kind == monitorPoll ||
+			strings.Contains(lower, `"zrangebyscore" "gw:{quota}:overrides"`) || strings.HasSuffix(lower, `"time"`):
+			timed = append(timed, l)
+		case kind == monitorScript:
+			scripts = append(scripts, l)
+		default:
+			other = append(other, l)
+		}
+	}
+	// The assistant answers' tokens are counted by no limit here: one call per request.
+	if len(scripts) != 2*n || len(other) != 0 {
+		t.Fatalf("MONITOR saw %d script calls on the request path (want %d) and other commands: %v", len(scripts), 2*n, other)
+	}
+	if len(timed) > 2*n {
+		t.Fatalf("the notifier's timed work looks per request: %d commands", len(timed))
+	}
+}
+
+// A replica SIGKILLed while it delivers an event leaves it to a live replica, which delivers
+// it within 30 s (the lease of a delivery, 15 s by default, then the next poll), with the same
+// id; every setting at its default.
+func TestNotificationTakeoverAfterSIGKILL(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	upURL, _ := recordingUpstream(t)
+	keys, err := config.ParseSecrets(hookSecret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var attempts []string // webhook-id of each attempt
+	hung := make(chan struct{}, 1)
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	url := serveHTTP(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if err := notify.Verify(keys, r.Header, body, time.Now(), 5*time.Minute); err != nil {
+			t.Errorf("unverified delivery: %v", err)
+		}
+		mu.Lock()
+		attempts = append(attempts, r.Header.Get(notify.HeaderID))
+		first := len(attempts) == 1
+		mu.Unlock()
+		if first { // the first attempt hangs: its replica dies mid-delivery
+			hung <- struct{}{}
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+			return
+		}
+		w.WriteHeader(204)
+	}))
+	cfg := fmt.Sprintf("redis:\n  addrs: [%q]\n  timeout: 2s\nlimits:\n  agent_job_per_project: {limit: 4, thresholds: [0.5]}\n"+
+		"notifications:\n  webhooks:\n    - {name: billing, url: %q, secret: %q}\n", srv.Addr, url, hookSecret)
+	a := startGateway(t, upURL, cfg)
+	for range 2 {
+		if res := job(t, a, "p1"); res.StatusCode != 201 {
+			t.Fatalf("job: %d", res.StatusCode)
+		}
+	}
+	select {
+	case <-hung:
+	case <-time.After(20 * time.Second):
+		t.Fatal("no delivery attempt")
+	}
+	b := startGateway(t, upURL, cfg) // the live replica, started once a's attempt is under way
+	if err := a.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	deadline := killed.Add(30 * time.Second)
+	for {
+		mu.Lock()
+		n := len(attempts)
+		ids := slices.Clone(attempts)
+		mu.Unlock()
+		if n >= 2 {
+			if ids[0] != ids[1] || n != 2 {
+				t.Fatalf("attempts: %v", ids)
+			}
+			t.Logf("delivered by the live replica %s after the kill", time.Since(killed).Round(time.Millisecond))
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not delivered within 30 s of the kill\n%s", b.out.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	waitMetric(t, b, "gateway_notifications_pending", 10*time.Second, func(v float64) bool { return v == 0 })
+}
+
+// A receiver that answers 503 for a while, then accepts: every event is delivered, each id
+// accepted once, and the outbox empties; every setting at its default.
+func TestNotificationsReceiverDownThenUp(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	upURL, _ := recordingUpstream(t)
+	keys, _ := config.ParseSecrets(hookSecret)
+	var mu sync.Mutex
+	accepted := map[string]int{}
+	refused := 0
+	up := time.Now().Add(6 * time.Second)
+	url := serveHTTP(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if err := notify.Verify(keys, r.Header, body, time.Now(), 5*time.Minute); err != nil {
+			t.Errorf("unverified delivery: %v", err)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if time.Now().Before(up) {
+			refused++
+			w.WriteHeader(503)
+			return
+		}
+		accepted[r.Header.Get(notify.HeaderID)]++
+		w.WriteHeader(204)
+	}))
+	cfg := fmt.Sprintf("redis:\n  addrs: [%q]\n  timeout: 2s\nlimits:\n  agent_job_per_project: {limit: 4, thresholds: [0.5, 1.0]}\n"+
+		"notifications:\n  webhooks:\n    - {name: billing, url: %q, secret: %q}\n", srv.Addr, url, hookSecret)
+	ps := []*proc{startGateway(t, upURL, cfg), startGateway(t, upURL, cfg)}
+	for i := range 5 { // 0.5, 1.0, then the first refusal: three events
+		job(t, ps[i%2], "p1")
+	}
+	deadline := time.Now().Add(40 * time.Second)
+	for {
+		mu.Lock()
+		n, r := len(accepted), refused
+		mu.Unlock()
+		if n == 3 && r > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("accepted %v after %d refusals", accepted, r)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	for _, p := range ps {
+		waitMetric(t, p, "gateway_notifications_pending", 10*time.Second, func(v float64) bool { return v == 0 })
+	}
+	time.Sleep(500 * time.Millisecond)
+	mu.Lock()
+	defer mu.Unlock()
+	for id, n := range accepted {
+		if n != 1 {
+			t.Errorf("%s accepted %d times", id, n)
+		}
 	}
 }
