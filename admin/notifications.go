@@ -245,4 +245,3 @@ func (nt notifications) retry(w http.ResponseWriter, r *http.Request) {
 func (nt notifications) drop(w http.ResponseWriter, r *http.Request) {
 	nt.act(w, r, "dropped", nt.box.Drop)
 }
-

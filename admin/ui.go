@@ -61,8 +61,8 @@ func newUI(o Options) *ui {
 		"ago":       ago,
 		// Free text shown as it prints: entries stored before such characters were refused
 		// keep none of them on the page (bidi overrides, zero-width, separators).
-		"text": sanitize,
-		"join": strings.Join,
+		"text":  sanitize,
+		"join":  strings.Join,
 		"int64": func(n int) int64 { return int64(n) },
 	}
 	return &ui{o: o, tmpl: template.Must(template.New("page.html").Funcs(funcs).ParseFS(uiFiles, "ui/page.html"))}
