@@ -4,11 +4,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/docsgate/gateway/internal/browsertest"
 	"github.com/docsgate/gateway/internal/redistest"
 )
 
@@ -116,5 +119,41 @@ func TestNotificationsDeadLettersOnAdmin(t *testing.T) {
 				t.Fatalf("drop: %+v", dropped)
 			}
 		})
+	}
+}
+
+// The usage page in headless Chromium shows the outbox's counts and its dead letters, their
+// last error as text, with no console error.
+func TestNotificationsOnUsagePageInBrowser(t *testing.T) {
+	browser := browsertest.Start(t)
+	const secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+	hook := serveHTTP(t, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusGone) }))
+	upURL, _ := recordingUpstream(t)
+	gw := startGateway(t, upURL, fmt.Sprintf("admin_token: %q\nadmin_ui_refresh: 1s\n"+
+		"limits:\n  assistant_per_org: {limit: 2, thresholds: [0.5, 1.0]}\n"+
+		"notifications:\n  webhooks:\n    - {name: billing, url: %q, secret: %q}\n", adminToken, hook+"/hooks", secret))
+	if c := burst(t, []*proc{gw}, 3, "/discovery/v1/assistant/acme/message", "svc_dsc_n", `{"fp":"a","messages":[]}`, nil); c[201] != 2 {
+		t.Fatalf("burst: %v", c)
+	}
+	page := browser.Open(t, "http://"+gw.admin+"/ui/", &browsertest.Credentials{User: "operator", Password: adminToken})
+	// Three events (50%, 100%, exhausted), each answered 410: three dead letters.
+	page.WaitFor(t, `document.querySelectorAll('section.notifications tr[data-delivery]').length === 3`, 15*time.Second)
+	counts := page.Text(t, `section.notifications p.counts`)
+	if !strings.Contains(counts, "Pending: 0") || !strings.Contains(counts, "Dead letters: 3") {
+		t.Errorf("counts: %q", counts)
+	}
+	row := page.Text(t, `section.notifications tr[data-delivery]`)
+	for _, want := range []string{"quota.", "assistant_per_org", "acme", "billing", "answered 410", "/billing"} {
+		if !strings.Contains(row, want) {
+			t.Errorf("a dead letter's row lacks %q: %q", want, row)
+		}
+	}
+	shot := filepath.Join(t.TempDir(), "notifications.png")
+	if p := os.Getenv("NOTIFICATIONS_SCREENSHOT"); p != "" {
+		shot = p // to look at it
+	}
+	page.Screenshot(t, shot)
+	if errs := page.Errors(); len(errs) > 0 {
+		t.Fatalf("console errors: %v", errs)
 	}
 }
