@@ -1,5 +1,5 @@
 // Package admin serves the operator endpoints on the admin listener: health, readiness,
-// metrics, usage read-back and profiling. None of it is ever on the public listener.
+// metrics, usage read-back, run-time quotas, keys, the webhook outbox and profiling. None of it is ever on the public listener.
 package admin
 
 import (
@@ -49,6 +49,10 @@ type Options struct {
 	// History backs GET /usage/history and GET /usage/export and the page's charts; nil
 	// disables them. Reads take TopTimeout (an export scans every counter of a limit).
 	History HistoryReader
+	// Notifications backs the /notifications endpoints (the webhook outbox: list, retry and
+	// drop deliveries) and the page's notifications section; nil (notifications off)
+	// disables them.
+	Notifications NotificationOutbox
 	// MaxExports is how many GET /usage/export answers the replica runs at once (each holds
 	// a sorted set of every tenant in Redis while it runs); beyond, 429 too_many_exports.
 	// 0: DefaultMaxExports.
@@ -159,6 +163,13 @@ func build(o Options) (http.Handler, *routes) {
 		mux.Handle("POST /quota/resets", write(jsonOnly(http.HandlerFunc(q.reset), true)))
 		mux.Handle("GET /quota/overrides", guard(http.HandlerFunc(q.overrides)))
 		mux.Handle("GET /quota/audit", guard(http.HandlerFunc(q.audit)))
+	}
+	if o.Notifications != nil {
+		nt := newNotifications(o)
+		mux.Handle("GET /notifications", guard(http.HandlerFunc(nt.list)))
+		mux.Handle("POST /notifications/retry", write(jsonOnly(http.HandlerFunc(nt.retry), true)))
+		mux.Handle("POST /notifications/drop", write(jsonOnly(http.HandlerFunc(nt.drop), true)))
+		writes["POST /notifications/retry"], writes["POST /notifications/drop"] = "notifications.retry", "notifications.drop"
 	}
 	if o.Reload != nil {
 		mux.Handle("POST /reload", write(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {

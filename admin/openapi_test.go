@@ -29,6 +29,7 @@ import (
 	"github.com/docsgate/gateway/config"
 	"github.com/docsgate/gateway/limits"
 	"github.com/docsgate/gateway/metrics"
+	"github.com/docsgate/gateway/notify"
 	"github.com/docsgate/gateway/proxy"
 )
 
@@ -206,6 +207,8 @@ type oaServers struct {
 	mux                       *routes
 	notReady, reloadFails     atomic.Bool
 	public                    *httptest.Server
+	box                       *notify.Memory
+	dead1, dead2, pending     string // the outbox's keys
 }
 
 func newOAServers(t *testing.T) *oaServers {
@@ -229,7 +232,9 @@ func newOAServers(t *testing.T) *oaServers {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &oaServers{}
+	// An outbox holding two dead letters and a pending delivery.
+	s := &oaServers{box: notify.NewMemory(100)}
+	s.dead1, s.dead2, s.pending = seedOutbox(t, s.box)
 	s.public = httptest.NewServer(gw)
 	t.Cleanup(s.public.Close)
 	base := Options{
@@ -247,7 +252,7 @@ func newOAServers(t *testing.T) *oaServers {
 			return nil
 		},
 		Keys: keys, KnownPlan: func(p string) bool { return p == "gold" }, Quotas: gw, History: gw,
-		Token: oaToken, UsageTimeout: 5 * time.Second, Logger: zap.NewNop(),
+		Notifications: s.box, Token: oaToken, UsageTimeout: 5 * time.Second, Logger: zap.NewNop(),
 	}
 	start := func(o Options) *httptest.Server {
 		h, _ := build(o)
@@ -260,7 +265,7 @@ func newOAServers(t *testing.T) *oaServers {
 	s.main = httptest.NewServer(h)
 	t.Cleanup(s.main.Close)
 	d := base
-	d.Usage, d.Top, d.Keys, d.Quotas, d.History = down{}, down{}, down{}, down{}, down{}
+	d.Usage, d.Top, d.Keys, d.Quotas, d.History, d.Notifications = down{}, down{}, down{}, down{}, down{}, downOutbox{}
 	s.down = start(d)
 	o := base
 	o.Token = ""
@@ -423,7 +428,7 @@ func TestOpenAPIRoutes(t *testing.T) {
 	ops := oaOps(t, doc)
 	_, mux := build(Options{
 		Ready: func() (bool, string) { return true, "" }, Metrics: http.NotFoundHandler(),
-		Top: down{}, History: down{}, Keys: down{}, Quotas: down{}, Reload: func() error { return nil },
+		Top: down{}, History: down{}, Keys: down{}, Quotas: down{}, Notifications: downOutbox{}, Reload: func() error { return nil },
 		Logger: zap.NewNop(),
 	})
 	served := map[string]bool{}
@@ -477,8 +482,11 @@ var goodRequests = map[string][2]string{
 	"quota_override":     {"", `{"limit":500,"ttl":"1h","reason":"launch week"}`},
 	"quota_override_end": {"/quota/overrides/agent_job_per_project/proj-1?reason=over", ""},
 	"quota_reset":        {"", `{"limit":"agent_job_per_project","id":"proj-1","reason":"refund"}`},
-	"pprof_profile":      {"/debug/pprof/profile?seconds=1", ""},
-	"pprof_trace":        {"/debug/pprof/trace?seconds=1", ""},
+	// Keys the outbox does not hold: the protection checks act on nothing.
+	"notifications_retry": {"", `{"keys":["evt_nope/billing"]}`},
+	"notifications_drop":  {"", `{"keys":["evt_nope/billing"]}`},
+	"pprof_profile":       {"/debug/pprof/profile?seconds=1", ""},
+	"pprof_trace":         {"/debug/pprof/trace?seconds=1", ""},
 }
 
 func (o oaOp) good(srv *httptest.Server) oaCall {
@@ -572,6 +580,15 @@ func TestOpenAPIDrive(t *testing.T) {
 		{srv: main, method: "POST", target: "/quota/resets", body: `{"limit":"nope","id":"proj-1","reason":"x"}`, good: true, status: 404, code: "unknown_limit"},
 		{srv: main, method: "GET", target: "/quota/audit?n=10", good: true, status: 200},
 		{srv: main, method: "GET", target: "/quota/audit?n=0", status: 400, code: "invalid_request"},
+		{srv: main, method: "GET", target: "/notifications", good: true, status: 200},
+		{srv: main, method: "GET", target: "/notifications?state=pending&n=10", good: true, status: 200},
+		{srv: main, method: "GET", target: "/notifications?state=gone", status: 400, code: "invalid_request"},
+		{srv: main, method: "GET", target: "/notifications?n=1001", status: 400, code: "invalid_request"},
+		{srv: main, method: "POST", target: "/notifications/retry", body: `{"keys":["` + s.dead1 + `","` + s.pending + `"]}`, good: true, status: 200},
+		{srv: main, method: "POST", target: "/notifications/drop", body: `{"keys":["` + s.dead2 + `","evt_nope/billing"]}`, good: true, status: 200},
+		{srv: main, method: "POST", target: "/notifications/drop", body: `{"keys":[]}`, status: 400, code: "invalid_request"},
+		{srv: main, method: "POST", target: "/notifications/retry", body: `{"keys":["no slash"]}`, status: 400, code: "invalid_request"},
+		{srv: main, method: "GET", target: "/notifications?state=dead&n=5", good: true, status: 200},
 		{srv: main, method: "POST", target: "/reload", good: true, status: 200},
 		{srv: main, method: "GET", target: "/ui", good: true, status: 301},
 		{srv: main, method: "GET", target: "/ui/", good: true, status: 200},

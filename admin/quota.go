@@ -75,7 +75,12 @@ func writeFieldError(w http.ResponseWriter, e *fieldError) {
 // decodeBody decodes one JSON object into v, strictly: no unknown field, nothing after it,
 // at most maxQuotaBody bytes. A value of the wrong type names its field.
 func decodeBody(w http.ResponseWriter, r *http.Request, v any) *fieldError {
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxQuotaBody))
+	return decodeBodyMax(w, r, v, maxQuotaBody)
+}
+
+// decodeBodyMax is decodeBody with a bound of max bytes (a whole number of KiB).
+func decodeBodyMax(w http.ResponseWriter, r *http.Request, v any, max int64) *fieldError {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, max))
 	dec.DisallowUnknownFields()
 	err := dec.Decode(v)
 	var typeErr *json.UnmarshalTypeError
@@ -87,7 +92,7 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) *fieldError {
 		}
 		return nil
 	case errors.As(err, &tooBig):
-		return &fieldError{"body", "larger than 16 KiB"}
+		return &fieldError{"body", fmt.Sprintf("larger than %d KiB", max>>10)}
 	case errors.As(err, &typeErr) && typeErr.Field != "":
 		// The last part of the path: fields of embedded structs are named by it.
 		field := typeErr.Field[strings.LastIndexByte(typeErr.Field, '.')+1:]
@@ -105,6 +110,8 @@ func jsonKind(goKind string) string {
 		return "a whole number"
 	case "string":
 		return "a string"
+	case "slice":
+		return "an array"
 	}
 	return goKind
 }

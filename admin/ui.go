@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"embed"
+	"encoding/json"
 	"html/template"
 	"io/fs"
 	"math"
@@ -15,6 +16,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/docsgate/gateway/limits"
+	"github.com/docsgate/gateway/notify"
 )
 
 // The usage page: one server-rendered page (html/template) with its stylesheet and script
@@ -59,8 +61,9 @@ func newUI(o Options) *ui {
 		"ago":       ago,
 		// Free text shown as it prints: entries stored before such characters were refused
 		// keep none of them on the page (bidi overrides, zero-width, separators).
-		"text": sanitize,
-		"join": strings.Join,
+		"text":  sanitize,
+		"join":  strings.Join,
+		"int64": func(n int) int64 { return int64(n) },
 	}
 	return &ui{o: o, tmpl: template.Must(template.New("page.html").Funcs(funcs).ParseFS(uiFiles, "ui/page.html"))}
 }
@@ -125,7 +128,37 @@ type pageData struct {
 	// Quotas is set when run-time quotas are served: the overrides in force and the newest
 	// audit entries.
 	Quotas *quotaView
+	// Notifications is set when notifications are on: the outbox's counts and its dead
+	// letters.
+	Notifications *notificationsView
 }
+
+type notificationsView struct {
+	Pending, Dead int
+	DeadLetters   []deadLetterView // by when they died, oldest first; at most uiDeadLetters
+	More          int              // dead letters not listed
+	Error         string
+}
+
+type deadLetterView struct {
+	notify.Delivery
+	// Limit and Tenant are what the event is about, from its data ("" for an event of none).
+	Limit, Tenant string
+}
+
+func deadLetterOf(d notify.Delivery) deadLetterView {
+	var ev struct {
+		Data struct {
+			Limit  string `json:"limit"`
+			Tenant string `json:"tenant"`
+		} `json:"data"`
+	}
+	_ = json.Unmarshal(d.Body, &ev) // an event of another shape shows without them
+	return deadLetterView{Delivery: d, Limit: ev.Data.Limit, Tenant: ev.Data.Tenant}
+}
+
+// uiDeadLetters is how many dead letters the page lists.
+const uiDeadLetters = 20
 
 type quotaView struct {
 	Overrides []limits.Override
@@ -144,6 +177,9 @@ func (u *ui) data(ctx context.Context) pageData {
 	}
 	if u.o.Quotas != nil {
 		d.Quotas = u.quotas(ctx)
+	}
+	if u.o.Notifications != nil {
+		d.Notifications = u.notifications(ctx)
 	}
 	tctx, cancel := context.WithTimeout(ctx, u.o.TopTimeout)
 	defer cancel()
@@ -196,6 +232,29 @@ func (u *ui) quotas(ctx context.Context) *quotaView {
 		u.o.Logger.Warn("usage page: reading the quota overrides and audit failed", zap.Error(err))
 		v.Error = "The overrides and the audit trail could not be read just now; the page tries again at its next refresh."
 	}
+	return &v
+}
+
+// notifications reads the outbox's counts and its first uiDeadLetters dead letters, by when
+// they died (the page says how many more GET /notifications lists).
+func (u *ui) notifications(ctx context.Context) *notificationsView {
+	ctx, cancel := context.WithTimeout(ctx, u.o.UsageTimeout)
+	defer cancel()
+	var v notificationsView
+	var err error
+	var ds []notify.Delivery
+	if v.Pending, v.Dead, err = u.o.Notifications.Count(ctx); err == nil && v.Dead > 0 {
+		ds, err = u.o.Notifications.List(ctx, true, uiDeadLetters)
+	}
+	if err != nil {
+		u.o.Logger.Warn("usage page: reading the notification outbox failed", zap.Error(err))
+		v.Error = "The notification outbox could not be read just now; the page tries again at its next refresh."
+		return &v
+	}
+	for _, d := range ds {
+		v.DeadLetters = append(v.DeadLetters, deadLetterOf(d))
+	}
+	v.More = max(v.Dead-len(ds), 0)
 	return &v
 }
 

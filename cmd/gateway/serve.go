@@ -222,6 +222,15 @@ func (p *process) state(context.Context) admin.State {
 	return st
 }
 
+// outboxOf is the outbox the admin API lists, retries and drops from; nil (the endpoints off)
+// without notifications.
+func outboxOf(nt *notifier) admin.NotificationOutbox {
+	if nt == nil {
+		return nil
+	}
+	return nt.box
+}
+
 // adminServer is the admin listener's server; cert, when set, makes it serve HTTPS.
 func (p *process) adminServer(keys admin.KeyManager, cert *tls.Certificate) *http.Server {
 	cfg := p.cfg
@@ -246,6 +255,8 @@ func (p *process) adminServer(keys admin.KeyManager, cert *tls.Certificate) *htt
 			IPv6Prefix:   cfg.ClientIP.IPv6Prefix,
 			UsageTimeout: cfg.Redis.Timeout * 10,
 			Logger:       p.log.Named("admin"),
+
+			Notifications: outboxOf(p.notes),
 		}),
 		ReadHeaderTimeout: cfg.Server.ReadHeaderTimeout,
 		IdleTimeout:       cfg.Server.IdleTimeout,
