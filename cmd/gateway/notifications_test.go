@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/docsgate/gateway/config"
-	"github.com/docsgate/gateway/internal/redistest"
 	"github.com/docsgate/gateway/notify"
 )
 
@@ -57,19 +56,25 @@ func (h *hookReceiver) byType() (map[string]int, bool) {
 	return n, twice
 }
 
-// Two replicas on one Redis, 40 concurrent requests crossing 80% of a limit of 20 and running
+// Two replicas on one Redis (and on a Cluster), 40 concurrent requests crossing 80% of a limit of 20 and running
 // it out: one quota.threshold_crossed per threshold and one quota.exhausted, signed, each
 // delivered once, with what the event says.
 func TestNotificationsAcrossReplicas(t *testing.T) {
+	for _, st := range holdStores()[1:] { // Redis and Cluster
+		t.Run(st.name, func(t *testing.T) {
+			t.Parallel()
+			testNotificationsAcrossReplicas(t, st)
+		})
+	}
+}
+
+func testNotificationsAcrossReplicas(t *testing.T, st holdStore) {
 	const secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
-	srv := redistest.Start(t)
 	upURL, _ := recordingUpstream(t)
 	recv := newHookReceiver(t, secret)
-	cfg := fmt.Sprintf("redis:\n  addrs: [%q]\n  timeout: 2s\n"+
-		"limits:\n  assistant_per_org: {limit: 20, thresholds: [0.5, 0.8, 1.0]}\n"+
-		"notifications:\n  webhooks:\n    - {name: billing, url: %q, secret: %q, limits: [assistant_per_org]}\n",
-		srv.Addr, recv.url+"/hooks", secret)
-	gws := []*proc{startGateway(t, upURL, cfg), startGateway(t, upURL, cfg)}
+	cfg := "limits:\n  assistant_per_org: {limit: 20, thresholds: [0.5, 0.8, 1.0]}\n" +
+		fmt.Sprintf("notifications:\n  webhooks:\n    - {name: billing, url: %q, secret: %q, limits: [assistant_per_org]}\n", recv.url+"/hooks", secret)
+	gws := startReplicas(t, upURL, st, cfg)
 	if c := burst(t, gws, 40, "/discovery/v1/assistant/acme/message", "svc_dsc_n", `{"fp":"a","messages":[]}`, nil); c[201] != 20 || c[429] != 20 {
 		t.Fatalf("burst: %v", c)
 	}
