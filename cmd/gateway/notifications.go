@@ -125,10 +125,7 @@ func (nt *notifier) run(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
-			if n := len(nt.queue); n > 0 {
-				nt.log.Warn("notifications not written to the outbox at shutdown", zap.Int("count", n))
-			}
-			return
+			return // close writes what the last requests crossed
 		case c := <-nt.queue:
 			nt.publish(ctx, c)
 		case <-t.C:
@@ -277,9 +274,22 @@ func (nt *notifier) keysRevoked(ctx context.Context, keys auth.Registry, announc
 	}
 }
 
-// close releases the outbox's client.
+// closeWrite bounds the writes of close.
+const closeWrite = 3 * time.Second
+
+// close writes into the outbox what is still queued (the crossings of the requests that ended
+// while the gateway drained: serve calls it once they are all done), then releases the
+// outbox's client. In process, what it writes is lost with the process all the same.
 func (nt *notifier) close() {
-	if nt != nil && nt.client != nil {
+	if nt == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), closeWrite)
+	defer cancel()
+	for n := len(nt.queue); n > 0; n-- {
+		nt.publish(ctx, <-nt.queue)
+	}
+	if nt.client != nil {
 		_ = nt.client.Close()
 	}
 }
