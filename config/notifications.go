@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"fmt"
 	"io"
+	"math"
 	"net/url"
 	"os"
 	"regexp"
@@ -80,6 +81,17 @@ var notificationDefaults = Notifications{Timeout: 5 * time.Second, MaxBackoff: 5
 
 // Enabled tells whether any webhook is configured.
 func (n *Notifications) Enabled() bool { return len(n.Webhooks) > 0 }
+
+// Wants says whether some endpoint takes events of type event about limit ("": any limit,
+// or an event of none): the limits mark only what is sent somewhere.
+func (n *Notifications) Wants(event, limit string) bool {
+	for _, w := range n.Webhooks {
+		if (w.Events == nil || slices.Contains(w.Events, event)) && (w.Limits == nil || limit == "" || slices.Contains(w.Limits, limit)) {
+			return true
+		}
+	}
+	return false
+}
 
 // ParseSecrets decodes one or more signing secrets separated by white space. Its errors never
 // quote the text: it is a secret.
@@ -187,11 +199,13 @@ func (v *validator) notifications(c *Config) {
 			if len(ts) > MaxThresholds {
 				v.fail(key+".thresholds", "lists %d: at most %d", len(ts), MaxThresholds)
 			}
+			// In millionths, as the counters keep them: 0.8 and 0.8000001 are one threshold.
+			ppm := func(t float64) float64 { return math.Round(t * 1e6) }
 			for i, t := range ts {
-				if !(t > 0 && t <= 1) {
-					v.fail(indexKey(key+".thresholds", i), "%g is not a fraction of the limit in (0, 1]", t)
-				} else if i > 0 && t <= ts[i-1] {
-					v.fail(indexKey(key+".thresholds", i), "%g: thresholds are listed in increasing order, each once", t)
+				if !(t > 0 && t <= 1) || ppm(t) == 0 {
+					v.fail(indexKey(key+".thresholds", i), "%g is not a fraction of the limit in (0, 1] (to a millionth)", t)
+				} else if i > 0 && ppm(t) <= ppm(ts[i-1]) {
+					v.fail(indexKey(key+".thresholds", i), "%g: thresholds are listed in increasing order, each once (to a millionth)", t)
 				}
 			}
 			if len(ts) > 0 && !windowed(s) {
@@ -239,7 +253,8 @@ func describeLimit(s LimitSpec) string {
 	return "a " + s.Algorithm + " limit has no windows"
 }
 
-// webhookURL checks an endpoint's URL: the operator's own, any host, http or https.
+// webhookURL checks an endpoint's URL: the operator's own, any host, http or https. Its
+// messages never quote the URL: a path or query may carry a token (as chat webhooks' do).
 func (v *validator) webhookURL(key, raw string) {
 	switch u, err := url.Parse(raw); {
 	case raw == "":
@@ -247,13 +262,13 @@ func (v *validator) webhookURL(key, raw string) {
 	case err != nil:
 		v.fail(key, "is not a URL")
 	case u.Scheme != "http" && u.Scheme != "https":
-		v.fail(key, "%q must start with http:// or https://", raw)
+		v.fail(key, "must start with http:// or https://")
 	case u.Host == "" || u.Hostname() == "":
-		v.fail(key, "%q has no host", raw)
+		v.fail(key, "has no host")
 	case u.User != nil:
 		v.fail(key, "must not carry credentials: deliveries are authenticated by their signature")
 	case u.Fragment != "":
-		v.fail(key, "%q must not have a fragment", raw)
+		v.fail(key, "must not have a fragment")
 	}
 }
 

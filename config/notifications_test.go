@@ -90,9 +90,9 @@ func TestNotificationsRefused(t *testing.T) {
 		{hook("secret: 'not-a-whsec-secret-at-all-123456'"), "notifications.webhooks[0].secret: secret 1 of 1 does not start with whsec_"},
 		{hook("secret: '" + secretA + " whsec_%%%'"), "notifications.webhooks[0].secret: secret 2 of 2 is not whsec_ followed by standard base64"},
 		{hook("secret_env: '1X'"), "notifications.webhooks[0].secret_env: \"1X\" is not an environment variable name"},
-		{hookBase + "notifications: {webhooks: [{name: h, url: 'ftp://h/x', secret: " + secretA + "}]}\n", "notifications.webhooks[0].url: \"ftp://h/x\" must start with http:// or https://"},
+		{hookBase + "notifications: {webhooks: [{name: h, url: 'ftp://h/x', secret: " + secretA + "}]}\n", "notifications.webhooks[0].url: must start with http:// or https://"},
 		{hookBase + "notifications: {webhooks: [{name: h, url: 'https://u:pw@h/x', secret: " + secretA + "}]}\n", "notifications.webhooks[0].url: must not carry credentials"},
-		{hookBase + "notifications: {webhooks: [{name: h, url: 'https:///x', secret: " + secretA + "}]}\n", "notifications.webhooks[0].url: \"https:///x\" has no host"},
+		{hookBase + "notifications: {webhooks: [{name: h, url: 'https:///x', secret: " + secretA + "}]}\n", "notifications.webhooks[0].url: has no host"},
 		{hookBase + "notifications: {webhooks: [{name: h, secret: " + secretA + "}]}\n", "notifications.webhooks[0].url: is required"},
 		{hookBase + "notifications: {webhooks: [{name: Bad, url: 'http://h', secret: " + secretA + "}]}\n", "notifications.webhooks[0].name: \"Bad\" must be lower_snake_case"},
 		{hookBase + "notifications: {webhooks: [{name: h, url: 'http://h', secret: " + secretA + "}, {name: h, url: 'http://h', secret: " + secretA + "}]}\n", "notifications.webhooks[1].name: \"h\" is used by another webhook"},
@@ -118,6 +118,9 @@ func TestNotificationsRefused(t *testing.T) {
 		{hook("secret: "+secretA) + "plans: {gold: {assistant_per_org: {thresholds: [2]}}}\n", "plans.gold.assistant_per_org.thresholds[0]: 2 is not a fraction"},
 		{hook("secret: "+secretA) + "plans: {gold: {assistant_per_org: {algorithm: gcra, forecast: true}}}\n", "plans.gold.assistant_per_org.forecast: only a fixed-window"},
 		{hook("secret: " + secretA + ", unknown: 1"), "notifications.webhooks[0].unknown: unknown key"},
+		// A chat webhook's URL carries its token: never echoed.
+		{hookBase + "notifications: {webhooks: [{name: h, url: 'ftp://h/services/pw@x?token=pw@', secret: " + secretA + "}]}\n", "notifications.webhooks[0].url: must start with http:// or https://"},
+		{hook("secret: "+secretA) + "limits: {assistant_per_org: {thresholds: [0.8, 0.8000001]}}\n", "limits.assistant_per_org.thresholds[1]: 0.8000001: thresholds are listed in increasing order, each once (to a millionth)"},
 	}
 	for _, c := range cases {
 		_, err := parse(t, c.yaml, nil)

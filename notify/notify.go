@@ -277,17 +277,21 @@ func (n *Notifier) Send(ctx context.Context, e *Endpoint, id string, body []byte
 	return a
 }
 
+// errUnknownEndpoint is the attempt of a delivery to an endpoint this replica's config lacks.
+var errUnknownEndpoint = errors.New("the endpoint is not configured on this replica")
+
 // Endpoint returns the endpoint named name, or nil.
 func (n *Notifier) Endpoint(name string) *Endpoint { return n.endpoints[name] }
 
 func (n *Notifier) deliver(ctx context.Context, d Delivery) {
-	e := n.endpoints[d.Endpoint]
-	if e == nil {
-		d.LastError = "the endpoint is no longer configured"
-		n.settle(ctx, d, ResultDead, 0)
-		return
+	var a Attempt
+	if e := n.endpoints[d.Endpoint]; e != nil {
+		a = n.Send(ctx, e, d.ID, d.Body)
+	} else {
+		// Not configured here: during a rolling deploy another replica may know it, so the
+		// delivery waits its turn like a failed attempt, and is dead only after retry_for.
+		a.Err = errUnknownEndpoint
 	}
-	a := n.Send(ctx, e, d.ID, d.Body)
 	if a.OK() {
 		n.settle(ctx, d, ResultDelivered, a.Latency)
 		return

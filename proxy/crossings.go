@@ -31,12 +31,18 @@ type Crossing struct {
 func (g *Gateway) reportCrossings(s *scope, set *limitSet, hits []limits.Hit, dec *limits.Decision) {
 	for i, l := range set.limits {
 		res := &dec.Results[i]
-		if res.Crossed == 0 {
+		bits := res.Crossed
+		if !dec.Allowed {
+			// Refused: nothing was counted (on a Cluster, another node's units were given
+			// back), so only a first refusal is news.
+			bits &= limits.CrossedExhausted
+		}
+		if bits == 0 {
 			continue
 		}
 		// A tokens limit's refusal counts the holds of its answers in flight as used.
 		used := max(res.Limit-res.Remaining, 0)
-		c := CrossingOf(l.rule, res.Crossed)
+		c := CrossingOf(l.rule, bits)
 		c.Tenant, c.By, c.Org, c.Label, c.Time = hits[i].ID, l.by.String(), s.org, s.label, s.start
 		c.WindowStart, c.Used, c.Quota = time.Unix(res.WindowStart, 0).UTC(), used, res.Limit
 		g.crossings(c)

@@ -54,8 +54,10 @@ type Options struct {
 // Gateway is the public handler.
 type Gateway struct {
 	log *zap.Logger
-	// crossings is Options.Crossings.
+	// crossings is Options.Crossings; notify, the notifications of the config the gateway
+	// started with when it is set (what the limits mark: compileLimits).
 	crossings func(Crossing)
+	notify    *config.Notifications
 	// accessLog is log without the caller: every access line comes from the same place, and
 	// finding it (runtime.Callers) was a tenth of the line's cost.
 	accessLog *zap.Logger
@@ -97,6 +99,7 @@ func New(o Options) (*Gateway, error) {
 	}
 	g := &Gateway{
 		crossings:           o.Crossings,
+		notify:              notificationsOf(o),
 		log:                 o.Logger,
 		accessLog:           o.Logger.WithOptions(zap.WithCaller(false)),
 		metrics:             o.Metrics,
@@ -280,4 +283,14 @@ func safeMethod(m string) string {
 		return "this method"
 	}
 	return m
+}
+
+// notificationsOf is what the limits mark for: the starting config's notifications, when
+// someone is told of the crossings.
+func notificationsOf(o Options) *config.Notifications {
+	if o.Crossings == nil || !o.Config.Notifications.Enabled() {
+		return nil
+	}
+	n := o.Config.Notifications
+	return &n
 }

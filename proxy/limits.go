@@ -107,7 +107,11 @@ type compiledLimit struct {
 // keeps the limit's name, so its counters are the same keys: only the allowance differs, for
 // the tenants on that plan. It returns every enabled limit by plan ("" for the defaults), for
 // usage read-back.
-func compileLimits(cfg *config.Config, routes []*route, refusals *refusalCounts) (map[string][]routeLimit, error) {
+//
+// notify, when set, is the notifications the gateway started with (a change needs a restart):
+// a limit marks thresholds, its first refusal and its forecast only where some endpoint takes
+// those events (crossings.go).
+func compileLimits(cfg *config.Config, routes []*route, refusals *refusalCounts, notify *config.Notifications) (map[string][]routeLimit, error) {
 	plans := []string{""}
 	for p := range cfg.Plans {
 		plans = append(plans, p)
@@ -141,12 +145,16 @@ func compileLimits(cfg *config.Config, routes []*route, refusals *refusalCounts)
 			set[s.Name] = c
 			c.rule.Reserve, c.rule.ReserveTTL = s.Reserve, s.ReserveTTL // holds (tokens with a reserve, streams)
 			c.rule.EstimateMax = s.EstimateMax
-			if cfg.Notifications.Enabled() { // thresholds and the first refusal are marked (crossings.go)
-				th, err := limits.NewThresholds(s.Thresholds...)
-				if err != nil {
-					return nil, fmt.Errorf("limits.%s.thresholds: %w", s.Name, err)
+			if notify != nil {
+				if notify.Wants(config.EventThresholdCrossed, s.Name) {
+					th, err := limits.NewThresholds(s.Thresholds...)
+					if err != nil {
+						return nil, fmt.Errorf("limits.%s.thresholds: %w", s.Name, err)
+					}
+					c.rule.Thresholds = th
 				}
-				c.rule.Thresholds, c.rule.Exhausted, c.rule.Forecast = th, !s.Shadow, s.Forecast
+				c.rule.Exhausted = !s.Shadow && notify.Wants(config.EventExhausted, s.Name)
+				c.rule.Forecast = s.Forecast && notify.Wants(config.EventForecast, s.Name)
 			}
 			if s.Limit > 0 {
 				all[plan] = append(all[plan], routeLimit{rule: c.rule, by: b, shadow: c.shadow})

@@ -67,7 +67,7 @@ func (g *Gateway) compile(cfg *config.Config) (*snapshot, error) {
 			g.metrics.StreamRoutes(rt.name)
 		}
 	}
-	if sn.limits, err = compileLimits(cfg, routes, g.refusals); err != nil {
+	if sn.limits, err = compileLimits(cfg, routes, g.refusals, g.notify); err != nil {
 		return nil, err
 	}
 	for _, plan := range append([]string{""}, slices.Collect(maps.Keys(cfg.Plans))...) {

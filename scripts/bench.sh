@@ -10,6 +10,8 @@
 #   PAIRS=10 PAIR_DURATION=3s (back-to-back closed-loop runs of bare and gateway-redis on
 #     agent_job, assistant_message and assistant_message_v2 (those selected), the throughput
 #     ratios' measurement; 0 skips them)
+#   NOTIFY_PAIRS=6 (back-to-back closed-loop agent_job runs of gateway-redis with notifications
+#     off and on, nothing crossed: what notifications cost the request path; 0 skips them)
 #   OPEN_SETS=12 OPEN_SET_DURATION=3s (back-to-back open-loop runs of bare, gateway-redis and
 #     gateway-redis-nocoalesce on agent_job at RATE, the six orders in turn: the latency
 #     comparisons; at least 6 for a verdict, 0 skips them)
@@ -36,6 +38,7 @@ PROFILE=${PROFILE:-10s}
 PIN=${PIN:-1}
 PAIRS=${PAIRS:-10}
 PAIR_DURATION=${PAIR_DURATION:-3s}
+NOTIFY_PAIRS=${NOTIFY_PAIRS:-6}
 OPEN_SETS=${OPEN_SETS:-12}
 OPEN_SET_DURATION=${OPEN_SET_DURATION:-3s}
 VARIANTS=${VARIANTS:-direct,bare,gateway-memory,gateway-redis,gateway-redis-nocoalesce,gateway-redis-stdtransport,gateway-cluster,gateway-replicated,gateway-wait1}
@@ -121,7 +124,7 @@ pin=true
 [[ $PIN == 1 ]] || pin=false
 case $OUT in /*) ;; *) OUT=$root/$OUT ;; esac
 run=("$work/bin/benchrun" -bin "$work/bin" -out "$OUT" -source "$source_desc" -rounds "$ROUNDS" -duration "$DURATION" -warmup "$WARMUP"
-	-pairs "$PAIRS" -pair-duration "$PAIR_DURATION" -open-sets "$OPEN_SETS" -open-set-duration "$OPEN_SET_DURATION"
+	-pairs "$PAIRS" -pair-duration "$PAIR_DURATION" -notify-pairs "$NOTIFY_PAIRS" -open-sets "$OPEN_SETS" -open-set-duration "$OPEN_SET_DURATION"
 	-conns "$CONNS" -rate "$RATE" -streams "$STREAMS" -profile "$PROFILE" -pin="$pin"
 	-variants "$VARIANTS" -workloads "$WORKLOADS" -gobench "$gobench_out" "${alloc_args[@]}")
 if [[ $pin == true ]]; then
@@ -139,7 +142,7 @@ if [[ $SCALE == 1 ]]; then
 	scale_out=${OUT%.md}-gomaxprocs2.md
 	echo "== benchrun GOMAXPROCS=2 (bare, gateway-redis; agent_job; unpinned)"
 	"$work/bin/benchrun" -bin "$work/bin" -out "$scale_out" -source "$source_desc" -rounds "$ROUNDS" -duration "$DURATION" -warmup "$WARMUP" \
-		-conns "$CONNS" -rate "$RATE" -streams 0 -profile 0 -pin=false -gomaxprocs 2 -pairs 0 \
+		-conns "$CONNS" -rate "$RATE" -streams 0 -profile 0 -pin=false -gomaxprocs 2 -pairs 0 -notify-pairs 0 \
 		-variants bare,gateway-redis -workloads agent_job >/dev/null
 	echo "bench: GOMAXPROCS=2 report in $scale_out"
 fi

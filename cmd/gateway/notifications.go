@@ -4,6 +4,7 @@ import (
 	"context"
 	"maps"
 	"math"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -34,6 +35,12 @@ const (
 	// revokedWithin is how far back a revocation is still announced: a replica that starts
 	// announces the last hour's (each once, whatever the replicas: Event.Once).
 	revokedWithin = time.Hour
+	// maxUnwritten bounds the events whose write into the outbox failed (Redis unreachable),
+	// retried every retryWrites; beyond, the oldest are dropped (logged, counted).
+	maxUnwritten = 10_000
+	retryWrites  = time.Second
+	// writeTimeout bounds one write into the outbox.
+	writeTimeout = 5 * time.Second
 )
 
 // notifier turns the limits' crossings into webhook events: written into the outbox (the
@@ -49,13 +56,27 @@ type notifier struct {
 	// by is what each limit of the config in force counts by (configure), for the crossings
 	// of charges, which know only the rule.
 	by atomic.Pointer[map[string]string]
+	// wants is the config's notifications: what some endpoint takes.
+	wants *config.Notifications
+	// unwritten are events whose write into the outbox failed, oldest first: the run
+	// goroutine's, then close's once run has returned (runDone).
+	unwritten []pendingEvent
+	running   atomic.Bool
+	runDone   chan struct{}
+}
+
+// pendingEvent is an event not yet written into the outbox, and the limit it is about.
+type pendingEvent struct {
+	ev    notify.Event
+	limit string
 }
 
 func newNotifier(cfg *config.Config, m *metrics.Metrics, log *zap.Logger) *notifier {
 	if !cfg.Notifications.Enabled() {
 		return nil
 	}
-	nt := &notifier{queue: make(chan proxy.Crossing, crossingQueue), log: log.Named("notifications"), m: m}
+	nt := &notifier{queue: make(chan proxy.Crossing, crossingQueue), log: log.Named("notifications"), m: m,
+		wants: &cfg.Notifications, runDone: make(chan struct{})}
 	// A client of its own, with the operators' bounds: outbox scripts must not wait behind,
 	// nor be bounded like, the request path's calls.
 	if nt.client = newReaderClient(cfg.Redis); nt.client != nil {
@@ -111,23 +132,53 @@ func (nt *notifier) crossed(c proxy.Crossing) {
 	case nt.queue <- c:
 	default:
 		nt.log.Warn("notification dropped: the queue to the outbox is full", zap.String("limit", c.Limit))
-		nt.m.Notification(config.EventThresholdCrossed, "", notify.ResultDropped, 0)
+		for _, typ := range typesOf(c) {
+			nt.m.Notification(typ, "", notify.ResultDropped, 0)
+		}
 	}
+}
+
+// typesOf are the types of the events a crossing makes.
+func typesOf(c proxy.Crossing) []string {
+	var ts []string
+	for range c.Thresholds {
+		ts = append(ts, config.EventThresholdCrossed)
+	}
+	if c.Exhausted {
+		ts = append(ts, config.EventExhausted)
+	}
+	if c.Forecast {
+		ts = append(ts, config.EventForecast)
+	}
+	return ts
+}
+
+// start runs the notifier until ctx ends: crossings written into the outbox, deliveries,
+// overrides' ends and revocations (watch).
+func (nt *notifier) start(ctx context.Context, quotas limits.QuotaStore, keys auth.Registry) {
+	nt.running.Store(true)
+	go nt.run(ctx)
+	go nt.watch(ctx, quotas, keys)
 }
 
 // run writes queued crossings into the outbox and delivers from it until ctx ends.
 func (nt *notifier) run(ctx context.Context) {
+	defer close(nt.runDone)
 	done := make(chan struct{})
 	go func() { nt.n.Run(ctx); close(done) }()
 	defer func() { <-done }()
 	t := time.NewTicker(outboxPoll)
 	defer t.Stop()
+	retry := time.NewTicker(retryWrites)
+	defer retry.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return // close writes what the last requests crossed
 		case c := <-nt.queue:
 			nt.publish(ctx, c)
+		case <-retry.C:
+			nt.writeUnwritten(ctx)
 		case <-t.C:
 			if p, d, err := nt.box.Count(ctx); err == nil {
 				nt.m.NotificationOutbox(p, d)
@@ -177,10 +228,56 @@ func burn(c proxy.Crossing) (perHour float64, runsOut time.Time) {
 	return perHour, c.Time.Add(time.Duration(left)).UTC().Truncate(time.Second)
 }
 
+// publishOne writes ev into the outbox; when that fails (Redis unreachable) the event waits
+// among the unwritten, retried in order every retryWrites: its crossing is marked in the
+// counter already and will not be detected again. Only the run goroutine (and close, after
+// it) calls it.
 func (nt *notifier) publishOne(ctx context.Context, ev notify.Event, limit string) {
-	if err := nt.n.Publish(ctx, ev, limit); err != nil {
-		nt.log.Error("notification not written to the outbox", zap.String("type", ev.Type), zap.String("limit", limit), zap.Error(err))
-		nt.m.Notification(ev.Type, "", notify.ResultDropped, 0)
+	if ev.ID == "" {
+		ev.ID = notify.NewID() // before the first try, so every retry writes the same event
+	}
+	if len(nt.unwritten) > 0 || nt.write(ctx, ev, limit) != nil {
+		nt.keep(pendingEvent{ev, limit})
+	}
+}
+
+// write is one bounded write of ev into the outbox, cancelled by nothing but its bound: an
+// event taken off the queue is written even while the gateway stops.
+func (nt *notifier) write(ctx context.Context, ev notify.Event, limit string) error {
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), writeTimeout)
+	defer cancel()
+	return nt.n.Publish(wctx, ev, limit)
+}
+
+// keep adds p to the unwritten, dropping the oldest beyond maxUnwritten.
+func (nt *notifier) keep(p pendingEvent) {
+	if len(nt.unwritten) == 0 {
+		nt.log.Warn("notifications are not written into the outbox: kept in memory and retried", zap.String("type", p.ev.Type))
+	}
+	nt.unwritten = append(nt.unwritten, p)
+	if over := len(nt.unwritten) - maxUnwritten; over > 0 {
+		for _, d := range nt.unwritten[:over] {
+			nt.m.Notification(d.ev.Type, "", notify.ResultDropped, 0)
+		}
+		nt.log.Error("notifications dropped: too many not written into the outbox", zap.Int("count", over))
+		nt.unwritten = slices.Delete(nt.unwritten, 0, over)
+	}
+}
+
+// writeUnwritten retries the unwritten in order, until one fails again.
+func (nt *notifier) writeUnwritten(ctx context.Context) {
+	n := 0
+	for _, p := range nt.unwritten {
+		if nt.write(ctx, p.ev, p.limit) != nil {
+			break
+		}
+		n++
+	}
+	if n > 0 {
+		nt.unwritten = slices.Delete(nt.unwritten, 0, n)
+		if len(nt.unwritten) == 0 {
+			nt.log.Info("notifications kept in memory are written into the outbox", zap.Int("count", n))
+		}
 	}
 }
 
@@ -194,18 +291,30 @@ func (nt *notifier) watch(ctx context.Context, quotas limits.QuotaStore, keys au
 	var seen map[string]limits.Override // nil until the first read
 	announced := map[string]time.Time{} // revocations published, by id, until revokedWithin
 	var keysRead time.Time
+	if !nt.wants.Wants(config.EventOverrideExpired, "") {
+		quotas = nil // read only for an endpoint that takes them
+	}
+	if !nt.wants.Wants(config.EventKeyRevoked, "") {
+		keys = nil
+	}
+	if quotas == nil && keys == nil {
+		return
+	}
 	for {
+		wait := overridesEvery
 		if quotas != nil {
-			seen = nt.overridesEnded(ctx, quotas, seen)
+			var ok bool
+			if seen, ok = nt.overridesEnded(ctx, quotas, seen); ok {
+				// The next read: in overridesEvery, or as the first override seen ends (never
+				// sooner than a second: Redis' clock may lag this replica's).
+				for _, o := range seen {
+					wait = min(wait, max(time.Until(o.Expires)+50*time.Millisecond, time.Second))
+				}
+			}
 		}
 		if keys != nil && time.Since(keysRead) >= keysEvery {
 			nt.keysRevoked(ctx, keys, announced)
 			keysRead = time.Now()
-		}
-		// The next read: in overridesEvery, or just after the first override seen ends.
-		wait := overridesEvery
-		for _, o := range seen {
-			wait = min(wait, max(time.Until(o.Expires)+50*time.Millisecond, 0))
 		}
 		select {
 		case <-ctx.Done():
@@ -215,13 +324,15 @@ func (nt *notifier) watch(ctx context.Context, quotas limits.QuotaStore, keys au
 	}
 }
 
-func (nt *notifier) overridesEnded(ctx context.Context, quotas limits.QuotaStore, before map[string]limits.Override) map[string]limits.Override {
+// overridesEnded reads the overrides in force and announces those of before that reached
+// their expiry since; false when they could not be read (before is returned).
+func (nt *notifier) overridesEnded(ctx context.Context, quotas limits.QuotaStore, before map[string]limits.Override) (map[string]limits.Override, bool) {
 	rctx, cancel := context.WithTimeout(ctx, overridesEvery)
 	defer cancel()
 	list, err := quotas.Overrides(rctx)
 	if err != nil {
 		nt.log.Warn("overrides not read for quota.override_expired", zap.Error(err))
-		return before
+		return before, false
 	}
 	now := time.Now()
 	by := *nt.by.Load()
@@ -239,7 +350,7 @@ func (nt *notifier) overridesEnded(ctx context.Context, quotas limits.QuotaStore
 			Data: map[string]any{"limit": o.Limit, "tenant": o.ID, "by": by[o.Limit], "override": o.Value,
 				"expires": o.Expires.UTC().Format(time.RFC3339), "reason": o.Reason}}, o.Limit)
 	}
-	return inForce
+	return inForce, true
 }
 
 func (nt *notifier) keysRevoked(ctx context.Context, keys auth.Registry, announced map[string]time.Time) {
@@ -278,16 +389,37 @@ func (nt *notifier) keysRevoked(ctx context.Context, keys auth.Registry, announc
 const closeWrite = 3 * time.Second
 
 // close writes into the outbox what is still queued (the crossings of the requests that ended
-// while the gateway drained: serve calls it once they are all done), then releases the
-// outbox's client. In process, what it writes is lost with the process all the same.
+// while the gateway drained: serve calls it once they are all done) and what could not be
+// written yet, then releases the outbox's client. In process, what it writes is lost with the
+// process all the same.
 func (nt *notifier) close() {
 	if nt == nil {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), closeWrite)
+	deadline := time.Now().Add(closeWrite)
+	if nt.running.Load() {
+		select { // run owns the unwritten until it returns
+		case <-nt.runDone:
+		case <-time.After(closeWrite):
+			nt.log.Warn("notifications: the delivery loop did not stop in time")
+		}
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), deadline.Add(closeWrite))
 	defer cancel()
-	for n := len(nt.queue); n > 0; n-- {
-		nt.publish(ctx, <-nt.queue)
+	for done := false; !done; {
+		select {
+		case c := <-nt.queue:
+			nt.publish(ctx, c)
+		default:
+			done = true
+		}
+	}
+	nt.writeUnwritten(ctx)
+	if n := len(nt.unwritten); n > 0 {
+		nt.log.Error("notifications lost at shutdown: not written into the outbox", zap.Int("count", n))
+		for _, p := range nt.unwritten {
+			nt.m.Notification(p.ev.Type, "", notify.ResultDropped, 0)
+		}
 	}
 	if nt.client != nil {
 		_ = nt.client.Close()

@@ -148,6 +148,7 @@ func fixedChanges(old, cfg *config.Config) []string {
 	check("quota.audit_max", old.Quota.AuditMax, cfg.Quota.AuditMax)
 	check("log.format", old.Log.Format, cfg.Log.Format)
 	check("log.sampling", old.Log.Sampling, cfg.Log.Sampling)
+	check("notifications", old.Notifications, cfg.Notifications)
 	return keys
 }
 

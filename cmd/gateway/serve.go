@@ -176,8 +176,7 @@ func (p *process) buildGateway(ctx context.Context, keys auth.Registry) (stopTra
 		return nil, configError{err}
 	}
 	if p.notes != nil {
-		go p.notes.run(ctx)
-		go p.notes.watch(ctx, p.lim.quotas, keys)
+		p.notes.start(ctx, p.lim.quotas, keys)
 	}
 	if p.lim.client == nil {
 		p.log.Warn("redis.addrs is empty: limits are counted in this process only, so each replica admits its own quota; configure Redis when running more than one replica")

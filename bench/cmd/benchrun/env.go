@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -37,6 +38,11 @@ var variants = []variant{
 	{"gateway-replicated", "gateway", "replicated"},
 	{"gateway-wait1", "gateway", "wait1"},
 }
+
+// notifyVariant is gateway-redis with notifications on: a webhook to a sink of benchrun's,
+// thresholds and a forecast on every limit, which no request crosses. It runs only in the
+// notification pairs (-notify-pairs): what notifications cost a request that crosses nothing.
+var notifyVariant = variant{"gateway-redis-notify", "gateway", "redis-notify"}
 
 func variantNames() []string {
 	var n []string
@@ -76,6 +82,8 @@ type env struct {
 	replMaster, replica *redisNode // for gateway-replicated and gateway-wait1
 	fast, stamp, idle   *upstream
 	scripts             map[string]string
+	hookSink            string // a webhook endpoint answering 204, for gateway-redis-notify
+	stopSink            func()
 }
 
 const adminToken = "bench-admin-token-0123456789abcdef"
@@ -147,8 +155,25 @@ func newEnv(o options, procs *child.Group) (*env, error) {
 			return nil, err
 		}
 	}
+	if e.hookSink, e.stopSink, err = startSink(); err != nil {
+		return nil, err
+	}
 	ok = true
 	return e, nil
+}
+
+// startSink serves a webhook endpoint on loopback that accepts every delivery (204).
+func startSink() (string, func(), error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", nil, err
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.WriteHeader(http.StatusNoContent)
+	}), ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	return "http://" + ln.Addr().String() + "/hooks", func() { _ = srv.Close() }, nil
 }
 
 func (e *env) procsEnv() []string {
@@ -156,6 +181,9 @@ func (e *env) procsEnv() []string {
 }
 
 func (e *env) close() {
+	if e.stopSink != nil {
+		e.stopSink()
+	}
 	for _, u := range []*upstream{e.fast, e.stamp, e.idle} {
 		if u != nil {
 			u.proc.Stop()
@@ -206,7 +234,7 @@ func (e *env) start(v variant, up *upstream) (*server, error) {
 		s.admin = fmt.Sprintf("http://127.0.0.1:%d", adminPort)
 		var addrs []string
 		switch v.store {
-		case "redis", "redis-nocoalesce", "redis-stdtransport":
+		case "redis", "redis-nocoalesce", "redis-stdtransport", "redis-notify":
 			s.nodes = []*redisNode{e.redis}
 		case "cluster":
 			s.nodes = e.cluster
@@ -224,7 +252,11 @@ func (e *env) start(v variant, up *upstream) (*server, error) {
 			wait = 1
 		}
 		cfgPath := filepath.Join(e.dir, fmt.Sprintf("%s-%d.yaml", v.name, port))
-		if err := os.WriteFile(cfgPath, []byte(gatewayConfig(port, adminPort, up.url, addrs, wait, coalesce, transport)), 0o644); err != nil {
+		cfg := gatewayConfig(port, adminPort, up.url, addrs, wait, coalesce, transport)
+		if v.store == "redis-notify" {
+			cfg = notifyConfig(cfg, e.hookSink)
+		}
+		if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 			return nil, err
 		}
 		s.proc, err = e.procs.Start(v.name, e.cpuServer, e.procsEnv(), s.logPath, e.gateway, "-config", cfgPath)
@@ -301,6 +333,16 @@ limits:
   assistant_per_ip:      { limit: 1000000000 }
   tiny_per_project:      { limit: 1, window: hour, by: project }
 `, port, adminPort, adminToken, upstream, transport, addrs, waitReplicas, coalesce)
+}
+
+// notifyConfig turns notifications on in cfg, to the webhook at sink: the default thresholds
+// on every limit, and a forecast on agent_job's.
+func notifyConfig(cfg, sink string) string {
+	cfg = strings.Replace(cfg, "agent_job_per_project: { limit: 1000000000 }", "agent_job_per_project: { limit: 1000000000, forecast: true }", 1)
+	return cfg + fmt.Sprintf(`notifications:
+  webhooks:
+    - {name: sink, url: %q, secret: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"}
+`, sink)
 }
 
 // httpSample is one (round, workload, variant) measurement.

@@ -43,6 +43,7 @@ type options struct {
 	pin             bool
 	profile         time.Duration
 	variants        string
+	notifyPairs     int
 	workloads       string
 	serverProcs     int
 	source          string
@@ -69,6 +70,7 @@ func main() {
 	flag.IntVar(&o.probeN, "probe", 400, "requests per Redis-count probe")
 	flag.BoolVar(&o.pin, "pin", true, "pin the server under test to CPU 0 and everything else to CPU 1 (taskset)")
 	flag.DurationVar(&o.profile, "profile", 10*time.Second, "CPU profile of gateway-redis under agent_job load after the rounds (0: skip)")
+	flag.IntVar(&o.notifyPairs, "notify-pairs", 6, "pairs of agent_job runs of gateway-redis with notifications off and on (0: skip)")
 	flag.StringVar(&o.variants, "variants", strings.Join(variantNames(), ","), "variants to run")
 	flag.StringVar(&o.workloads, "workloads", "agent_job,assistant_message,assistant_message_v2,401/429 mix,streams", "workloads to run (streams: per-part delay and idle streams, on v1 and v2)")
 	flag.IntVar(&o.serverProcs, "gomaxprocs", 1, "GOMAXPROCS of the server under test and of the upstream simulator")
@@ -142,6 +144,16 @@ func run(o options, procs *child.Group) int {
 			}
 			rep.pairs = append(rep.pairs, pairs...)
 		}
+	}
+	if o.notifyPairs > 0 && wls["agent_job"] && hasVariant(vs, "gateway-redis") {
+		// What notifications cost a request that crosses nothing.
+		w := allWorkloads[0]
+		pairs, err := e.measurePairsOf(selectVariants("gateway-redis")[0], notifyVariant, w, o.notifyPairs, o.pairDuration)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "bench: notification pairs: %v\n", err)
+			return 1
+		}
+		rep.notifyPairs = pairs
 	}
 	if o.openSets > 0 && wls["agent_job"] && hasVariant(vs, "bare") && hasVariant(vs, "gateway-redis") && hasVariant(vs, "gateway-redis-nocoalesce") {
 		sets, err := e.measureLatencySets(o.openSets, o.openSetDuration)

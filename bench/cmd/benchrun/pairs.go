@@ -12,6 +12,7 @@ import (
 // apart.
 type pairSample struct {
 	workload           string
+	base, test         string // the variants compared: bare and gateway-redis, unless said
 	gatewayFirst       bool
 	bare, gateway      float64 // closed-loop req/s
 	bareCPU, gwCPU     float64 // CPU µs per request of the server under test
@@ -25,13 +26,19 @@ func (p pairSample) ratio() float64 {
 	return p.gateway / p.bare
 }
 
-// measurePairs runs n pairs of d each of workload w. Both servers stay up for all pairs (each
-// idle while the other is loaded), each warmed up before its run.
+// measurePairs runs n pairs of d each of workload w, bare against gateway-redis.
 func (e *env) measurePairs(w workload, n int, d time.Duration) ([]pairSample, error) {
+	return e.measurePairsOf(selectVariants("bare")[0], selectVariants("gateway-redis")[0], w, n, d)
+}
+
+// measurePairsOf runs n pairs of d each of workload w, of variants base and test (reported as
+// the pair's bare and gateway). Both servers stay up for all pairs (each idle while the other
+// is loaded), each warmed up before its run.
+func (e *env) measurePairsOf(base, test variant, w workload, n int, d time.Duration) ([]pairSample, error) {
 	script := e.scripts[w.name]
 	var servers [2]*server
-	for i, name := range []string{"bare", "gateway-redis"} {
-		srv, err := e.start(selectVariants(name)[0], e.fast)
+	for i, v := range []variant{base, test} {
+		srv, err := e.start(v, e.fast)
 		if err != nil {
 			return nil, err
 		}
@@ -53,7 +60,7 @@ func (e *env) measurePairs(w workload, n int, d time.Duration) ([]pairSample, er
 	}
 	var out []pairSample
 	for i := range n {
-		p := pairSample{workload: w.name, gatewayFirst: i%2 == 1}
+		p := pairSample{workload: w.name, base: base.name, test: test.name, gatewayFirst: i%2 == 1}
 		order := []int{0, 1}
 		if p.gatewayFirst {
 			order = []int{1, 0}
@@ -69,8 +76,8 @@ func (e *env) measurePairs(w workload, n int, d time.Duration) ([]pairSample, er
 				p.gateway, p.gwCPU, p.gwErrors = rps, cpu, errs
 			}
 		}
-		logf("pair %d %s: bare %.0f req/s (%.1f µs CPU/req), gateway-redis %.0f req/s (%.1f µs CPU/req): %.3f×",
-			i+1, w.name, p.bare, p.bareCPU, p.gateway, p.gwCPU, p.ratio())
+		logf("pair %d %s: %s %.0f req/s (%.1f µs CPU/req), %s %.0f req/s (%.1f µs CPU/req): %.3f×",
+			i+1, w.name, base.name, p.bare, p.bareCPU, test.name, p.gateway, p.gwCPU, p.ratio())
 		out = append(out, p)
 	}
 	return out, nil
@@ -119,4 +126,25 @@ func (r *report) pairStats(workload string) (stat, int) {
 		}
 	}
 	return statOf(v), below
+}
+
+// notifyPairsTable writes the pairs of gateway-redis against gateway-redis-notify.
+func (r *report) notifyPairsTable(w func(string, ...any)) {
+	if len(r.notifyPairs) == 0 {
+		return
+	}
+	var v []float64
+	w("## Notifications on against off, paired runs: agent_job\n\n%d pairs of closed-loop agent_job runs (%s each after a %s warm-up, wrk 1 thread %d connections), gateway-redis and gateway-redis-notify (the same with `notifications.webhooks` set, thresholds and a forecast on every limit, which no request crosses) back to back, alternating which goes first; %s with GOMAXPROCS=%d. Every pair:\n\n",
+		len(r.notifyPairs), r.opts.pairDuration, r.opts.warmup, r.opts.conns, r.opts.placement("both servers"), r.opts.serverProcs)
+	w("| pair | first | off req/s | on req/s | on / off | off CPU µs / req | on CPU µs / req | errors (off / on) |\n|---|---|---|---|---|---|---|---|\n")
+	for i, p := range r.notifyPairs {
+		first := "off"
+		if p.gatewayFirst {
+			first = "on"
+		}
+		w("| %d | %s | %.0f | %.0f | %.3f | %.1f | %.1f | %d / %d |\n", i+1, first, p.bare, p.gateway, p.ratio(), p.bareCPU, p.gwCPU, p.bareErrs, p.gwErrors)
+		v = append(v, p.ratio())
+	}
+	st := statOf(v)
+	w("\nRatio on / off over the pairs: median %.3f, min %.3f, max %.3f.\n\n", st.med, st.min, st.max)
 }

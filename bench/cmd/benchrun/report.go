@@ -20,6 +20,7 @@ type report struct {
 	goBench       string
 	allocs        *allocSplit // nil: not measured
 	pairs         []pairSample
+	notifyPairs   []pairSample // gateway-redis (off) against gateway-redis-notify (on)
 	latencySets   []latencySet
 	profileCPU    string
 	profileCPUCum string
@@ -317,6 +318,7 @@ func (r *report) markdown() string {
 	}
 
 	r.pairsTable(w)
+	r.notifyPairsTable(w)
 	r.latencySetsTable(w)
 
 	w("## Targets\n\n| target | measured | |\n|---|---|---|\n")

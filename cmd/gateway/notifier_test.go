@@ -1,0 +1,90 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	"github.com/docsgate/gateway/internal/redistest"
+	"github.com/docsgate/gateway/limits"
+	"github.com/docsgate/gateway/metrics"
+	"github.com/docsgate/gateway/proxy"
+)
+
+func testNotifier(t *testing.T, body string) *notifier {
+	t.Helper()
+	cfg, err := loadConfig(writeConfig(t, "upstream: {url: 'http://127.0.0.1:1'}\n"+body+
+		fmt.Sprintf("notifications:\n  webhooks:\n    - {name: h, url: 'http://127.0.0.1:1/', secret: %q}\n", hookSecret)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	nt := newNotifier(cfg, metrics.New(prometheus.NewRegistry()), zap.NewNop())
+	t.Cleanup(nt.close)
+	return nt
+}
+
+// An event whose write into the outbox fails (Redis down) is kept and written once Redis is
+// back: its crossing is marked in the counter already and would never be detected again.
+func TestNotifierKeepsWhatItCannotWrite(t *testing.T) {
+	srv := redistest.Start(t)
+	nt := testNotifier(t, fmt.Sprintf("redis: {addrs: [%q]}\n", srv.Addr))
+	ctx := context.Background()
+	c := proxy.Crossing{Limit: "assistant_per_org", Tenant: "acme", By: "org", WindowStart: time.Now().Truncate(time.Hour),
+		Used: 8, Quota: 10, Thresholds: []float64{0.8}, Exhausted: true, Time: time.Now()}
+	srv.Stop(t)
+	nt.publish(ctx, c)
+	if len(nt.unwritten) != 2 {
+		t.Fatalf("%d events kept, want 2", len(nt.unwritten))
+	}
+	ids := []string{nt.unwritten[0].ev.ID, nt.unwritten[1].ev.ID}
+	srv.Restart(t)
+	nt.writeUnwritten(ctx)
+	if len(nt.unwritten) != 0 {
+		t.Fatalf("%d events still kept after Redis came back", len(nt.unwritten))
+	}
+	pending, err := nt.box.List(ctx, false, 10)
+	if err != nil || len(pending) != 2 || pending[0].ID == pending[1].ID || (pending[0].ID != ids[0] && pending[0].ID != ids[1]) {
+		t.Fatalf("outbox holds %+v (%v), want the kept events %v", pending, err, ids)
+	}
+}
+
+// failingOverrides lists one override until fail is set, then fails every read.
+type failingOverrides struct {
+	limits.QuotaStore
+	calls atomic.Int32
+	fail  atomic.Bool
+	o     limits.Override
+}
+
+func (f *failingOverrides) Overrides(context.Context) ([]limits.Override, error) {
+	f.calls.Add(1)
+	if f.fail.Load() {
+		return nil, errors.New("redis down")
+	}
+	return []limits.Override{f.o}, nil
+}
+
+// The watch of overrides' ends waits between reads whatever happens: an override past its
+// expiry that cannot be read again (Redis down) is no reason to read in a loop.
+func TestNotifierWatchNeverSpins(t *testing.T) {
+	nt := testNotifier(t, "")
+	q := &failingOverrides{o: limits.Override{Limit: "assistant_per_org", ID: "acme", Value: 5, Expires: time.Now().Add(300 * time.Millisecond)}}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { nt.watch(ctx, q, nil); close(done) }()
+	time.Sleep(100 * time.Millisecond)
+	q.fail.Store(true)
+	time.Sleep(2 * time.Second)
+	cancel()
+	<-done
+	if n := q.calls.Load(); n > 4 {
+		t.Fatalf("%d reads of the overrides in about 2 s", n)
+	}
+}
+
