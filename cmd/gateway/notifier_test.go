@@ -87,4 +87,3 @@ func TestNotifierWatchNeverSpins(t *testing.T) {
 		t.Fatalf("%d reads of the overrides in about 2 s", n)
 	}
 }
-
