@@ -112,6 +112,7 @@ func listKeys(t *testing.T, p *proc, token string) map[string]auth.Entry {
 // The gateway receives every one of them (the audit lines prove it) and refuses each: nothing
 // is registered, nothing reloaded, and the attacker's key is refused on the public listener.
 func TestAdminCSRFInChromium(t *testing.T) {
+	t.Parallel()
 	browser := browsertest.Start(t)
 	upURL, upstreamCalls := recordingUpstream(t)
 	keysFile := filepath.Join(t.TempDir(), "keys.yaml")

@@ -174,6 +174,13 @@ func startGatewayWith(t *testing.T, o startOpts, body string, args ...string) *p
 	}
 }
 
+// stop kills the gateway (SIGKILL, by PID) and waits for it, before the test ends.
+func (p *proc) stop(t *testing.T) {
+	t.Helper()
+	_ = p.cmd.Process.Kill()
+	p.wait(t, 10*time.Second)
+}
+
 // wait returns the exit code, failing the test if the process does not exit in time.
 func (p *proc) wait(t *testing.T, within time.Duration) int {
 	t.Helper()

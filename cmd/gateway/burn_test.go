@@ -185,6 +185,7 @@ routes:
 // An early usage report never lowers what a cut answer costs. Both protocols, both upstream
 // transports, the default estimate_max.
 func TestBurnOneRequest(t *testing.T) {
+	t.Parallel()
 	up := newBurnUpstream(t)
 	srv := redistest.Start(t)
 	store := fmt.Sprintf("redis: {addrs: [%q], timeout: 2s}\n", srv.Addr)

@@ -179,6 +179,7 @@ func askCut(t *testing.T, p *proc, v2 bool, key, fp string) cutAnswer {
 // is charged what passed (at most one part past the limit), the cutoff is counted and logged,
 // and the next answer is refused. Without cutoff the same answer runs to its end.
 func TestCutoffEndsAnswer(t *testing.T) {
+	t.Parallel()
 	for _, st := range holdStores() {
 		t.Run(st.name, func(t *testing.T) {
 			up := newCutUpstream(t)
@@ -275,6 +276,7 @@ func TestCutoffOffRunsToTheEnd(t *testing.T) {
 // each part comes whole in a read (the part that would cross is dropped), and with parts
 // split over two reads (the crossing part is half out already) at most one part each.
 func TestCutoffOvershootUnderConcurrency(t *testing.T) {
+	t.Parallel()
 	const limit, answers, part = 10000, 40, 10
 	for _, st := range holdStores() {
 		for _, split := range []string{"", "-split"} {
@@ -402,6 +404,7 @@ routes:
 // Real Chromium on another origin reads a cut v2 answer to its end: the browser's stream
 // reader ends cleanly (no network error) after the error and finish events and [DONE].
 func TestCutoffBrowserCrossOrigin(t *testing.T) {
+	t.Parallel()
 	browser := browsertest.Start(t)
 	up := newCutUpstream(t)
 	ln, err := net.Listen("tcp", "127.0.0.2:0")

@@ -133,8 +133,10 @@ func TestClientIdentityHeadersRemoved(t *testing.T) {
 }
 
 func TestUpgradeRefused(t *testing.T) {
+	t.Parallel()
 	for _, tr := range transports {
 		t.Run(tr, func(t *testing.T) {
+			t.Parallel() // each transport its own upstream and gateway; most of it waits for closes
 			up := newRawUpstream(t, nil)
 			p := startGateway(t, up.URL, "  transport: "+tr+"\n")
 			assistant := func(extra string) string {

@@ -20,6 +20,7 @@ import (
 // to the previous window's export (which the browser downloads with the page's credentials),
 // and logs no console error.
 func TestUsageHistoryChartInBrowser(t *testing.T) {
+	t.Parallel()
 	browser := browsertest.Start(t)
 	const token = "ui-admin-token-0123456789"
 	srv := redistest.Start(t)

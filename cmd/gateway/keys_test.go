@@ -304,6 +304,7 @@ func scanAll(ctx context.Context, rc *redis.Client) ([]string, error) {
 }
 
 func TestKeysCLIRedisCluster(t *testing.T) {
+	t.Parallel()
 	cl := redistest.StartCluster(t, 3)
 	addrs := `["` + strings.Join(cl.Addrs, `", "`) + `"]`
 	cfg := writeConfig(t, "upstream: {url: 'http://127.0.0.1:1'}\nredis: {addrs: "+addrs+"}\nplans: {enterprise: {}}\n")

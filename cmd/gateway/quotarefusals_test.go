@@ -20,7 +20,8 @@ import (
 func TestQuotaRefusals(t *testing.T) {
 	up, _ := recordingUpstream(t)
 	srv := redistest.Start(t)
-	stores := map[string]string{"memory": "", "redis": fmt.Sprintf("redis: {addrs: [%q]}\n", srv.Addr)}
+	// redis.timeout 2s: exact counts are checked, not the timeout (exactTimeout).
+	stores := map[string]string{"memory": "", "redis": fmt.Sprintf("redis: {addrs: [%q], timeout: 2s}\n", srv.Addr)}
 	for name, store := range stores {
 		t.Run(name, func(t *testing.T) {
 			checkQuotaRefusals(t, startGateway(t, up, store+quotaCfg))
@@ -196,6 +197,7 @@ func TestQuotaWritesNeedToken(t *testing.T) {
 
 // The CLI against the binary: each command, its refusals and exit codes.
 func TestQuotaCLI(t *testing.T) {
+	t.Parallel()
 	up, _ := recordingUpstream(t)
 	p := startGateway(t, up, quotaCfg)
 	run := func(token string, args ...string) (int, string, string) {
@@ -292,7 +294,8 @@ routes:
 func TestQuotaAuditHidesStoredMisleadingText(t *testing.T) {
 	up, _ := recordingUpstream(t)
 	srv := redistest.Start(t)
-	p := startGateway(t, up, fmt.Sprintf("redis: {addrs: [%q]}\n%s", srv.Addr, quotaCfg))
+	// redis.timeout 2s: exact counts are checked, not the timeout (exactTimeout).
+	p := startGateway(t, up, fmt.Sprintf("redis: {addrs: [%q], timeout: 2s}\n%s", srv.Addr, quotaCfg))
 	entry := `{"time":"2026-11-25T12:00:00Z","actor":"\u202eecila","action":"grant","limit":"agent_job_per_project","id":"p1",` +
 		`"before":{"limit":3,"used":0,"granted":0},"after":{"limit":4,"used":0,"granted":1},"reason":"ok\u2028FORGED LINE\u200b","amount":1}`
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr})

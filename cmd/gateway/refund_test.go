@@ -60,7 +60,8 @@ func TestInventedKeysLeaveTheQuota(t *testing.T) {
 				cfg := "  transport: " + tr + "\nclient_ip: {trusted_proxies: [\"127.0.0.1/32\"]}\n"
 				if store == "redis" {
 					srv.Client(t).FlushAll(t.Context())
-					cfg += fmt.Sprintf("redis: {addrs: [%q]}\n", srv.Addr)
+					// redis.timeout 2s: exact counts are checked, not the timeout (exactTimeout).
+					cfg += fmt.Sprintf("redis: {addrs: [%q], timeout: 2s}\n", srv.Addr)
 				}
 				p := startGateway(t, up.URL, cfg)
 				client := &http.Client{Timeout: 10 * time.Second}

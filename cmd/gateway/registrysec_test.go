@@ -36,6 +36,7 @@ var plainGateway = sync.OnceValues(func() (string, error) {
 // gateway, all writing the same keys file: every CLI that says "revoked" has revoked (the key
 // is refused afterwards), and every key the API added is there.
 func TestKeysFileConcurrentWriters(t *testing.T) {
+	t.Parallel()
 	cli, err := plainGateway()
 	if err != nil {
 		t.Fatal(err)
