@@ -10,9 +10,10 @@ go mod verify
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-# The checks that only compile and read code, and the two other modules, run beside the race
-# tests (which mostly wait on sockets, windows and timeouts) in one background job; its output
-# is kept in a file and printed, with its result, once the tests are done.
+# The checks that only compile and read code, the two other modules, the release build and the
+# fuzz targets run beside the race tests (which mostly wait on sockets, windows and timeouts)
+# in one background job; its output is kept in a file and printed, with its result, once the
+# tests are done.
 checks() {
   set -euo pipefail
   echo "== go vet"
@@ -46,6 +47,13 @@ checks() {
   done
   "$out/gateway" -version | grep -q '^gateway v0.0.0-ci ' || { echo "scripts/build.sh: gateway -version lacks the version" >&2; exit 1; }
   echo "build.sh: static binaries, gateway -version ok"
+  # Every fuzz target briefly (FUZZTIME each, default 8s here so the suite stays under eight
+  # minutes; make fuzz runs 15s each; FUZZTIME=0 skips them for a quick local run), with one
+  # worker each: beside the race tests, a second would only take their CPU.
+  if [ "${FUZZTIME:-8s}" != "0" ]; then
+    echo "== fuzz"
+    FUZZTIME="${FUZZTIME:-8s}" FUZZPARALLEL="${FUZZPARALLEL:-1}" scripts/fuzz.sh
+  fi
 }
 # In a process group of its own (set -m), so that a failing test run stops it and everything it
 # started, by its process group id.
@@ -57,24 +65,19 @@ trap 'kill -- "-$checks_pid" 2>/dev/null || true; wait "$checks_pid" 2>/dev/null
 
 echo "== go test -race"
 # -parallel 4: the binary tests marked parallel mostly wait (windows, ttls, write deadlines),
-# so four at a time on two cores; the tests that bound a latency run alone, before them.
+# so four at a time on two cores; the tests that bound a latency run before them, none of
+# them beside.
 go test -race -count=1 -parallel 4 -timeout 15m ./...
 # The proxy's tests again with net/http's Transport to the upstream (upstream.transport:
 # standard) instead of the gateway's own pool, so both stay tested.
 echo "== go test -race ./proxy (upstream.transport: standard)"
 GATEWAY_TEST_UPSTREAM_TRANSPORT=standard go test -race -count=1 -timeout 5m ./proxy
 
-echo "== go vet, staticcheck, deploy/kubernetes/check, bench module, scripts/build.sh (run beside the tests)"
+echo "== go vet, staticcheck, deploy/kubernetes/check, bench module, scripts/build.sh, fuzz (run beside the tests)"
 checks_status=0
 wait "$checks_pid" || checks_status=$?
 cat "$work/checks.log"
 if [ "$checks_status" -ne 0 ]; then
   echo "test.sh: the checks above failed (exit $checks_status)" >&2
   exit "$checks_status"
-fi
-# Every fuzz target briefly (FUZZTIME each, default 8s here so the suite stays under eight
-# minutes; make fuzz runs 15s each; FUZZTIME=0 skips them for a quick local run).
-if [ "${FUZZTIME:-8s}" != "0" ]; then
-  echo "== fuzz"
-  FUZZTIME="${FUZZTIME:-8s}" scripts/fuzz.sh
 fi

@@ -201,6 +201,7 @@ func (p *proc) wait(t *testing.T, within time.Duration) int {
 }
 
 func TestVersionFlag(t *testing.T) {
+	t.Parallel()
 	out, err := exec.Command(gatewayBin, "-version").CombinedOutput()
 	if err != nil || !strings.HasPrefix(string(out), "gateway v0.0.0-test") {
 		t.Fatalf("-version: %v %q", err, out)
@@ -208,6 +209,7 @@ func TestVersionFlag(t *testing.T) {
 }
 
 func TestBadConfigFailsAtStart(t *testing.T) {
+	t.Parallel()
 	cases := []struct{ cfg, want string }{
 		{"upstream: {url: 'http://127.0.0.1:1'}\nlisen: ':1'\n", "lisen: unknown key"},
 		{"upstream: {url: 'nope://x'}\n", "upstream.url:"},
@@ -244,6 +246,7 @@ func TestBadConfigFailsAtStart(t *testing.T) {
 }
 
 func TestGatewayEndToEnd(t *testing.T) {
+	t.Parallel()
 	var seen []string
 	up := http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)

@@ -250,6 +250,7 @@ func TestCutoffEndsAnswer(t *testing.T) {
 // Without cutoff nothing changes: the answer that would have been cut runs to its end and
 // is charged whole, past the limit.
 func TestCutoffOffRunsToTheEnd(t *testing.T) {
+	t.Parallel()
 	up := newCutUpstream(t)
 	p := startGateway(t, up.url, fmt.Sprintf(cutoffConfig, 1000, ""))
 	if _, ok := scrape(t, p)[`gateway_stream_cutoffs_total{limit="assistant_tokens_per_org",route="assistant_message"}`]; ok {
@@ -436,6 +437,7 @@ func TestCutoffBrowserCrossOrigin(t *testing.T) {
 
 // The request's span names the limit that cut its answer.
 func TestCutoffSpan(t *testing.T) {
+	t.Parallel()
 	rcv := startOTLPHTTP(t)
 	up := newCutUpstream(t)
 	p := startGateway(t, up.url, fmt.Sprintf("tracing: {enabled: true, protocol: http/protobuf, endpoint: %q, insecure: true}\n", "http://"+rcv.addr)+
@@ -458,6 +460,7 @@ func TestCutoffSpan(t *testing.T) {
 // never per part: 100 parts of 10 tokens (1,006 tokens with the prompt) against a reserve of
 // 100 are 1 admission, 9 growths and 1 settle: 11 script calls (INFO commandstats).
 func TestCutoffScriptCallsPerReserve(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	up := newCutUpstream(t)
 	p := startGateway(t, up.url, fmt.Sprintf("redis: {addrs: [%q], timeout: 2s}\n", srv.Addr)+fmt.Sprintf(cutoffConfig, 100000, ", cutoff: true"))
@@ -485,6 +488,7 @@ func TestCutoffScriptCallsPerReserve(t *testing.T) {
 // completion tokens each against 1,000 tokens are cut at the one that would pass the limit,
 // which is dropped (it came whole), and the answer is charged the 1,000 reported before it.
 func TestCutoffOnReportedUsage(t *testing.T) {
+	t.Parallel()
 	p := startGateway(t, tokenUpstream(t), fmt.Sprintf(cutoffConfig, 1000, ", cutoff: true"))
 	a := askCut(t, p, false, "svc_dsc_cut", "u-0-100-20-full")
 	steps := 0

@@ -12,6 +12,7 @@ import (
 // GCRA, 5 per 10 s, through the binary on Redis: five at once, the sixth is told to come back
 // in 2 s (the next unit), not in 10 s (a full bucket), and is admitted when it does.
 func TestGCRARetryAfterBinary(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	// redis.timeout 2s: exact counts are checked, not the timeout (exactTimeout).
 	p := startGateway(t, tokenUpstream(t), fmt.Sprintf(`redis: {addrs: [%q], timeout: 2s}

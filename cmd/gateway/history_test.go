@@ -354,6 +354,7 @@ plans:
 // With Redis down, history and exports answer 503 limiter_unavailable with Retry-After, like
 // every admin read; the refusals that need no store still come first.
 func TestUsageHistoryRedisDown(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	p := startGateway(t, tokenUpstream(t), fmt.Sprintf("redis: {addrs: [%q]}\n%s", srv.Addr, historyConfig))
 	srv.Stop(t)

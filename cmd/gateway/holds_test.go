@@ -564,6 +564,7 @@ func grepLines(s, sub string) string {
 
 // Holds and streams limits are refused where they mean nothing, each naming its key.
 func TestHoldConfigRefused(t *testing.T) {
+	t.Parallel()
 	const up = "upstream: {url: 'http://127.0.0.1:1'}\norgs: {acme: [acme-docs]}\n"
 	cases := []struct{ limits, want string }{
 		{"s: {limit: 5, window: hour, by: org, unit: streams}", "limits.s.window: a streams limit counts answers in flight and has no window"},
@@ -653,6 +654,7 @@ routes:
 // reserve and is settled; once it has none, answers are admitted without a hold and debited
 // after they end, so no token is lost to it.
 func TestShadowReserveDebitsWithoutRoom(t *testing.T) {
+	t.Parallel()
 	up := newGatedUpstream(t)
 	p := startGateway(t, up.url, `orgs: {acme: [acme-docs]}
 limits:

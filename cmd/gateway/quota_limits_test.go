@@ -16,6 +16,7 @@ import (
 // The largest limits the config accepts are counted exactly by both stores, which report the
 // same; one more is refused at load (-check-config included) naming its key, plans too.
 func TestLargestLimitOnBothStores(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct{ cfg, want string }{
 		{"limits: {agent_job_per_project: {limit: 1000000000000000000}}", "limits.agent_job_per_project.limit: 1000000000000000000 is above 9007199254740991"},
 		{"limits: {agent_job_per_project: {limit: 9007199254740992}}", "limits.agent_job_per_project.limit: 9007199254740992 is above 9007199254740991"},

@@ -18,6 +18,7 @@ import (
 // Every refusal of the /quota endpoints, against the binary, on Redis and in process: the
 // status, the code and the field named, and that nothing was changed or recorded.
 func TestQuotaRefusals(t *testing.T) {
+	t.Parallel()
 	up, _ := recordingUpstream(t)
 	srv := redistest.Start(t)
 	// redis.timeout 2s: exact counts are checked, not the timeout (exactTimeout).
@@ -174,6 +175,7 @@ func checkQuotaRefusals(t *testing.T, p *proc) {
 // Writes are refused until admin_token is set, reads are open on a loopback listener like
 // the other admin reads.
 func TestQuotaWritesNeedToken(t *testing.T) {
+	t.Parallel()
 	up, _ := recordingUpstream(t)
 	p := startGateway(t, up, "limits:\n  agent_job_per_project: {limit: 3}\n")
 	for _, c := range []struct{ method, path, body string }{
@@ -251,6 +253,7 @@ func TestQuotaCLI(t *testing.T) {
 // to an override, through the API and the CLI, on Redis and in process; nothing is recorded,
 // and the override it points to is taken.
 func TestGrantOnStreamsLimitRefused(t *testing.T) {
+	t.Parallel()
 	up, _ := recordingUpstream(t)
 	cfg := `admin_token: ` + quotaToken + `
 orgs: {acme: [acme-docs]}
@@ -292,6 +295,7 @@ routes:
 // audit entry whose actor and reason hold a bidi override, a line separator and a zero-width
 // space) is shown without them: by gateway quota audit and on the usage page.
 func TestQuotaAuditHidesStoredMisleadingText(t *testing.T) {
+	t.Parallel()
 	up, _ := recordingUpstream(t)
 	srv := redistest.Start(t)
 	// redis.timeout 2s: exact counts are checked, not the timeout (exactTimeout).

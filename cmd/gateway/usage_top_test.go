@@ -285,6 +285,7 @@ func quoteAll(ss []string) string {
 // The request path sends nothing new to Redis: MONITOR sees exactly one script call per
 // limited request and no other command, while /usage/top's reads happen only when asked.
 func TestUsageTopCostsNothingOnRequestPath(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	// redis.timeout 2s: exact counts are checked, not the timeout (exactTimeout).
 	p := startGateway(t, tokenUpstream(t), fmt.Sprintf("redis: {addrs: [%q], timeout: 2s}\norgs: {acme: [acme-docs]}\n", srv.Addr))
