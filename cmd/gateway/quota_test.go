@@ -27,8 +27,8 @@ type quotaStore struct {
 }
 
 // quotaStores returns the in-process store (memory), a standalone Redis, and a Cluster
-// (cluster). Their redis: sections set exactTimeout: the tests that run on them check exact counts and
-// answers, not redis.timeout.
+// (cluster). Their redis: sections set exactTimeout: the tests that run on them check exact
+// counts and answers, not redis.timeout.
 func quotaStores(memory, cluster bool) []quotaStore {
 	var out []quotaStore
 	if memory {
@@ -286,8 +286,8 @@ orgs:
 			close(stop)
 			wg.Wait()
 			codes := load.get()
-			// The background load may meet redis.timeout (100 ms) on a loaded machine: such a
-			// 503 is a timeout, counted as kind="timeout". Any other limiter error (data: a
+			// The background load may still meet redis.timeout (exactTimeout) on a machine
+			// loaded past it: such a 503 is a timeout, counted as kind="timeout". Any other limiter error (data: a
 			// key of the other type; node; an open breaker) fails the test, and so does a
 			// 503 that no timeout explains.
 			timeouts := limiterHealthyButSlow(t, p)
@@ -321,8 +321,8 @@ func logLines(p *proc, msg string) []map[string]any {
 // A key of the wrong type planted under one tenant's counter, beside healthy tenants, with the
 // default breaker settings: in bursts of ten, the tenant's requests are answered by
 // redis.on_error (503 with deny, admitted with allow), every other tenant is served
-// throughout (a call outliving the default 100 ms redis.timeout on a loaded machine aside,
-// counted as kind="timeout"), the breaker never opens (nor does /readyz turn 503), the errors
+// throughout (a call outliving redis.timeout, exactTimeout here, on a machine loaded past it
+// aside, counted as kind="timeout"), the breaker never opens (nor does /readyz turn 503), the errors
 // are counted as kind="data", and the key is logged once (at most once a minute).
 func TestPlantedKeyBesideHealthyTenants(t *testing.T) {
 	t.Parallel()
@@ -397,8 +397,8 @@ func TestPlantedKeyBesideHealthyTenants(t *testing.T) {
 			if breakerSeen != 0 || notReady != 0 {
 				t.Fatalf("breaker open in %d scrapes, /readyz not 200 %d times", breakerSeen, notReady)
 			}
-			// Every healthy request is served, but for a call that outlived the default
-			// redis.timeout (100 ms) on a loaded machine: those are kind="timeout", and every
+			// Every healthy request is served, but for a call that outlived redis.timeout
+			// (exactTimeout) on a machine loaded past it: those are kind="timeout", and every
 			// refusal is accounted for by the planted key's data errors or by such timeouts.
 			codes := healthy.get()
 			errs := limiterErrors(scrape(t, p))
