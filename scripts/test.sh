@@ -10,8 +10,8 @@ go mod verify
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-# The checks that only compile and read code, the two other modules, the release build and the
-# fuzz targets run beside the race tests (which mostly wait on sockets, windows and timeouts)
+# The checks that only compile and read code, the two other modules, the release build, the
+# proxy's tests on the standard transport and the fuzz targets run beside the race tests (which mostly wait on sockets, windows and timeouts)
 # in one background job; its output is kept in a file and printed, with its result, once the
 # tests are done.
 checks() {
@@ -47,6 +47,10 @@ checks() {
   done
   "$out/gateway" -version | grep -q '^gateway v0.0.0-ci ' || { echo "scripts/build.sh: gateway -version lacks the version" >&2; exit 1; }
   echo "build.sh: static binaries, gateway -version ok"
+  # The proxy's tests again with net/http's Transport to the upstream (upstream.transport:
+  # standard) instead of the gateway's own pool, so both stay tested.
+  echo "== go test -race ./proxy (upstream.transport: standard)"
+  GATEWAY_TEST_UPSTREAM_TRANSPORT=standard go test -race -count=1 -timeout 5m ./proxy
   # Every fuzz target briefly (FUZZTIME each, default 8s here so the suite stays under eight
   # minutes; make fuzz runs 15s each; FUZZTIME=0 skips them for a quick local run), with one
   # worker each: beside the race tests, a second would only take their CPU.
@@ -64,16 +68,12 @@ set +m
 trap 'kill -- "-$checks_pid" 2>/dev/null || true; wait "$checks_pid" 2>/dev/null || true; rm -rf "$work"' EXIT
 
 echo "== go test -race"
-# -parallel 4: the binary tests marked parallel mostly wait (windows, ttls, write deadlines),
-# so four at a time on two cores; the tests that bound a latency run before them, none of
+# -parallel 8: the binary tests marked parallel mostly wait (windows, ttls, write deadlines),
+# so eight at a time on two cores; the tests that bound a latency run before them, none of
 # them beside.
-go test -race -count=1 -parallel 4 -timeout 15m ./...
-# The proxy's tests again with net/http's Transport to the upstream (upstream.transport:
-# standard) instead of the gateway's own pool, so both stay tested.
-echo "== go test -race ./proxy (upstream.transport: standard)"
-GATEWAY_TEST_UPSTREAM_TRANSPORT=standard go test -race -count=1 -timeout 5m ./proxy
+go test -race -count=1 -parallel 8 -timeout 15m ./...
 
-echo "== go vet, staticcheck, deploy/kubernetes/check, bench module, scripts/build.sh, fuzz (run beside the tests)"
+echo "== go vet, staticcheck, deploy/kubernetes/check, bench module, scripts/build.sh, ./proxy on the standard transport, fuzz (run beside the tests)"
 checks_status=0
 wait "$checks_pid" || checks_status=$?
 cat "$work/checks.log"
