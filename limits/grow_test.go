@@ -9,6 +9,7 @@ import (
 // TestGrow runs the grow suite against the memory store, a standalone redis-server and a
 // 3-master Redis Cluster, each also behind a Guard as the gateway uses it.
 func TestGrow(t *testing.T) {
+	t.Parallel() // servers of its own, and no latency bound
 	for _, b := range backends(t, true) {
 		t.Run(b.name, func(t *testing.T) {
 			t.Parallel()

@@ -176,6 +176,7 @@ func TestHistoryLua(t *testing.T) {
 // Both stores keep the same history: consecutive 1 s windows on Redis (standalone and
 // Cluster) and in process, compared with what was taken.
 func TestHistoryStores(t *testing.T) {
+	t.Parallel() // servers of its own, and no latency bound
 	for _, b := range historyBackends(t) {
 		t.Run(b.name, func(t *testing.T) {
 			s := b.stores(t, 1)[0]
@@ -228,6 +229,7 @@ func TestHistoryStores(t *testing.T) {
 // prefixes of others, punctuation), only those keep says yes to, and leaves nothing behind in
 // Redis once closed: in process, on Redis and on a Cluster (every master read).
 func TestExportSorted(t *testing.T) {
+	t.Parallel() // servers of its own, and no latency bound
 	for _, b := range historyBackends(t) {
 		t.Run(b.name, func(t *testing.T) {
 			s := b.stores(t, 1)[0]
@@ -302,6 +304,7 @@ func TestExportSorted(t *testing.T) {
 // (the settle script), and in process by the same roll. Holds live beside the kept windows in
 // the counter's hash and never count as use.
 func TestHistoryOfReserveTokens(t *testing.T) {
+	t.Parallel() // servers of its own, and no latency bound
 	for _, b := range historyBackends(t) {
 		t.Run(b.name, func(t *testing.T) {
 			ctx := context.Background()
@@ -381,6 +384,7 @@ func nextWindow(win time.Duration) {
 // changes the ended window or leaves its count in the current one; the tenants' next units
 // count from 0.
 func TestHistoryKeptThroughQuotaActions(t *testing.T) {
+	t.Parallel() // servers of its own, and no latency bound
 	for _, b := range historyBackends(t) {
 		t.Run(b.name, func(t *testing.T) {
 			ctx := context.Background()

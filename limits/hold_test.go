@@ -25,6 +25,7 @@ func streamsRule(name string, limit int64, ttl time.Duration) *Rule {
 // TestHolds runs the holds suite against the memory store, a standalone redis-server and a
 // 3-master Redis Cluster.
 func TestHolds(t *testing.T) {
+	t.Parallel() // servers of its own, and no latency bound
 	for _, b := range backends(t, true) {
 		t.Run(b.name, func(t *testing.T) {
 			t.Run("ReserveExact", func(t *testing.T) { testReserveExact(t, b) })

@@ -15,6 +15,7 @@ import (
 // TestQuotas runs the run-time quota suite against the memory store, a standalone
 // redis-server and a 3-master Redis Cluster: two store instances stand for two replicas.
 func TestQuotas(t *testing.T) {
+	t.Parallel() // servers of its own, and no latency bound
 	for _, b := range backends(t, true) {
 		t.Run(b.name, func(t *testing.T) {
 			t.Run("Grant", func(t *testing.T) { testGrant(t, b) })
@@ -431,6 +432,7 @@ func BenchmarkDecisionCostWithQuota(b *testing.B) {
 // On a Cluster, a decision whose tenants are on one master but in different slots is one
 // node script touching several slots: its quota keys are checked and read there too.
 func TestQuotaClusterSlotsOfOneNode(t *testing.T) {
+	t.Parallel() // servers of its own, and no latency bound
 	cl := redistest.StartCluster(t, 3)
 	s := newRedisT(t, cl.Client(t), uniquePrefix())
 	// Slots 0-5460 are the first master's (redis-cli's layout): two ids there, apart.

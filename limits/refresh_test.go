@@ -10,6 +10,7 @@ import (
 // TestRefresh runs the refresh suite against the memory store, a standalone redis-server and a
 // 3-master Redis Cluster, each also behind a Guard as the gateway uses it.
 func TestRefresh(t *testing.T) {
+	t.Parallel() // servers of its own, and no latency bound
 	for _, b := range backends(t, true) {
 		t.Run(b.name, func(t *testing.T) {
 			t.Parallel()

@@ -52,6 +52,7 @@ func used(t *testing.T, s Store, hits []Hit) []int64 {
 }
 
 func TestRefund(t *testing.T) {
+	t.Parallel() // servers of its own, and no latency bound
 	for _, b := range backends(t, true) {
 		t.Run(b.name, func(t *testing.T) {
 			t.Run("GivesBackEveryLimit", func(t *testing.T) {
@@ -183,6 +184,7 @@ func TestRefundOneScriptCall(t *testing.T) {
 // the current window's count alone; where the window is no longer kept (the history
 // shortened since), it is dropped. Windows of 2 s on every store.
 func TestRefundIntoKeptWindow(t *testing.T) {
+	t.Parallel() // servers of its own, and no latency bound
 	for _, b := range historyBackends(t) {
 		t.Run(b.name, func(t *testing.T) {
 			s := b.stores(t, 1)[0]

@@ -113,6 +113,7 @@ func idsOnDistinctNodes(n int) []string {
 // TestStores runs the shared suite against the memory store, a standalone
 // redis-server and a 3-master Redis Cluster.
 func TestStores(t *testing.T) {
+	t.Parallel() // servers of its own, and no latency bound
 	for _, b := range backends(t, true) {
 		t.Run(b.name, func(t *testing.T) {
 			t.Run("Exact", func(t *testing.T) { testExact(t, b) })

@@ -120,6 +120,7 @@ func TestUsagesRedisOneCall(t *testing.T) {
 // TestUsagesClusterOneCallPerNode: on a Cluster, one script call per master holding one of
 // the counters, none on the others.
 func TestUsagesClusterOneCallPerNode(t *testing.T) {
+	t.Parallel() // servers of its own, and no latency bound
 	cl := redistest.StartCluster(t, 3)
 	cc := cl.Client(t)
 	s := newRedisT(t, cc, uniquePrefix())

@@ -98,6 +98,7 @@ return {s, e}
 // TestLuaBoundsMatchGo checks the Lua calendar arithmetic against Go's
 // time package on month/year/leap boundaries and random instants.
 func TestLuaBoundsMatchGo(t *testing.T) {
+	t.Parallel() // servers of its own, and no latency bound
 	c := redistest.Start(t).Client(t)
 	ctx := context.Background()
 	var instants []int64

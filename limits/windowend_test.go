@@ -16,6 +16,7 @@ import (
 // opens that window. The counter must not expire at that window's end under the live hold: the
 // hold still counts (reserved, no room for another), and its refresh and settle find it live.
 func TestHoldOutlivesShortWindow(t *testing.T) {
+	t.Parallel() // servers of its own, and no latency bound
 	for _, b := range historyBackends(t) {
 		t.Run(b.name, func(t *testing.T) {
 			t.Parallel()

@@ -13,6 +13,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 fuzztime=${FUZZTIME:-15s}
+# FUZZPARALLEL, when set, is the number of fuzzing workers per target (go test -parallel;
+# default GOMAXPROCS): scripts/test.sh runs the targets beside the race tests with one.
+parallel=()
+if [ -n "${FUZZPARALLEL:-}" ]; then
+  parallel=(-parallel "$FUZZPARALLEL")
+fi
 targets=(
   "./auth FuzzBearer"
   "./config FuzzParse"
@@ -30,6 +36,6 @@ targets=(
 for t in "${targets[@]}"; do
   read -r pkg name <<<"$t"
   echo "fuzz: $name in $pkg for $fuzztime" >&2
-  ${GO:-go} test -run '^$' -fuzz "^${name}\$" -fuzztime "$fuzztime" -fuzzminimizetime 10s "$pkg"
+  ${GO:-go} test -run '^$' -fuzz "^${name}\$" -fuzztime "$fuzztime" -fuzzminimizetime 10s ${parallel[@]+"${parallel[@]}"} "$pkg"
 done
 echo "fuzz: all ${#targets[@]} targets passed" >&2

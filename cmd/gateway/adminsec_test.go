@@ -112,6 +112,7 @@ func listKeys(t *testing.T, p *proc, token string) map[string]auth.Entry {
 // The gateway receives every one of them (the audit lines prove it) and refuses each: nothing
 // is registered, nothing reloaded, and the attacker's key is refused on the public listener.
 func TestAdminCSRFInChromium(t *testing.T) {
+	t.Parallel()
 	browser := browsertest.Start(t)
 	upURL, upstreamCalls := recordingUpstream(t)
 	keysFile := filepath.Join(t.TempDir(), "keys.yaml")
@@ -207,6 +208,7 @@ Promise.allSettled([
 // {JSON, text/plain, form, none} against the binary; then the gateway keys CLI, which works
 // on the same keys file beside the running gateway, and the page's headers.
 func TestAdminWriteRulesAgainstBinary(t *testing.T) {
+	t.Parallel()
 	upURL, _ := recordingUpstream(t)
 	keysFile := filepath.Join(t.TempDir(), "keys.yaml")
 	const token = "rules-admin-token-0123456789"
@@ -337,6 +339,7 @@ func TestAdminWriteRulesAgainstBinary(t *testing.T) {
 // nothing, while metrics, probes and the read-only usage endpoints keep working; an admin
 // listener that other hosts can reach logs one warning at start saying so.
 func TestAdminWritesNeedToken(t *testing.T) {
+	t.Parallel()
 	upURL, _ := recordingUpstream(t)
 	keysFile := filepath.Join(t.TempDir(), "keys.yaml")
 	p := startGatewayWith(t, startOpts{adminHost: "0.0.0.0"}, fmt.Sprintf("upstream: {url: %q}\nauth: {mode: registry, keys_file: %q}\n", upURL, keysFile))
@@ -382,6 +385,7 @@ func TestAdminWritesNeedToken(t *testing.T) {
 // A DNS-rebinding page makes the browser send a Host of the attacker's: only IP literals,
 // localhost and the names of admin_hosts are served; any other gets 421.
 func TestAdminHostHeaderBinary(t *testing.T) {
+	t.Parallel()
 	upURL, _ := recordingUpstream(t)
 	const token = "host-admin-token-0123456789"
 	p := startGateway(t, upURL, fmt.Sprintf("admin_token: %q\nadmin_hosts: [gateway-admin.internal]\n", token))
@@ -415,6 +419,7 @@ func TestAdminHostHeaderBinary(t *testing.T) {
 // a write with it goes through, and only wrong tokens get 429 with Retry-After. Every write
 // leaves an audit line naming its actor, never a key.
 func TestAdminTLSAndGuessing(t *testing.T) {
+	t.Parallel()
 	upURL, _ := recordingUpstream(t)
 	certFile, keyFile, pool := selfSigned(t)
 	const token = "tls-admin-token-0123456789"
@@ -491,6 +496,7 @@ func TestAdminTLSAndGuessing(t *testing.T) {
 // The audit lines of real writes: the Basic-auth user or "token", the action, the digest (or
 // the path), the result; never the key.
 func TestAdminAuditLines(t *testing.T) {
+	t.Parallel()
 	upURL, _ := recordingUpstream(t)
 	keysFile := filepath.Join(t.TempDir(), "keys.yaml")
 	const token = "audit-admin-token-0123456789"

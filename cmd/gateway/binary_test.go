@@ -129,9 +129,42 @@ func (o startOpts) adminClient() *http.Client {
 	return &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: o.adminCAs}}}
 }
 
+// freeAddrs returns n distinct loopback addresses that were free a moment ago: all n are
+// listened on at once, so that no two are the same port.
+func freeAddrs(t *testing.T, n int) []string {
+	t.Helper()
+	var out []string
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		out = append(out, ln.Addr().String())
+	}
+	return out
+}
+
+// startGatewayWith starts the binary on free ports. Another process (tests run in parallel)
+// can take a port between freeAddrs and the gateway's bind: then the gateway exits at once
+// saying so, and it is started again on other ports, up to five times.
 func startGatewayWith(t *testing.T, o startOpts, body string, args ...string) *proc {
 	t.Helper()
-	p := &proc{public: freeAddr(t), admin: freeAddr(t), out: newSyncBuffer(), done: make(chan error, 1)}
+	for attempt := 1; ; attempt++ {
+		p, portTaken := tryStartGateway(t, o, body, args...)
+		if !portTaken {
+			return p
+		}
+		if attempt == 5 {
+			t.Fatalf("gateway not up: its ports were taken five times:\n%s", p.out.String())
+		}
+	}
+}
+
+func tryStartGateway(t *testing.T, o startOpts, body string, args ...string) (*proc, bool) {
+	t.Helper()
+	addrs := freeAddrs(t, 2)
+	p := &proc{public: addrs[0], admin: addrs[1], out: newSyncBuffer(), done: make(chan error, 1)}
 	adminListen := p.admin
 	if o.adminHost != "" {
 		_, port, _ := net.SplitHostPort(p.admin)
@@ -164,14 +197,29 @@ func startGatewayWith(t *testing.T, o startOpts, body string, args ...string) *p
 		if err == nil {
 			res.Body.Close()
 			if res.StatusCode == 200 {
-				return p
+				return p, false
 			}
+		}
+		select {
+		case exit := <-p.done:
+			p.done <- exit // for the cleanup's receive
+			if strings.Contains(p.out.String(), "address already in use") {
+				return p, true
+			}
+		default:
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("gateway not up: %v\n%s", err, p.out.String())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// stop kills the gateway (SIGKILL, by PID) and waits for it, before the test ends.
+func (p *proc) stop(t *testing.T) {
+	t.Helper()
+	_ = p.cmd.Process.Kill()
+	p.wait(t, 10*time.Second)
 }
 
 // wait returns the exit code, failing the test if the process does not exit in time.
@@ -194,6 +242,7 @@ func (p *proc) wait(t *testing.T, within time.Duration) int {
 }
 
 func TestVersionFlag(t *testing.T) {
+	t.Parallel()
 	out, err := exec.Command(gatewayBin, "-version").CombinedOutput()
 	if err != nil || !strings.HasPrefix(string(out), "gateway v0.0.0-test") {
 		t.Fatalf("-version: %v %q", err, out)
@@ -201,6 +250,7 @@ func TestVersionFlag(t *testing.T) {
 }
 
 func TestBadConfigFailsAtStart(t *testing.T) {
+	t.Parallel()
 	cases := []struct{ cfg, want string }{
 		{"upstream: {url: 'http://127.0.0.1:1'}\nlisen: ':1'\n", "lisen: unknown key"},
 		{"upstream: {url: 'nope://x'}\n", "upstream.url:"},
@@ -237,6 +287,7 @@ func TestBadConfigFailsAtStart(t *testing.T) {
 }
 
 func TestGatewayEndToEnd(t *testing.T) {
+	t.Parallel()
 	var seen []string
 	up := http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)

@@ -18,6 +18,7 @@ import (
 // the upstream sends the next event only once the page has acked the one before (lockstep,
 // through the page's own origin), so an event the gateway held back would stall the stream.
 func TestBrowserReadsV2StreamCrossOrigin(t *testing.T) {
+	t.Parallel()
 	browser := browsertest.Start(t)
 	up := newScenarioUpstream(t)
 	ln, err := net.Listen("tcp", "127.0.0.2:0")

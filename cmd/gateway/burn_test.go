@@ -185,6 +185,7 @@ routes:
 // An early usage report never lowers what a cut answer costs. Both protocols, both upstream
 // transports, the default estimate_max.
 func TestBurnOneRequest(t *testing.T) {
+	t.Parallel()
 	up := newBurnUpstream(t)
 	srv := redistest.Start(t)
 	store := fmt.Sprintf("redis: {addrs: [%q], timeout: 2s}\n", srv.Addr)
@@ -308,6 +309,7 @@ func visitorAsk(t *testing.T, p *proc, ip, fp string) *http.Response {
 // A per-visitor tokens budget: a tokens limit by ip, counted across replicas, IPv6 clients by
 // their /64 as for requests limits.
 func TestTokensPerIPAcrossReplicas(t *testing.T) {
+	t.Parallel()
 	up := tokenUpstream(t)
 	srv := redistest.Start(t)
 	cfg := fmt.Sprintf("redis: {addrs: [%q], timeout: 2s}\n", srv.Addr) + `client_ip: {trusted_proxies: ["127.0.0.1"]}
@@ -380,6 +382,7 @@ routes:
 // A per-visitor cap on answers in flight: a streams limit by ip, across replicas, IPv6 clients
 // by their /64.
 func TestStreamsPerIPAcrossReplicas(t *testing.T) {
+	t.Parallel()
 	up := newGatedUpstream(t)
 	srv := redistest.Start(t)
 	cfg := fmt.Sprintf("redis: {addrs: [%q], timeout: 2s}\n", srv.Addr) + `client_ip: {trusted_proxies: ["127.0.0.1"]}

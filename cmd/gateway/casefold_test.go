@@ -9,6 +9,7 @@ import (
 // 400 invalid_body naming the field, and nothing reaches the upstream; a valid body still
 // arrives byte for byte.
 func TestCaseFoldedFieldsRefused(t *testing.T) {
+	t.Parallel()
 	valid := `[{"id":"m1","role":"user","content":"hi","parts":[{"type":"text","text":"hi"}]}]`
 	for _, tr := range transports {
 		t.Run(tr, func(t *testing.T) {

@@ -48,6 +48,7 @@ var serverLine = regexp.MustCompile(`^gateway: [a-z_0-9]+: [^\n]+\n$`)
 // Help and version print on stdout and exit 0; a usage error is one line on stderr pointing
 // to the help, exits 2 and sends no request.
 func TestHelpVersionAndUsageErrorsCLI(t *testing.T) {
+	t.Parallel()
 	var requests atomic.Int64
 	admin := serveHTTP(t, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		requests.Add(1)
@@ -148,6 +149,7 @@ func TestHelpVersionAndUsageErrorsCLI(t *testing.T) {
 // keys revoke --key-stdin revokes a leaked key given on standard input, against a running
 // gateway whose registry is a keys file, and refuses the key on the command line.
 func TestKeysRevokeKeyStdinCLI(t *testing.T) {
+	t.Parallel()
 	const (
 		leaked = "svc_Qx7stdinLeaked_0123456789abcdefgh"
 		other  = "svc_Qx7stdinOther_0123456789abcdefghi"
@@ -245,6 +247,7 @@ func TestKeysRevokeKeyStdinCLI(t *testing.T) {
 // gateway usage top|show|history read a running gateway's admin API: tables by default, the
 // API's JSON with -json, the API's error code on a refusal.
 func TestUsageCLI(t *testing.T) {
+	t.Parallel()
 	awayFromHourEnd(t)
 	const assistantKey = "svc_dsc_Qx7usageCLI_0123456789abcdef"
 	up, _ := recordingUpstream(t)

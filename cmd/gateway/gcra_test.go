@@ -12,8 +12,10 @@ import (
 // GCRA, 5 per 10 s, through the binary on Redis: five at once, the sixth is told to come back
 // in 2 s (the next unit), not in 10 s (a full bucket), and is admitted when it does.
 func TestGCRARetryAfterBinary(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
-	p := startGateway(t, tokenUpstream(t), fmt.Sprintf(`redis: {addrs: [%q]}
+	// redis.timeout 2s: exact counts are checked, not the timeout (exactTimeout).
+	p := startGateway(t, tokenUpstream(t), fmt.Sprintf(`redis: {addrs: [%q], timeout: 2s}
 limits:
   agent_job_per_project: {limit: 5, window: 10s, algorithm: gcra}
 `, srv.Addr))

@@ -52,6 +52,7 @@ func hopReq(project string, extra ...string) string {
 }
 
 func TestConnectionNamedHeaders(t *testing.T) {
+	t.Parallel()
 	for _, tr := range transports {
 		t.Run(tr, func(t *testing.T) {
 			up := newRawUpstream(t, nil)
@@ -104,6 +105,7 @@ func TestConnectionNamedHeaders(t *testing.T) {
 }
 
 func TestClientIdentityHeadersRemoved(t *testing.T) {
+	t.Parallel()
 	for _, tr := range transports {
 		t.Run(tr, func(t *testing.T) {
 			up := newRawUpstream(t, nil)
@@ -133,8 +135,10 @@ func TestClientIdentityHeadersRemoved(t *testing.T) {
 }
 
 func TestUpgradeRefused(t *testing.T) {
+	t.Parallel()
 	for _, tr := range transports {
 		t.Run(tr, func(t *testing.T) {
+			t.Parallel() // each transport its own upstream and gateway; most of it waits for closes
 			up := newRawUpstream(t, nil)
 			p := startGateway(t, up.URL, "  transport: "+tr+"\n")
 			assistant := func(extra string) string {
@@ -165,6 +169,7 @@ func TestUpgradeRefused(t *testing.T) {
 }
 
 func TestExpectContinueAnsweredAtTheGateway(t *testing.T) {
+	t.Parallel()
 	for _, tr := range transports {
 		t.Run(tr, func(t *testing.T) {
 			up := newRawUpstream(t, nil)

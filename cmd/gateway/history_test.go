@@ -100,9 +100,11 @@ func exportOf(t *testing.T, p *proc, query string) (int, http.Header, string) {
 // Usage driven to known numbers in consecutive 3 s windows, then /usage/history and
 // /usage/export compared exactly; windows past history are gone; every refusal.
 func TestUsageHistoryAndExport(t *testing.T) {
+	t.Parallel()
 	up := tokenUpstream(t)
 	for _, st := range everyStore() {
 		t.Run(st.name, func(t *testing.T) {
+			t.Parallel() // each store its own servers and gateway; the windows are waited out together
 			p := startGateway(t, up, st.start(t)+historyConfig)
 			jobs := func(project string, n int) {
 				t.Helper()
@@ -245,8 +247,10 @@ func TestUsageHistoryAndExport(t *testing.T) {
 // The request path gets no extra command: across window ends (where the ended window's count
 // is kept), MONITOR sees exactly one script call per limited request and nothing else.
 func TestUsageHistoryCostsNothingOnRequestPath(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
-	p := startGateway(t, tokenUpstream(t), fmt.Sprintf("redis: {addrs: [%q]}\n%s", srv.Addr, historyConfig))
+	// redis.timeout 2s: exact counts are checked, not the timeout (exactTimeout).
+	p := startGateway(t, tokenUpstream(t), fmt.Sprintf("redis: {addrs: [%q], timeout: 2s}\n%s", srv.Addr, historyConfig))
 	send(t, p, "POST", "/v2/agent/warm/job", "svc_a", `{"prompt":"x"}`) // preload, connections
 
 	lines, stop := watchMonitor(t, srv.Addr)
@@ -292,10 +296,12 @@ func TestUsageHistoryCostsNothingOnRequestPath(t *testing.T) {
 // label and org (a label with a comma and quotes quoted as CSV does), and a monthly limit keeps
 // 13 ended months by default.
 func TestUsageExportOfRegisteredKeys(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	up := tokenUpstream(t)
+	// redis.timeout 2s: exact counts are checked, not the timeout (exactTimeout).
 	cfg := fmt.Sprintf(`admin_token: %q
-redis: {addrs: [%q]}
+redis: {addrs: [%q], timeout: 2s}
 auth: {mode: registry}
 orgs:
   acme: {domains: [acme-docs], plan: gold}
@@ -348,6 +354,7 @@ plans:
 // With Redis down, history and exports answer 503 limiter_unavailable with Retry-After, like
 // every admin read; the refusals that need no store still come first.
 func TestUsageHistoryRedisDown(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	p := startGateway(t, tokenUpstream(t), fmt.Sprintf("redis: {addrs: [%q]}\n%s", srv.Addr, historyConfig))
 	srv.Stop(t)

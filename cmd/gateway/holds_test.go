@@ -221,6 +221,7 @@ func startReplicas(t *testing.T, up string, st holdStore, cfg string) []*proc {
 // and answers of 100 tokens: exactly 10 are admitted (10 at the upstream at once), the final
 // use is exactly 1,000, and nothing more is admitted in the window.
 func TestTokenReserveExactUnderConcurrency(t *testing.T) {
+	t.Parallel()
 	for _, st := range holdStores() {
 		t.Run(st.name, func(t *testing.T) {
 			up := newGatedUpstream(t)
@@ -275,6 +276,7 @@ func TestTokenReserveExactUnderConcurrency(t *testing.T) {
 // the first answers finish more are admitted: 10, then 5, 2, 1 and 1, and the budget ends at
 // 950 used with less than a reserve left.
 func TestTokenReserveRefundsAdmitMore(t *testing.T) {
+	t.Parallel()
 	for _, st := range holdStores() {
 		t.Run(st.name, func(t *testing.T) {
 			up := newGatedUpstream(t)
@@ -315,6 +317,7 @@ routes:
 // upstream, the others refused 429 rate_limited naming the limit with Retry-After: 1; the
 // slots come back when the answers end.
 func TestStreamsCapAtUpstream(t *testing.T) {
+	t.Parallel()
 	for _, st := range holdStores() {
 		t.Run(st.name, func(t *testing.T) {
 			up := newGatedUpstream(t)
@@ -352,8 +355,10 @@ func TestStreamsCapAtUpstream(t *testing.T) {
 // the other replica sees them held (it denies for the slots) until reserve_ttl, then they
 // come back by themselves, never charged.
 func TestHoldsOfKilledReplicaComeBack(t *testing.T) {
+	t.Parallel()
 	for _, st := range holdStores()[1:] {
 		t.Run(st.name, func(t *testing.T) {
+			t.Parallel() // each store its own servers, gateways and upstream; the ttl is waited out together
 			up := newGatedUpstream(t)
 			const ttl = 3 * time.Second
 			ps := startReplicas(t, up.url, st, `orgs: {acme: [acme-docs]}
@@ -406,9 +411,11 @@ routes:
 // take, which also takes the hold and the slot) and one when the answer ends (the settle), and
 // no other command.
 func TestHoldsOneScriptCallPerAdmission(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	up := newGatedUpstream(t)
-	p := startGateway(t, up.url, fmt.Sprintf("redis: {addrs: [%q]}\n", srv.Addr)+`orgs: {acme: [acme-docs], globex: [globex-docs]}
+	// redis.timeout 2s: exact counts are checked, not the timeout (exactTimeout).
+	p := startGateway(t, up.url, fmt.Sprintf("redis: {addrs: [%q], timeout: 2s}\n", srv.Addr)+`orgs: {acme: [acme-docs], globex: [globex-docs]}
 limits:
   assistant_tokens_per_org: {limit: 1000, window: month, by: org, unit: tokens, reserve: 100}
   assistant_streams_per_org: {limit: 5, by: org, unit: streams}
@@ -466,9 +473,11 @@ routes:
 // answer's tokens when the answer ran past reserve_ttl, during which its hold stayed counted
 // (refreshed) and did not expire.
 func TestHoldSettlement(t *testing.T) {
+	t.Parallel()
 	up := newGatedUpstream(t)
 	srv := redistest.Start(t)
-	p := startGateway(t, up.url, fmt.Sprintf("redis: {addrs: [%q]}\n", srv.Addr)+`orgs: {acme: [acme-docs]}
+	// redis.timeout 2s: exact counts are checked, not the timeout (exactTimeout).
+	p := startGateway(t, up.url, fmt.Sprintf("redis: {addrs: [%q], timeout: 2s}\n", srv.Addr)+`orgs: {acme: [acme-docs]}
 limits:
   assistant_tokens_per_org: {limit: 1000, window: month, by: org, unit: tokens, reserve: 100, reserve_ttl: 1s}
   assistant_streams_per_org: {limit: 1, by: org, unit: streams}
@@ -555,6 +564,7 @@ func grepLines(s, sub string) string {
 
 // Holds and streams limits are refused where they mean nothing, each naming its key.
 func TestHoldConfigRefused(t *testing.T) {
+	t.Parallel()
 	const up = "upstream: {url: 'http://127.0.0.1:1'}\norgs: {acme: [acme-docs]}\n"
 	cases := []struct{ limits, want string }{
 		{"s: {limit: 5, window: hour, by: org, unit: streams}", "limits.s.window: a streams limit counts answers in flight and has no window"},
@@ -601,6 +611,7 @@ routes:
 // /usage/top and the usage page show what answers in flight hold beside what they used, and
 // the streams in flight.
 func TestReservedInTopAndPage(t *testing.T) {
+	t.Parallel()
 	for _, st := range holdStores() {
 		t.Run(st.name, func(t *testing.T) {
 			up := newGatedUpstream(t)
@@ -643,6 +654,7 @@ routes:
 // reserve and is settled; once it has none, answers are admitted without a hold and debited
 // after they end, so no token is lost to it.
 func TestShadowReserveDebitsWithoutRoom(t *testing.T) {
+	t.Parallel()
 	up := newGatedUpstream(t)
 	p := startGateway(t, up.url, `orgs: {acme: [acme-docs]}
 limits:

@@ -164,6 +164,7 @@ func exerciseKeysCLI(t *testing.T, k *keyCLI) {
 }
 
 func TestKeysCLIKeysFile(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	keysFile := filepath.Join(dir, "keys.yaml")
 	cfg := writeConfig(t, fmt.Sprintf("upstream: {url: 'http://127.0.0.1:1'}\nauth: {mode: registry, keys_file: %q}\nplans: {enterprise: {}}\n", keysFile))
@@ -304,6 +305,7 @@ func scanAll(ctx context.Context, rc *redis.Client) ([]string, error) {
 }
 
 func TestKeysCLIRedisCluster(t *testing.T) {
+	t.Parallel()
 	cl := redistest.StartCluster(t, 3)
 	addrs := `["` + strings.Join(cl.Addrs, `", "`) + `"]`
 	cfg := writeConfig(t, "upstream: {url: 'http://127.0.0.1:1'}\nredis: {addrs: "+addrs+"}\nplans: {enterprise: {}}\n")
@@ -313,6 +315,7 @@ func TestKeysCLIRedisCluster(t *testing.T) {
 
 // The Redis store is down: the CLI fails within its time bound, exit 1.
 func TestKeysCLIRedisDown(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	srv.Stop(t)
 	cfg := writeConfig(t, fmt.Sprintf("upstream: {url: 'http://127.0.0.1:1'}\nredis: {addrs: [%q]}\n", srv.Addr))

@@ -11,6 +11,7 @@ import (
 // A keys file whose revocation is a bare date: the key is refused (401) by the binary from
 // that date on, and one revoked at a date to come still works.
 func TestKeysFileDateOnlyRevocation(t *testing.T) {
+	t.Parallel()
 	up, _ := recordingUpstream(t)
 	keys := filepath.Join(t.TempDir(), "keys.yaml")
 	const gone, later = "svc_dsc_revokedbydate0001", "svc_dsc_revokedlater00001"
@@ -34,6 +35,7 @@ func TestKeysFileDateOnlyRevocation(t *testing.T) {
 // -dev (and make demo) print the in-process store's warning as a plain line: stack traces are
 // for errors only.
 func TestDevWarningHasNoStackTrace(t *testing.T) {
+	t.Parallel()
 	up, _ := recordingUpstream(t)
 	p := startGateway(t, up, "", "-dev")
 	out := p.out.String()

@@ -52,6 +52,7 @@ func reloadAll(t *testing.T, ps []*proc, limits string) {
 // and their tokens land in the tokens counter, which /usage/history and /usage/export still
 // show with ?unit=tokens: 600 + 4 × 70.
 func TestUnitChangeByReload(t *testing.T) {
+	t.Parallel()
 	const tokens = "change_per_org: {limit: 1000, window: 60s, by: org, unit: tokens, reserve: 100, history: 3}\n"
 	const requests = "change_per_org: {limit: 20, window: 60s, by: org, history: 3}\n"
 	for _, st := range holdStores() {
@@ -136,6 +137,7 @@ func historyIn(t *testing.T, p *proc, limit, id, unit string) historyT {
 // and the 10 answers' 50 tokens each are billed to the 30 s window they end in, where
 // /usage/history and the export read them: 500.
 func TestWindowChangeByReload(t *testing.T) {
+	t.Parallel()
 	const limit = "change_per_org: {limit: 1000, window: %s, by: org, unit: tokens, reserve: 100, history: 3}\n"
 	for _, st := range holdStores() {
 		t.Run(st.name, func(t *testing.T) {
@@ -211,6 +213,7 @@ func TestWindowChangeByReload(t *testing.T) {
 // over the kept windows each org's rows and its /usage/history add up to the requests the
 // client saw admitted.
 func TestPlanChangeOfWindow(t *testing.T) {
+	t.Parallel()
 	const base = "admin_token: " + adminToken + `
 routes:
   - name: assistant_message

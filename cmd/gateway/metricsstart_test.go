@@ -18,9 +18,11 @@ import (
 // evaluates from the start. gateway_build_info and the config reload series are there too,
 // and the reload series follow a rejected and an applied reload.
 func TestMetricsAtStart(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
+	// redis.timeout 2s: exact series values are checked, not the timeout (exactTimeout).
 	const cfgBody = `admin_token: %q
-redis: {addrs: [%q]}
+redis: {addrs: [%q], timeout: 2s}
 auth: {failure_limit: 20}
 orgs:
   acme: [acme-docs]

@@ -110,6 +110,7 @@ func openBreakers(m map[string]float64) (open []string, nodes int) {
 
 // A known mix of requests, then the scrape compared number for number.
 func TestMetricsNumberForNumber(t *testing.T) {
+	t.Parallel()
 	p := startGateway(t, platform(t), fmt.Sprintf(`admin_token: %q
 orgs:
   acme: [acme-docs, acme-api]
@@ -197,6 +198,7 @@ routes:
 }
 
 func TestUsageAPI(t *testing.T) {
+	t.Parallel()
 	p := startGateway(t, platform(t), fmt.Sprintf("admin_token: %q\norgs:\n  acme: [acme-docs]\nclient_ip:\n  trusted_proxies: [127.0.0.1]\n", adminToken))
 	for range 3 {
 		send(t, p, "POST", "/v2/agent/proj-7/job", "svc_u", `{"prompt":"x"}`)

@@ -16,6 +16,7 @@ import (
 // The largest limits the config accepts are counted exactly by both stores, which report the
 // same; one more is refused at load (-check-config included) naming its key, plans too.
 func TestLargestLimitOnBothStores(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct{ cfg, want string }{
 		{"limits: {agent_job_per_project: {limit: 1000000000000000000}}", "limits.agent_job_per_project.limit: 1000000000000000000 is above 9007199254740991"},
 		{"limits: {agent_job_per_project: {limit: 9007199254740992}}", "limits.agent_job_per_project.limit: 9007199254740992 is above 9007199254740991"},
@@ -42,7 +43,8 @@ routes:
 	up := platform(t)
 	srv := redistest.Start(t)
 	var seen []string
-	for _, redisCfg := range []string{"", fmt.Sprintf("redis: {addrs: [%q]}\n", srv.Addr)} {
+	// redis.timeout 2s: exact counts are checked, not the timeout (exactTimeout).
+	for _, redisCfg := range []string{"", fmt.Sprintf("redis: {addrs: [%q], timeout: 2s}\n", srv.Addr)} {
 		p := startGateway(t, up, redisCfg+cfg)
 		var last string
 		for i := int64(1); i <= 3; i++ {
@@ -85,6 +87,7 @@ routes:
 // second shadow limit keeps counting once the first is spent: in the RateLimit header, the
 // usage API and /usage/top, in process, on Redis and on a Cluster.
 func TestShadowLimitsSpentOneAfterAnother(t *testing.T) {
+	t.Parallel()
 	up := platform(t)
 	const cfg = `limits:
   agent_job_per_project: {limit: 100, window: hour}
@@ -151,8 +154,7 @@ routes:
 type redisCounter struct{ client *redis.Client }
 
 func newRedisCounter(t *testing.T, redisCfg string) *redisCounter {
-	addr := strings.TrimSuffix(strings.TrimPrefix(redisCfg, `redis: {addrs: ["`), "\"]}\n")
-	c := redis.NewClient(&redis.Options{Addr: addr})
+	c := redis.NewClient(&redis.Options{Addr: storeAddrs(t, redisCfg)[0]})
 	t.Cleanup(func() { c.Close() })
 	return &redisCounter{c}
 }

@@ -115,7 +115,8 @@ func TestQuotaActions(t *testing.T) {
 	up, _ := recordingUpstream(t)
 	t.Run("redis", func(t *testing.T) {
 		srv := redistest.Start(t)
-		cfg := fmt.Sprintf("redis: {addrs: [%q]}\n%s", srv.Addr, quotaCfg)
+		// redis.timeout 2s: exact counts are checked, not the timeout (exactTimeout).
+		cfg := fmt.Sprintf("redis: {addrs: [%q], timeout: 2s}\n%s", srv.Addr, quotaCfg)
 		a, b := startGateway(t, up, cfg), startGateway(t, up, cfg)
 		exerciseQuotas(t, a, b, srv)
 		// Every replica restarts: grants, overrides and the trail are Redis'.
@@ -292,7 +293,8 @@ func TestQuotaOnRedisCluster(t *testing.T) {
 	for i, a := range cl.Addrs {
 		addrs[i] = strconv.Quote(a)
 	}
-	cfg := fmt.Sprintf("redis: {addrs: [%s]}\nclient_ip: {trusted_proxies: [127.0.0.1]}\n%s  assistant_per_org: {limit: 5}\n", strings.Join(addrs, ", "), quotaCfg)
+	// redis.timeout 2s: exact counts are checked, not the timeout (exactTimeout).
+	cfg := fmt.Sprintf("redis: {addrs: [%s], timeout: 2s}\nclient_ip: {trusted_proxies: [127.0.0.1]}\n%s  assistant_per_org: {limit: 5}\n", strings.Join(addrs, ", "), quotaCfg)
 	a, b := startGateway(t, up, cfg), startGateway(t, up, cfg)
 	master := func(key string) string { return cl.MasterOf(t, key).Addr }
 

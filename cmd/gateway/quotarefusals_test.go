@@ -18,9 +18,11 @@ import (
 // Every refusal of the /quota endpoints, against the binary, on Redis and in process: the
 // status, the code and the field named, and that nothing was changed or recorded.
 func TestQuotaRefusals(t *testing.T) {
+	t.Parallel()
 	up, _ := recordingUpstream(t)
 	srv := redistest.Start(t)
-	stores := map[string]string{"memory": "", "redis": fmt.Sprintf("redis: {addrs: [%q]}\n", srv.Addr)}
+	// redis.timeout 2s: exact counts are checked, not the timeout (exactTimeout).
+	stores := map[string]string{"memory": "", "redis": fmt.Sprintf("redis: {addrs: [%q], timeout: 2s}\n", srv.Addr)}
 	for name, store := range stores {
 		t.Run(name, func(t *testing.T) {
 			checkQuotaRefusals(t, startGateway(t, up, store+quotaCfg))
@@ -173,6 +175,7 @@ func checkQuotaRefusals(t *testing.T, p *proc) {
 // Writes are refused until admin_token is set, reads are open on a loopback listener like
 // the other admin reads.
 func TestQuotaWritesNeedToken(t *testing.T) {
+	t.Parallel()
 	up, _ := recordingUpstream(t)
 	p := startGateway(t, up, "limits:\n  agent_job_per_project: {limit: 3}\n")
 	for _, c := range []struct{ method, path, body string }{
@@ -196,6 +199,7 @@ func TestQuotaWritesNeedToken(t *testing.T) {
 
 // The CLI against the binary: each command, its refusals and exit codes.
 func TestQuotaCLI(t *testing.T) {
+	t.Parallel()
 	up, _ := recordingUpstream(t)
 	p := startGateway(t, up, quotaCfg)
 	run := func(token string, args ...string) (int, string, string) {
@@ -249,6 +253,7 @@ func TestQuotaCLI(t *testing.T) {
 // to an override, through the API and the CLI, on Redis and in process; nothing is recorded,
 // and the override it points to is taken.
 func TestGrantOnStreamsLimitRefused(t *testing.T) {
+	t.Parallel()
 	up, _ := recordingUpstream(t)
 	cfg := `admin_token: ` + quotaToken + `
 orgs: {acme: [acme-docs]}
@@ -290,9 +295,11 @@ routes:
 // audit entry whose actor and reason hold a bidi override, a line separator and a zero-width
 // space) is shown without them: by gateway quota audit and on the usage page.
 func TestQuotaAuditHidesStoredMisleadingText(t *testing.T) {
+	t.Parallel()
 	up, _ := recordingUpstream(t)
 	srv := redistest.Start(t)
-	p := startGateway(t, up, fmt.Sprintf("redis: {addrs: [%q]}\n%s", srv.Addr, quotaCfg))
+	// redis.timeout 2s: exact counts are checked, not the timeout (exactTimeout).
+	p := startGateway(t, up, fmt.Sprintf("redis: {addrs: [%q], timeout: 2s}\n%s", srv.Addr, quotaCfg))
 	entry := `{"time":"2026-11-25T12:00:00Z","actor":"\u202eecila","action":"grant","limit":"agent_job_per_project","id":"p1",` +
 		`"before":{"limit":3,"used":0,"granted":0},"after":{"limit":4,"used":0,"granted":1},"reason":"ok\u2028FORGED LINE\u200b","amount":1}`
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr})

@@ -15,11 +15,13 @@ import (
 // grants, the overrides in force and the newest audit entries, with hostile reasons and user
 // names as text, and no console error. QUOTA_SCREENSHOT=path keeps the screenshot there.
 func TestQuotaPageInBrowser(t *testing.T) {
+	t.Parallel()
 	awayFromHourEnd(t)
 	browser := browsertest.Start(t)
 	up, _ := recordingUpstream(t)
 	srv := redistest.Start(t)
-	p := startGateway(t, up, fmt.Sprintf("redis: {addrs: [%q]}\n%s", srv.Addr, quotaCfg))
+	// redis.timeout 2s: exact counts are checked, not the timeout (exactTimeout).
+	p := startGateway(t, up, fmt.Sprintf("redis: {addrs: [%q], timeout: 2s}\n%s", srv.Addr, quotaCfg))
 	jobs(t, p, "acme-site", 2)
 	jobs(t, p, "blocked", 1)
 	mustStatus(t, quotaAPI(t, p, "alice", "POST", "/quota/grants", `{"limit":"agent_job_per_project","id":"acme-site","amount":1500,"reason":"ticket 4711: launch week"}`), 201)

@@ -52,6 +52,7 @@ func sendFrom(t *testing.T, client *http.Client, p *proc, path, key, xff, body s
 }
 
 func TestInventedKeysLeaveTheQuota(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	for _, store := range []string{"memory", "redis"} {
 		for _, tr := range transports {
@@ -60,7 +61,8 @@ func TestInventedKeysLeaveTheQuota(t *testing.T) {
 				cfg := "  transport: " + tr + "\nclient_ip: {trusted_proxies: [\"127.0.0.1/32\"]}\n"
 				if store == "redis" {
 					srv.Client(t).FlushAll(t.Context())
-					cfg += fmt.Sprintf("redis: {addrs: [%q]}\n", srv.Addr)
+					// redis.timeout 2s: exact counts are checked, not the timeout (exactTimeout).
+					cfg += fmt.Sprintf("redis: {addrs: [%q], timeout: 2s}\n", srv.Addr)
 				}
 				p := startGateway(t, up.URL, cfg)
 				client := &http.Client{Timeout: 10 * time.Second}
@@ -151,6 +153,7 @@ func TestInventedKeysLeaveTheQuota(t *testing.T) {
 // request of an address that collected 30 upstream 401s is refused at the gateway, 429
 // too_many_auth_failures, and never forwarded.
 func TestUpstreamRefusalsCountAgainstTheBudget(t *testing.T) {
+	t.Parallel()
 	for _, tr := range transports {
 		t.Run(tr, func(t *testing.T) {
 			up := keyUpstream(t)

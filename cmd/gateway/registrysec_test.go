@@ -36,6 +36,7 @@ var plainGateway = sync.OnceValues(func() (string, error) {
 // gateway, all writing the same keys file: every CLI that says "revoked" has revoked (the key
 // is refused afterwards), and every key the API added is there.
 func TestKeysFileConcurrentWriters(t *testing.T) {
+	t.Parallel()
 	cli, err := plainGateway()
 	if err != nil {
 		t.Fatal(err)
@@ -147,6 +148,7 @@ func TestKeysFileConcurrentWriters(t *testing.T) {
 // project (domains read as projects): the request path refuses a key whose entry is of the
 // other family, on a keys file and on Redis alike.
 func TestRegistryKindAgainstFamily(t *testing.T) {
+	t.Parallel()
 	up, calls := recordingUpstream(t)
 	const adminKey = "svc_kindMismatch0123456789abcdefghij"
 	const asstKey = "svc_dsc_kindMismatch0123456789abcdefgh"
@@ -199,6 +201,7 @@ func TestRegistryKindAgainstFamily(t *testing.T) {
 // next reload: the gateway refuses to start (exit 2), naming both options, as -check-config
 // does.
 func TestRegistryWithoutStorageRefused(t *testing.T) {
+	t.Parallel()
 	cfg := writeConfig(t, fmt.Sprintf("listen: %q\nadmin_listen: %q\nupstream: {url: 'http://127.0.0.1:1'}\nauth: {mode: registry}\n", freeAddr(t), freeAddr(t)))
 	for _, args := range [][]string{{"-config", cfg}, {"-check-config", "-config", cfg}} {
 		out, err := exec.Command(gatewayBin, args...).CombinedOutput()
@@ -212,6 +215,7 @@ func TestRegistryWithoutStorageRefused(t *testing.T) {
 // Re-adding an active key keeps its scheduled revocation and its creation time, unless the
 // request sets them; on the keys file and on Redis, through the API and the CLI.
 func TestReAddKeepsRevocation(t *testing.T) {
+	t.Parallel()
 	up, _ := recordingUpstream(t)
 	const token = "readd-admin-token-0123456789"
 	const key = "svc_readdKey0123456789abcdefghijklm"
@@ -275,6 +279,7 @@ func TestReAddKeepsRevocation(t *testing.T) {
 // Keys registered by value must be strong (24 characters of [A-Za-z0-9_-] after the prefix);
 // `gateway keys generate` makes one, and with --add registers its digest.
 func TestWeakKeysAndGenerate(t *testing.T) {
+	t.Parallel()
 	up, _ := recordingUpstream(t)
 	const token = "weak-admin-token-0123456789"
 	keysFile := filepath.Join(t.TempDir(), "keys.yaml")
@@ -315,6 +320,7 @@ func TestWeakKeysAndGenerate(t *testing.T) {
 // A password in a URL-like config value never comes back: not in the exit message of a bad
 // start, not in POST /reload's 422, not in the error log, not on the usage page.
 func TestConfigSecretsRedacted(t *testing.T) {
+	t.Parallel()
 	const secret = "S3cretRedisPa55word"
 	bad := fmt.Sprintf("upstream: {url: 'http://127.0.0.1:1'}\nredis: {addrs: ['redis://default:%s@127.0.0.1:6379']}\n", secret)
 	out, err := exec.Command(gatewayBin, "-config", writeConfig(t, bad)).CombinedOutput()

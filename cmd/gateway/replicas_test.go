@@ -65,6 +65,7 @@ func burst(t *testing.T, gws []*proc, n int, path, key, body string, header http
 // Two gateway binaries sharing one real Redis admit exactly the limit between them, and one
 // script call decides each admitted or denied request.
 func TestReplicasShareRedis(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	client := srv.Client(t)
 	upURL, upCount := recordingUpstream(t)
@@ -185,6 +186,7 @@ func limitedOK(t *testing.T, p *proc) bool {
 // client): a burst admits exactly the limit, and an assistant request, whose three counters
 // live on different nodes, stays all-or-nothing.
 func TestReplicasOnRedisCluster(t *testing.T) {
+	t.Parallel()
 	cl := redistest.StartCluster(t, 3)
 	upURL, upCount := recordingUpstream(t)
 	addrs := make([]string, len(cl.Addrs))
@@ -219,6 +221,7 @@ func TestReplicasOnRedisCluster(t *testing.T) {
 
 // Through Sentinel (master_name set): the gateway finds the master and limits exactly.
 func TestRedisSentinel(t *testing.T) {
+	t.Parallel()
 	master := redistest.Start(t)
 	sentinel := redistest.StartSentinel(t, "gwmaster", master)
 	upURL, _ := recordingUpstream(t)

@@ -32,6 +32,7 @@ func secretSuffix(t *testing.T) string {
 // the request takes: accepted, rejected (401, 403, 400, 413, 415, 404, 405), rate limited
 // (429), limiter down (503), upstream failing (502, 504).
 func TestNoKeyLeaks(t *testing.T) {
+	t.Parallel()
 	suffixes := map[string]string{}
 	for _, name := range []string{"admin", "assistant", "family", "long", "malformed", "badchar", "usage"} {
 		suffixes[name] = secretSuffix(t)

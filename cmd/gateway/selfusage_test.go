@@ -150,6 +150,7 @@ self_usage: {per_key_per_minute: 12}
 // as the admin listener's for the same counters, read by another replica than the one that
 // counted, and the isolation rules.
 func TestSelfUsageBinary(t *testing.T) {
+	t.Parallel()
 	const (
 		keyA       = "svc_dsc_selfusageacme0123456789abcd" // acme (gold plan), acme-docs
 		keyG       = "svc_dsc_selfusageglobex0123456789ab" // globex, globex-docs
@@ -330,11 +331,13 @@ routes:
 // (MONITOR sees it and nothing else), and one per node holding one of its counters on a
 // Cluster (INFO commandstats of every node).
 func TestSelfUsageOneRoundTrip(t *testing.T) {
+	t.Parallel()
 	const key = "svc_dsc_roundtrip0123456789abcdefgh"
 	q := "route=assistant_message&domain=acme-docs"
 	t.Run("redis", func(t *testing.T) {
 		srv := redistest.Start(t)
-		p := startGateway(t, "http://127.0.0.1:1", fmt.Sprintf("redis: {addrs: [%q]}\n", srv.Addr)+roundTripConfig)
+		// redis.timeout 2s: exact counts are checked, not the timeout (exactTimeout).
+		p := startGateway(t, "http://127.0.0.1:1", fmt.Sprintf("redis: {addrs: [%q], timeout: 2s}\n", srv.Addr)+roundTripConfig)
 		selfUsage(t, p, q, key, 200) // connections and scripts are warm
 		lines, stop := watchMonitor(t, srv.Addr)
 		a, _, _ := selfUsage(t, p, q, key, 200)
@@ -355,7 +358,8 @@ func TestSelfUsageOneRoundTrip(t *testing.T) {
 	})
 	t.Run("cluster", func(t *testing.T) {
 		cl := redistest.StartCluster(t, 3)
-		p := startGateway(t, "http://127.0.0.1:1", fmt.Sprintf("redis: {addrs: [%s]}\n", quoteAll(cl.Addrs))+roundTripConfig)
+		// redis.timeout 2s: exact counts are checked, not the timeout (exactTimeout).
+		p := startGateway(t, "http://127.0.0.1:1", fmt.Sprintf("redis: {addrs: [%s], timeout: 2s}\n", quoteAll(cl.Addrs))+roundTripConfig)
 		selfUsage(t, p, q, key, 200)
 		// The masters of the counters' hash tags: the key's digest, the org, the address.
 		cc := cl.Client(t)
@@ -397,6 +401,7 @@ func TestSelfUsageOneRoundTrip(t *testing.T) {
 // burn 10 per 2 s (18,000 an hour), so the 30 left last 6 s more, before the window ends; read
 // again 14 s in, the same ten make 30 last 42 s, past the end: no runs_out_at.
 func TestSelfUsageForecastOfAKnownBurn(t *testing.T) {
+	t.Parallel()
 	const key = "svc_forecast0123456789abcdefghijkl"
 	up := serveHTTP(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(201) }))
 	for _, st := range holdStores() {
@@ -457,6 +462,7 @@ func TestSelfUsageForecastOfAKnownBurn(t *testing.T) {
 // refusal of its query too; the same page cannot read an answer about an admin route, and a
 // page of another origin reads nothing.
 func TestSelfUsageBrowserCrossOrigin(t *testing.T) {
+	t.Parallel()
 	browser := browsertest.Start(t)
 	serve := func(host string) (string, func(page string)) {
 		ln, err := net.Listen("tcp", host+":0")

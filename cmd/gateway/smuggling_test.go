@@ -13,6 +13,7 @@ import (
 // gateway then forwards it well-formed (its own Content-Length, the exact body) and closes the
 // connection after answering, so nothing after the body can be read as a second request.
 func TestTransferEncodingWithContentLength(t *testing.T) {
+	t.Parallel()
 	up := newBodyUpstream(t)
 	p := startGateway(t, up.URL, hostileConfig)
 	const body = `{"prompt":"x"}`
@@ -33,6 +34,7 @@ func TestTransferEncodingWithContentLength(t *testing.T) {
 }
 
 func TestNoRequestSmuggledBehindChunkedBody(t *testing.T) {
+	t.Parallel()
 	up := newBodyUpstream(t)
 	p := startGateway(t, up.URL, hostileConfig)
 	req := "POST /v2/agent/hostile/job HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer svc_hostile\r\n" +

@@ -179,6 +179,7 @@ func mustRequest(t *testing.T, method, url string) *http.Request {
 // Without Redis, keys added through the admin API are written to auth.keys_file, so they
 // work at once and survive a reload; a revoked one stops working.
 func TestAdminKeysWithKeysFile(t *testing.T) {
+	t.Parallel()
 	upURL, _ := recordingUpstream(t)
 	keysFile := t.TempDir() + "/keys.yaml"
 	const token = "keys-admin-token-0123456789"
@@ -221,6 +222,7 @@ func sha256hex(s string) string {
 
 // log.buffer batches lines; what is buffered still reaches the log at shutdown.
 func TestBufferedLogFlushedAtShutdown(t *testing.T) {
+	t.Parallel()
 	upURL, _ := recordingUpstream(t)
 	p := startGateway(t, upURL, "log:\n  buffer: 65536\n")
 	if r := send(t, p, "POST", "/v2/agent/p/job", "svc_buffered", `{"prompt":"x"}`); r.StatusCode != 201 {

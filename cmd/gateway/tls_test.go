@@ -60,6 +60,7 @@ func selfSigned(t *testing.T) (certFile, keyFile string, pool *x509.CertPool) {
 
 // With tls: the public listener serves HTTPS with HTTP/2, and streams still flow part by part.
 func TestTLSListenerStreamsOverHTTP2(t *testing.T) {
+	t.Parallel()
 	release := make(chan struct{})
 	upURL := serveHTTP(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")

@@ -218,6 +218,7 @@ func sendTraced(t *testing.T, p *proc, path, key, body, traceparent string) *htt
 // and OTLP/gRPC: names, attributes, parent links, the upstream's traceparent, a stream's span
 // ending after its last part, and no key bytes anywhere in what was exported.
 func TestTracingEndToEnd(t *testing.T) {
+	t.Parallel()
 	for _, proto := range []string{"http/protobuf", "grpc"} {
 		t.Run(proto, func(t *testing.T) {
 			var rcv *otlpReceiver
@@ -344,6 +345,7 @@ orgs: {acme: [acme-docs]}
 // trust_incoming: false starts a new trace and links it to the client's, and the upstream
 // joins the gateway's trace, not the client's.
 func TestTracingUntrustedIncoming(t *testing.T) {
+	t.Parallel()
 	rcv := startOTLPHTTP(t)
 	up := newTraceUpstream(t)
 	p := startGateway(t, up.url, fmt.Sprintf("tracing: {enabled: true, endpoint: %q, trust_incoming: false}\n", "http://"+rcv.addr))
@@ -397,6 +399,7 @@ func TestTracingCollectorDown(t *testing.T) {
 // The request histogram carries the trace id as an exemplar when the scraper asks for
 // OpenMetrics, and SIGTERM exports the spans still queued before the process exits.
 func TestTracingExemplarsAndShutdownFlush(t *testing.T) {
+	t.Parallel()
 	rcv := startOTLPHTTP(t)
 	up := newTraceUpstream(t)
 	p := startGateway(t, up.url, fmt.Sprintf("tracing: {enabled: true, endpoint: %q}\n", "http://"+rcv.addr))

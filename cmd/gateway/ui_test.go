@@ -24,6 +24,7 @@ import (
 // the gateway's state; looking up any tenant (an org, an IP, a key digest) through the usage
 // API; refreshing itself in place, with no console error.
 func TestUsagePageInBrowser(t *testing.T) {
+	t.Parallel()
 	browser := browsertest.Start(t)
 	up := tokenUpstream(t)
 	const token = "ui-admin-token-0123456789"

@@ -226,6 +226,7 @@ routes:
 }
 
 func TestStreamScenariosV1AndV2(t *testing.T) {
+	t.Parallel()
 	up := newScenarioUpstream(t)
 	p := startGateway(t, up.url, strings.Replace(scenarioConfig(), "  tight: [tight]", "  tight: {domains: [tight], plan: small}", 1))
 	client := hardClient(30 * time.Second)

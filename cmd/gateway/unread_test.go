@@ -41,6 +41,7 @@ client_ip: {trusted_proxies: ["127.0.0.1/32"]}
 }
 
 func TestEarlyAnswersWithUnsentBody(t *testing.T) {
+	t.Parallel()
 	for _, tr := range transports {
 		t.Run(tr, func(t *testing.T) {
 			up := newRawUpstream(t, nil)

@@ -113,6 +113,7 @@ func checkTop(t *testing.T, got topJSON, name, window, unit string, want []wantT
 // numbers; streamed answers' tokens are counted from the usage the upstream sent (also when
 // the stream breaks off after some e: parts), and a tokens limit denies once spent.
 func TestUsageTopAndTokens(t *testing.T) {
+	t.Parallel()
 	up := tokenUpstream(t)
 	const cfg = `
 orgs:
@@ -284,8 +285,10 @@ func quoteAll(ss []string) string {
 // The request path sends nothing new to Redis: MONITOR sees exactly one script call per
 // limited request and no other command, while /usage/top's reads happen only when asked.
 func TestUsageTopCostsNothingOnRequestPath(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
-	p := startGateway(t, tokenUpstream(t), fmt.Sprintf("redis: {addrs: [%q]}\norgs: {acme: [acme-docs]}\n", srv.Addr))
+	// redis.timeout 2s: exact counts are checked, not the timeout (exactTimeout).
+	p := startGateway(t, tokenUpstream(t), fmt.Sprintf("redis: {addrs: [%q], timeout: 2s}\norgs: {acme: [acme-docs]}\n", srv.Addr))
 	// Warm up (script preload, connections) before watching.
 	send(t, p, "POST", "/v2/agent/warm/job", "svc_a", `{"prompt":"x"}`)
 

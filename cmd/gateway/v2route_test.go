@@ -13,6 +13,7 @@ import (
 // invalid_body naming the field, and never reach the upstream; v1 keeps its rules and its
 // invalid_request code.
 func TestV2BodyRules(t *testing.T) {
+	t.Parallel()
 	up := newRawUpstream(t, nil)
 	p := startGateway(t, up.URL, "")
 	post := func(path, body string) (int, map[string]any) {
@@ -94,6 +95,7 @@ func postJSON(t *testing.T, p *proc, path, key, body string) (int, map[string]an
 // entry now adjusts the built-in route (its limits), and it gets v2's body rules; under
 // another name on the same path it is a config error saying what to do.
 func TestV2RouteConfigs(t *testing.T) {
+	t.Parallel()
 	up := newRawUpstream(t, nil)
 	p := startGateway(t, up.URL, `limits:
   assistant_per_org: {limit: 1}

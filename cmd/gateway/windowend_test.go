@@ -59,9 +59,11 @@ func adminAction(t *testing.T, p *proc, method, path, body string, want int) {
 // overrides the third to 7. The ended window keeps its 5 for each (history, export by start and
 // as "previous"), the current one shows none used, and the next job counts 1 in w1.
 func TestQuotaActionsAfterWindowEnd(t *testing.T) {
+	t.Parallel()
 	up := tokenUpstream(t)
 	for _, st := range holdStores() {
 		t.Run(st.name, func(t *testing.T) {
+			t.Parallel() // each store its own servers, gateways and upstream; the windows are waited out together
 			cfg := st.redis(t) + windowEndConfig
 			gws := []*proc{startGateway(t, up, cfg)}
 			if st.replicas > 1 {
@@ -151,9 +153,11 @@ func heldUpstream(t *testing.T, refused string) (url string, arrived <-chan stru
 // history: the refund of the fourth takes it off w0 (history and export show 3), and leaves
 // w1's job counted.
 func TestRefundAfterWindowEnd(t *testing.T) {
+	t.Parallel()
 	const refused = "svc_inventedSECRET"
 	for _, st := range holdStores() {
 		t.Run(st.name, func(t *testing.T) {
+			t.Parallel() // each store its own servers, gateways and upstream; the windows are waited out together
 			up, arrived, release := heldUpstream(t, refused)
 			cfg := st.redis(t) + windowEndConfig
 			gws := []*proc{startGateway(t, up, cfg)}
@@ -235,9 +239,11 @@ routes:
 // each) end in w1: with a reserve and without, /usage/history and /usage/export show w0 100 (X
 // not in it) and w1 470 (X in it).
 func TestAnswerAcrossWindowEnd(t *testing.T) {
+	t.Parallel()
 	const org, ip = "assistant_tokens_per_org", "assistant_tokens_per_ip"
 	for _, st := range holdStores() {
 		t.Run(st.name, func(t *testing.T) {
+			t.Parallel() // each store its own servers, gateways and upstream; the windows are waited out together
 			up := newGatedUpstream(t)
 			ps := startReplicas(t, up.url, st, billingConfig)
 			first, last := ps[:1], ps[len(ps)-1]

@@ -153,6 +153,7 @@ func TestStalledReaderFreesItsSlot(t *testing.T) {
 // both upstream transports (the stream on one replica, the refusals from another sharing the
 // store, in process from the same); once it ends the slot and the hold are back.
 func TestLiveStreamKeepsItsSlotPastReserveTTL(t *testing.T) {
+	t.Parallel()
 	for _, st := range everyStore() {
 		t.Run(st.name, func(t *testing.T) {
 			t.Parallel()

@@ -6,6 +6,7 @@ package browsertest
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -202,8 +203,17 @@ func (p *Page) Run(t *testing.T, actions ...chromedp.Action) {
 // Text is the visible text of the first element matching the CSS selector.
 func (p *Page) Text(t *testing.T, selector string) string {
 	t.Helper()
+	// One evaluation finds the element and reads its text, as chromedp.Text does (innerText of
+	// a visible element): a page that refreshes itself in place replaces its nodes, and a node
+	// looked up first and read in a second call can be gone by then ("No node with given id").
+	sel, err := json.Marshal(selector)
+	if err != nil {
+		t.Fatal(err)
+	}
+	visible := fmt.Sprintf(`(e => e !== null && !!(e.offsetWidth || e.offsetHeight || e.getClientRects().length))(document.querySelector(%s))`, sel)
+	p.WaitFor(t, visible, 10*time.Second)
 	var s string
-	p.Run(t, chromedp.Text(selector, &s, chromedp.ByQuery))
+	p.Eval(t, fmt.Sprintf(`(e => e === null ? "" : e.innerText)(document.querySelector(%s))`, sel), &s)
 	return s
 }
 
