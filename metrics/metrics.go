@@ -169,6 +169,14 @@ type Route struct {
 	UpstreamLatency prometheus.Observer
 	FirstByte       prometheus.Observer
 	StreamDuration  prometheus.Observer
+
+	// The series of a streaming route's answers, resolved when its config is compiled
+	// (FinishReasons, StreamOrgs) and read-only once it serves, so that an answer's end costs
+	// no label lookup (a label lookup hashes and checks every label value, under a lock):
+	// finished by result, tokens by org (prompt, completion), estimated (prompt, completion).
+	finished  map[string]prometheus.Counter
+	tokens    map[string]*[2]prometheus.Counter
+	estimated [2]prometheus.Counter
 }
 
 // commonCodes are pre-resolved; others are looked up when they occur.
@@ -225,6 +233,10 @@ func (r *Route) Deprecated(org string) {
 
 // StreamFinished counts a streamed answer by its finish reason.
 func (r *Route) StreamFinished(reason string) {
+	if c, ok := r.finished[reason]; ok {
+		c.Inc()
+		return
+	}
 	r.m.streamFinished.WithLabelValues(r.name, reason).Inc()
 }
 
@@ -286,6 +298,10 @@ func (r *Route) Limit(name string, tokens bool) *Limit {
 
 // Tokens counts a streamed answer's tokens for org (a configured organization or "other").
 func (r *Route) Tokens(org string, prompt, completion int64) {
+	if c := r.tokens[org]; c != nil {
+		addTokens(c, prompt, completion)
+		return
+	}
 	if prompt > 0 {
 		r.m.streamTokens.WithLabelValues(r.name, org, "prompt").Add(float64(prompt))
 	}
@@ -296,11 +312,25 @@ func (r *Route) Tokens(org string, prompt, completion int64) {
 
 // TokensEstimated counts the tokens charged by estimate for an answer that reported no usage.
 func (r *Route) TokensEstimated(prompt, completion int64) {
+	if r.estimated[0] != nil {
+		addTokens(&r.estimated, prompt, completion)
+		return
+	}
 	if prompt > 0 {
 		r.m.streamTokensEstim.WithLabelValues(r.name, "prompt").Add(float64(prompt))
 	}
 	if completion > 0 {
 		r.m.streamTokensEstim.WithLabelValues(r.name, "completion").Add(float64(completion))
+	}
+}
+
+// addTokens adds prompt and completion tokens to their two series, each when not 0.
+func addTokens(c *[2]prometheus.Counter, prompt, completion int64) {
+	if prompt > 0 {
+		c[0].Add(float64(prompt))
+	}
+	if completion > 0 {
+		c[1].Add(float64(completion))
 	}
 }
 

@@ -290,6 +290,9 @@ func (g *Gateway) limit(s *scope, r *http.Request) bool {
 // them are kept on the scope, to be debited with the answer's tokens (see countTokens).
 func (g *Gateway) decide(s *scope, r *http.Request, set *limitSet, st *limitState) (*limits.Decision, error) {
 	st.hits = st.hits[:0]
+	if s.tokenHits == nil {
+		s.tokenHits = s.tokenHitsBuf[:0]
+	}
 	for _, l := range set.limits {
 		h := limits.Hit{Rule: l.rule, ID: s.limitID(l.by, r)}
 		st.hits = append(st.hits, h)
