@@ -4,7 +4,10 @@ package metrics
 
 import (
 	"net/http"
+	"sort"
 	"strconv"
+	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -177,7 +180,17 @@ type Route struct {
 	finished  map[string]prometheus.Counter
 	tokens    map[string]*[2]prometheus.Counter
 	estimated [2]prometheus.Counter
+
+	// exemplarAt is when each bucket of Duration (latencyBuckets, then +Inf) last took an
+	// exemplar, Unix ns (see ObserveDuration).
+	exemplarAt []atomic.Int64
 }
+
+// exemplarEvery bounds how often a bucket of a route's request histogram takes a new trace-id
+// exemplar. A bucket keeps only its latest, and a scrape (every 15 s or more) sees only that,
+// while making one costs about 8 allocations (a label map, the exemplar, its timestamp): with
+// tracing on, one per request before.
+const exemplarEvery = time.Second
 
 // commonCodes are pre-resolved; others are looked up when they occur.
 var commonCodes = []int{200, 201, 202, 204, 400, 401, 403, 404, 405, 408, 413, 415, 429, 499, 500, 502, 503, 504}
@@ -193,6 +206,7 @@ func (m *Metrics) Route(name string) *Route {
 		UpstreamLatency: m.upstreamDuration.WithLabelValues(name),
 		FirstByte:       m.streamFirstByte.WithLabelValues(name),
 		StreamDuration:  m.streamDuration.WithLabelValues(name),
+		exemplarAt:      make([]atomic.Int64, len(latencyBuckets)+1),
 	}
 	for _, c := range commonCodes {
 		r.codes[c] = m.requests.WithLabelValues(name, strconv.Itoa(c))
@@ -356,15 +370,23 @@ func Handler(g prometheus.Gatherer) http.Handler {
 }
 
 // ObserveDuration records a request's duration, with its trace id as an exemplar when it was
-// traced and sampled ("" otherwise).
+// traced and sampled ("" otherwise) and its bucket has taken none for exemplarEvery.
 func (r *Route) ObserveDuration(seconds float64, traceID string) {
-	if traceID != "" {
+	if traceID != "" && r.takeExemplar(seconds) {
 		if eo, ok := r.Duration.(prometheus.ExemplarObserver); ok {
 			eo.ObserveWithExemplar(seconds, prometheus.Labels{"trace_id": traceID})
 			return
 		}
 	}
 	r.Duration.Observe(seconds)
+}
+
+// takeExemplar says whether an observation of seconds may replace its bucket's exemplar now
+// (see exemplarEvery); the histogram's bucket is the first whose upper bound is not below it.
+func (r *Route) takeExemplar(seconds float64) bool {
+	at := &r.exemplarAt[sort.SearchFloat64s(latencyBuckets, seconds)]
+	now, last := time.Now().UnixNano(), at.Load()
+	return now-last >= int64(exemplarEvery) && at.CompareAndSwap(last, now)
 }
 
 // TraceSpansDropped counts spans the exporter never sent (queue full, or export failed).

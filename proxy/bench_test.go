@@ -11,7 +11,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"go.opentelemetry.io/otel/propagation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
@@ -135,7 +134,7 @@ func benchGatewayTraced(b *testing.B, tr http.RoundTripper, tracing *proxy.Traci
 			if tracing == nil {
 				return rt
 			}
-			return otelhttp.NewTransport(rt, otelhttp.WithTracerProvider(tp), otelhttp.WithPropagators(tracing.Propagator))
+			return tracing.UpstreamTransport(rt)
 		},
 	})
 	if err != nil {
@@ -295,7 +294,7 @@ func conversation20(b *testing.B) []byte {
 }
 
 // BenchmarkGatewayAgentJobTraced is BenchmarkGatewayAgentJob with tracing on at ratio 1.0
-// (server, ratelimit and otelhttp client spans, into a batch processor and an exporter that
+// (server, ratelimit and upstream client spans, into a batch processor and an exporter that
 // discards): the CPU and allocations tracing adds per request.
 func BenchmarkGatewayAgentJobTraced(b *testing.B) {
 	tr := newCannedTransport(http.StatusCreated, "application/json",

@@ -74,6 +74,8 @@ type scope struct {
 	keeper  holdKeeper // refreshes held while the answer lives
 	cut     cutState   // the held limits with cutoff, and whether one ended the answer
 	span    trace.Span // the server span; nil when tracing is off
+	// traceIDStr caches the sampled span's trace id in hex (see traceID).
+	traceIDStr string
 
 	// Storage that lives as long as the request, so the hot path allocates less: the
 	// response writer wrapper, the header values, the replayed body and the log fields.
