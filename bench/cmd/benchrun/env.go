@@ -26,6 +26,11 @@ var variants = []variant{
 	{"bare", "bare", ""},
 	{"gateway-memory", "gateway", "memory"},
 	{"gateway-redis", "gateway", "redis"},
+	// gateway-redis with every feature of config.example.yaml on (fullConfig): keys looked up
+	// in the Redis registry, the streamed routes' six limits (tokens with a reserve held and
+	// settled, a streams slot), usage history and run-time quota checks (always on), and
+	// tracing at its default ratio (1.0) into a collector that discards (otlpSink).
+	{"gateway-full", "gateway", "full"},
 	// The same without coalescing (redis.coalesce: false): each decision its own write/read.
 	{"gateway-redis-nocoalesce", "gateway", "redis-nocoalesce"},
 	// The same with net/http's Transport to the upstream (upstream.transport: standard)
@@ -76,6 +81,7 @@ type env struct {
 	replMaster, replica *redisNode // for gateway-replicated and gateway-wait1
 	fast, stamp, idle   *upstream
 	scripts             map[string]string
+	otlp                string // gateway-full's trace collector (otlpSink), its base URL
 }
 
 const adminToken = "bench-admin-token-0123456789abcdef"
@@ -147,6 +153,11 @@ func newEnv(o options, procs *child.Group) (*env, error) {
 			return nil, err
 		}
 	}
+	if strings.Contains(o.variants, "gateway-full") {
+		if e.otlp, err = otlpSink(); err != nil {
+			return nil, err
+		}
+	}
 	ok = true
 	return e, nil
 }
@@ -206,7 +217,7 @@ func (e *env) start(v variant, up *upstream) (*server, error) {
 		s.admin = fmt.Sprintf("http://127.0.0.1:%d", adminPort)
 		var addrs []string
 		switch v.store {
-		case "redis", "redis-nocoalesce", "redis-stdtransport":
+		case "redis", "redis-nocoalesce", "redis-stdtransport", "full":
 			s.nodes = []*redisNode{e.redis}
 		case "cluster":
 			s.nodes = e.cluster
@@ -224,12 +235,19 @@ func (e *env) start(v variant, up *upstream) (*server, error) {
 			wait = 1
 		}
 		cfgPath := filepath.Join(e.dir, fmt.Sprintf("%s-%d.yaml", v.name, port))
-		if err := os.WriteFile(cfgPath, []byte(gatewayConfig(port, adminPort, up.url, addrs, wait, coalesce, transport)), 0o644); err != nil {
+		cfg := gatewayConfig(port, adminPort, up.url, addrs, wait, coalesce, transport)
+		if v.store == "full" {
+			cfg = fullConfig(cfg, e.otlp)
+		}
+		if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 			return nil, err
 		}
 		s.proc, err = e.procs.Start(v.name, e.cpuServer, e.procsEnv(), s.logPath, e.gateway, "-config", cfgPath)
 		if err == nil {
 			err = child.WaitHTTP(s.proc, s.admin+"/readyz", 10*time.Second)
+		}
+		if err == nil && v.store == "full" {
+			err = registerKeys(s.admin)
 		}
 	}
 	if err != nil {
