@@ -54,6 +54,12 @@ func (m *MemoryRegistry) Lookup(_ context.Context, digest string) (Entry, bool, 
 	return e, ok, nil
 }
 
+// LookupCached is Lookup: everything is in memory, so it always answers (hit true).
+func (m *MemoryRegistry) LookupCached(digest string) (e Entry, ok, hit bool) {
+	e, ok = (*m.entries.Load())[digest]
+	return e, ok, true
+}
+
 // Add inserts or replaces an entry.
 func (m *MemoryRegistry) Add(_ context.Context, e Entry) error {
 	if err := e.Validate(); err != nil {

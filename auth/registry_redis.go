@@ -161,16 +161,25 @@ func (r *RedisRegistry) Subscribed() bool { return r.subscribed.Load() }
 // for one digest share that read) and caches the answer, positive for CacheTTL, negative for
 // NegativeTTL. An error means Redis could not be read and nothing was cached.
 func (r *RedisRegistry) Lookup(ctx context.Context, digest string) (Entry, bool, error) {
-	if v, hit := r.cache.Load(digest); hit {
-		c := v.(*cached)
-		if time.Now().Before(c.expires) {
-			return c.e, c.ok, nil
-		}
+	if e, ok, hit := r.LookupCached(digest); hit {
+		return e, ok, nil
 	}
 	if !ValidDigest(digest) {
 		return Entry{}, false, nil
 	}
 	return r.fetch(ctx, digest)
+}
+
+// LookupCached is Lookup's answer from the replica's cache alone (hit false: not cached, or
+// expired), with no I/O: the gateway then makes no trace span for the lookup.
+func (r *RedisRegistry) LookupCached(digest string) (e Entry, ok, hit bool) {
+	if v, found := r.cache.Load(digest); found {
+		c := v.(*cached)
+		if time.Now().Before(c.expires) {
+			return c.e, c.ok, true
+		}
+	}
+	return Entry{}, false, false
 }
 
 func (r *RedisRegistry) fetch(ctx context.Context, digest string) (Entry, bool, error) {

@@ -136,7 +136,6 @@ func (t *Transport) dial(ctx context.Context, key string) (*conn, error) {
 	c.lr = limitedReader{r: nc, n: unlimited, limit: t.o.MaxResponseHeaderBytes}
 	c.br = bufio.NewReaderSize(&c.lr, 4<<10)
 	c.cw = countingWriter{w: nc}
-	c.bw = bufio.NewWriterSize(&c.cw, 4<<10)
 	return c, nil
 }
 

@@ -1,5 +1,7 @@
 package metrics
 
+import "github.com/prometheus/client_golang/prometheus"
+
 // Series of known label values, created at 0 when the config is compiled (at start and at
 // each reload), so that rate() and increase() see their first event and the alerts and
 // dashboard panels find every series from the first scrape.
@@ -19,21 +21,28 @@ func (r *Route) UpstreamKinds(kinds ...string) {
 }
 
 // FinishReasons creates this (streaming) route's gateway_stream_finished_total series of
-// reasons.
+// reasons, and keeps them for StreamFinished. Call it before the route serves.
 func (r *Route) FinishReasons(reasons ...string) {
+	r.finished = make(map[string]prometheus.Counter, len(reasons))
 	for _, reason := range reasons {
-		r.m.streamFinished.WithLabelValues(r.name, reason)
+		r.finished[reason] = r.m.streamFinished.WithLabelValues(r.name, reason)
 	}
 }
 
 // StreamOrgs creates this (streaming) route's gateway_stream_tokens_total series of orgs
-// (configured orgs and "other") and gateway_stream_tokens_estimated_total series.
+// (configured orgs and "other") and gateway_stream_tokens_estimated_total series, and keeps
+// them for Tokens and TokensEstimated. Call it before the route serves.
 func (r *Route) StreamOrgs(orgs ...string) {
-	for _, kind := range []string{"prompt", "completion"} {
-		for _, org := range orgs {
-			r.m.streamTokens.WithLabelValues(r.name, org, kind)
+	r.tokens = make(map[string]*[2]prometheus.Counter, len(orgs))
+	for _, org := range orgs {
+		r.tokens[org] = &[2]prometheus.Counter{
+			r.m.streamTokens.WithLabelValues(r.name, org, "prompt"),
+			r.m.streamTokens.WithLabelValues(r.name, org, "completion"),
 		}
-		r.m.streamTokensEstim.WithLabelValues(r.name, kind)
+	}
+	r.estimated = [2]prometheus.Counter{
+		r.m.streamTokensEstim.WithLabelValues(r.name, "prompt"),
+		r.m.streamTokensEstim.WithLabelValues(r.name, "completion"),
 	}
 }
 

@@ -4,7 +4,10 @@ package metrics
 
 import (
 	"net/http"
+	"sort"
 	"strconv"
+	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -172,7 +175,25 @@ type Route struct {
 	UpstreamLatency prometheus.Observer
 	FirstByte       prometheus.Observer
 	StreamDuration  prometheus.Observer
+
+	// The series of a streaming route's answers, resolved when its config is compiled
+	// (FinishReasons, StreamOrgs) and read-only once it serves, so that an answer's end costs
+	// no label lookup (a label lookup hashes and checks every label value, under a lock):
+	// finished by result, tokens by org (prompt, completion), estimated (prompt, completion).
+	finished  map[string]prometheus.Counter
+	tokens    map[string]*[2]prometheus.Counter
+	estimated [2]prometheus.Counter
+
+	// exemplarAt is when each bucket of Duration (latencyBuckets, then +Inf) last took an
+	// exemplar, Unix ns (see ObserveDuration).
+	exemplarAt []atomic.Int64
 }
+
+// exemplarEvery bounds how often a bucket of a route's request histogram takes a new trace-id
+// exemplar. A bucket keeps only its latest, and a scrape (every 15 s or more) sees only that,
+// while making one costs about 8 allocations (a label map, the exemplar, its timestamp): with
+// tracing on, one per request before.
+const exemplarEvery = time.Second
 
 // commonCodes are pre-resolved; others are looked up when they occur.
 var commonCodes = []int{200, 201, 202, 204, 400, 401, 403, 404, 405, 408, 413, 415, 429, 499, 500, 502, 503, 504}
@@ -188,6 +209,7 @@ func (m *Metrics) Route(name string) *Route {
 		UpstreamLatency: m.upstreamDuration.WithLabelValues(name),
 		FirstByte:       m.streamFirstByte.WithLabelValues(name),
 		StreamDuration:  m.streamDuration.WithLabelValues(name),
+		exemplarAt:      make([]atomic.Int64, len(latencyBuckets)+1),
 	}
 	for _, c := range commonCodes {
 		r.codes[c] = m.requests.WithLabelValues(name, strconv.Itoa(c))
@@ -228,6 +250,10 @@ func (r *Route) Deprecated(org string) {
 
 // StreamFinished counts a streamed answer by its finish reason.
 func (r *Route) StreamFinished(reason string) {
+	if c, ok := r.finished[reason]; ok {
+		c.Inc()
+		return
+	}
 	r.m.streamFinished.WithLabelValues(r.name, reason).Inc()
 }
 
@@ -289,6 +315,10 @@ func (r *Route) Limit(name string, tokens bool) *Limit {
 
 // Tokens counts a streamed answer's tokens for org (a configured organization or "other").
 func (r *Route) Tokens(org string, prompt, completion int64) {
+	if c := r.tokens[org]; c != nil {
+		addTokens(c, prompt, completion)
+		return
+	}
 	if prompt > 0 {
 		r.m.streamTokens.WithLabelValues(r.name, org, "prompt").Add(float64(prompt))
 	}
@@ -299,11 +329,25 @@ func (r *Route) Tokens(org string, prompt, completion int64) {
 
 // TokensEstimated counts the tokens charged by estimate for an answer that reported no usage.
 func (r *Route) TokensEstimated(prompt, completion int64) {
+	if r.estimated[0] != nil {
+		addTokens(&r.estimated, prompt, completion)
+		return
+	}
 	if prompt > 0 {
 		r.m.streamTokensEstim.WithLabelValues(r.name, "prompt").Add(float64(prompt))
 	}
 	if completion > 0 {
 		r.m.streamTokensEstim.WithLabelValues(r.name, "completion").Add(float64(completion))
+	}
+}
+
+// addTokens adds prompt and completion tokens to their two series, each when not 0.
+func addTokens(c *[2]prometheus.Counter, prompt, completion int64) {
+	if prompt > 0 {
+		c[0].Add(float64(prompt))
+	}
+	if completion > 0 {
+		c[1].Add(float64(completion))
 	}
 }
 
@@ -329,15 +373,23 @@ func Handler(g prometheus.Gatherer) http.Handler {
 }
 
 // ObserveDuration records a request's duration, with its trace id as an exemplar when it was
-// traced and sampled ("" otherwise).
+// traced and sampled ("" otherwise) and its bucket has taken none for exemplarEvery.
 func (r *Route) ObserveDuration(seconds float64, traceID string) {
-	if traceID != "" {
+	if traceID != "" && r.takeExemplar(seconds) {
 		if eo, ok := r.Duration.(prometheus.ExemplarObserver); ok {
 			eo.ObserveWithExemplar(seconds, prometheus.Labels{"trace_id": traceID})
 			return
 		}
 	}
 	r.Duration.Observe(seconds)
+}
+
+// takeExemplar says whether an observation of seconds may replace its bucket's exemplar now
+// (see exemplarEvery); the histogram's bucket is the first whose upper bound is not below it.
+func (r *Route) takeExemplar(seconds float64) bool {
+	at := &r.exemplarAt[sort.SearchFloat64s(latencyBuckets, seconds)]
+	now, last := time.Now().UnixNano(), at.Load()
+	return now-last >= int64(exemplarEvery) && at.CompareAndSwap(last, now)
 }
 
 // TraceSpansDropped counts spans the exporter never sent (queue full, or export failed).

@@ -210,3 +210,35 @@ func TestKnownSeriesStartAtZero(t *testing.T) {
 		}
 	}
 }
+
+// A bucket takes a trace-id exemplar at most once per exemplarEvery; every observation is
+// still counted, and another bucket takes its own.
+func TestExemplarsAtMostOncePerBucket(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	r := New(reg).Route("x")
+	r.ObserveDuration(0.002, "first")
+	r.ObserveDuration(0.002, "second") // the same bucket, within exemplarEvery: no exemplar
+	r.ObserveDuration(3, "third")
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[float64]string{}
+	var count uint64
+	for _, mf := range mfs {
+		if mf.GetName() != "gateway_request_duration_seconds" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			count += m.GetHistogram().GetSampleCount()
+			for _, b := range m.GetHistogram().GetBucket() {
+				if e := b.GetExemplar(); e != nil {
+					got[b.GetUpperBound()] = e.GetLabel()[0].GetValue()
+				}
+			}
+		}
+	}
+	if count != 3 || got[0.0025] != "first" || got[5] != "third" || len(got) != 2 {
+		t.Fatalf("count %d, exemplars by bucket %v", count, got)
+	}
+}

@@ -18,11 +18,7 @@ func (g *Gateway) finish(s *scope, r *http.Request) {
 		status = 499 // nothing was sent: the client went away first
 	}
 	m.Request(status)
-	traceID := ""
-	if s.span != nil && s.span.SpanContext().IsSampled() {
-		traceID = s.span.SpanContext().TraceID().String()
-	}
-	m.ObserveDuration(elapsed.Seconds(), traceID)
+	m.ObserveDuration(elapsed.Seconds(), s.traceID())
 	finish := ""
 	var out *streamOutcome
 	if s.tap != nil {
@@ -91,7 +87,11 @@ func (g *Gateway) finish(s *scope, r *http.Request) {
 	}
 	if s.span != nil {
 		if sc := s.span.SpanContext(); sc.IsValid() {
-			fields = append(fields, zap.String("trace_id", sc.TraceID().String()), zap.String("span_id", sc.SpanID().String()))
+			id := s.traceID() // "" when not sampled: then made here, as before
+			if id == "" {
+				id = sc.TraceID().String()
+			}
+			fields = append(fields, zap.String("trace_id", id), zap.String("span_id", sc.SpanID().String()))
 		}
 	}
 	ce.Write(fields...)

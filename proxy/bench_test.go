@@ -11,7 +11,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"go.opentelemetry.io/otel/propagation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
@@ -135,7 +134,7 @@ func benchGatewayTraced(b *testing.B, tr http.RoundTripper, tracing *proxy.Traci
 			if tracing == nil {
 				return rt
 			}
-			return otelhttp.NewTransport(rt, otelhttp.WithTracerProvider(tp), otelhttp.WithPropagators(tracing.Propagator))
+			return tracing.UpstreamTransport(rt)
 		},
 	})
 	if err != nil {
@@ -207,11 +206,7 @@ func BenchmarkGatewayAgentJob(b *testing.B) {
 // BenchmarkGatewayAssistantMessage is the streamed assistant route with a 20-message
 // conversation and three limits, answered with a short stream (f:, two 0: parts, e:, d:).
 func BenchmarkGatewayAssistantMessage(b *testing.B) {
-	stream := []byte("f:{\"messageId\":\"msg-0123456789abcdef\"}\n0:\"Here is what the documentation says. \"\n" +
-		"0:\"Send it as a Bearer token in the Authorization header. \"\n" +
-		"e:{\"finishReason\":\"stop\",\"usage\":{\"promptTokens\":10,\"completionTokens\":17},\"isContinued\":false}\n" +
-		"d:{\"finishReason\":\"stop\",\"usage\":{\"promptTokens\":10,\"completionTokens\":17},\"threadId\":\"thread_0123\"}\n")
-	tr := newCannedTransport(http.StatusOK, "text/plain; charset=utf-8", stream, -1)
+	tr := newCannedTransport(http.StatusOK, "text/plain; charset=utf-8", v1Stream, -1)
 	gw := benchGateway(b, tr)
 	runChain(b, gw, http.MethodPost, "/discovery/v1/assistant/bench-docs/message", benchAssistantKey, conversation20(b), http.StatusOK)
 }
@@ -220,17 +215,33 @@ func BenchmarkGatewayAssistantMessage(b *testing.B) {
 // client sends it, answered with a short UI message stream (two text-delta events and the
 // chunks around them, usage in the finish chunk's metadata).
 func BenchmarkGatewayAssistantMessageV2(b *testing.B) {
+	tr := newCannedTransport(http.StatusOK, "text/event-stream", v2Stream, -1)
+	tr.header.Set("X-Vercel-AI-UI-Message-Stream", "v1")
+	gw := benchGateway(b, tr)
+	runChain(b, gw, http.MethodPost, "/discovery/v2/assistant/bench-docs/message", benchAssistantKey, conversationV2(b), http.StatusOK)
+}
+
+// v1Stream is a short answer in the data stream protocol: f:, two 0: parts, e:, d:.
+var v1Stream = []byte("f:{\"messageId\":\"msg-0123456789abcdef\"}\n0:\"Here is what the documentation says. \"\n" +
+	"0:\"Send it as a Bearer token in the Authorization header. \"\n" +
+	"e:{\"finishReason\":\"stop\",\"usage\":{\"promptTokens\":10,\"completionTokens\":17},\"isContinued\":false}\n" +
+	"d:{\"finishReason\":\"stop\",\"usage\":{\"promptTokens\":10,\"completionTokens\":17},\"threadId\":\"thread_0123\"}\n")
+
+// v2Stream is a short UI message stream: two text-delta events and the chunks around them,
+// usage in the finish chunk's metadata.
+var v2Stream = func() []byte {
 	ev := func(chunk string) string { return "data: " + chunk + "\n\n" }
-	stream := []byte(ev(`{"type":"start","messageId":"msg-0123456789abcdef"}`) + ev(`{"type":"start-step"}`) +
+	return []byte(ev(`{"type":"start","messageId":"msg-0123456789abcdef"}`) + ev(`{"type":"start-step"}`) +
 		ev(`{"type":"text-start","id":"text-1"}`) +
 		ev(`{"type":"text-delta","id":"text-1","delta":"Here is what the documentation says. "}`) +
 		ev(`{"type":"text-delta","id":"text-1","delta":"Send it as a Bearer token in the Authorization header. "}`) +
 		ev(`{"type":"text-end","id":"text-1"}`) + ev(`{"type":"finish-step"}`) +
 		ev(`{"type":"finish","finishReason":"stop","messageMetadata":{"threadId":"thread_0123","usage":{"inputTokens":10,"outputTokens":17,"totalTokens":27}}}`) +
 		ev(`[DONE]`))
-	tr := newCannedTransport(http.StatusOK, "text/event-stream", stream, -1)
-	tr.header.Set("X-Vercel-AI-UI-Message-Stream", "v1")
-	gw := benchGateway(b, tr)
+}()
+
+// conversationV2 is conversation20 as an AI SDK 5+ client sends it to v2 (parts, no content).
+func conversationV2(b *testing.B) []byte {
 	var body map[string]any
 	if err := json.Unmarshal(conversation20(b), &body); err != nil {
 		b.Fatal(err)
@@ -243,7 +254,7 @@ func BenchmarkGatewayAssistantMessageV2(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	runChain(b, gw, http.MethodPost, "/discovery/v2/assistant/bench-docs/message", benchAssistantKey, v2, http.StatusOK)
+	return v2
 }
 
 // BenchmarkGatewayRefusedBadKey is the 401 fast path (a key of neither family).
@@ -283,7 +294,7 @@ func conversation20(b *testing.B) []byte {
 }
 
 // BenchmarkGatewayAgentJobTraced is BenchmarkGatewayAgentJob with tracing on at ratio 1.0
-// (server, ratelimit and otelhttp client spans, into a batch processor and an exporter that
+// (server, ratelimit and upstream client spans, into a batch processor and an exporter that
 // discards): the CPU and allocations tracing adds per request.
 func BenchmarkGatewayAgentJobTraced(b *testing.B) {
 	tr := newCannedTransport(http.StatusCreated, "application/json",
@@ -325,3 +336,54 @@ type benchBuffers struct{ p sync.Pool }
 
 func (p *benchBuffers) Get() []byte  { return p.p.Get().(*[32 << 10]byte)[:] }
 func (p *benchBuffers) Put(b []byte) { p.p.Put((*[32 << 10]byte)(b)) }
+
+// benchGatewayExample is benchGateway on config.example.yaml (its routes' six limits on the
+// streamed routes: requests, tokens with a reserve, hence a hold settled when the answer ends,
+// and a streams slot), with every limit raised so that nothing is denied.
+func benchGatewayExample(b *testing.B, tr http.RoundTripper) *proxy.Gateway {
+	b.Helper()
+	cfg, err := config.Load("../config.example.yaml", nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg.Upstream.URL = "http://upstream.invalid:9000"
+	never := int64(1) << 40
+	for name, l := range cfg.Limits {
+		l.Limit = &never
+		cfg.Limits[name] = l
+	}
+	if err := cfg.Validate(); err != nil {
+		b.Fatal(err)
+	}
+	enc := zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig())
+	log := zap.New(zapcore.NewCore(enc, zapcore.AddSync(io.Discard), zapcore.InfoLevel))
+	gw, err := proxy.New(proxy.Options{
+		Config:    cfg,
+		Logger:    log,
+		Metrics:   metrics.New(prometheus.NewRegistry()),
+		Transport: tr,
+		Limiter:   limits.NewMemory(),
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = gw.Close(context.Background()) })
+	return gw
+}
+
+// BenchmarkGatewayAssistantMessageExample is BenchmarkGatewayAssistantMessage on the example
+// config's limits: the hold, its refresh timer and the settle after the answer included.
+func BenchmarkGatewayAssistantMessageExample(b *testing.B) {
+	tr := newCannedTransport(http.StatusOK, "text/plain; charset=utf-8", v1Stream, -1)
+	gw := benchGatewayExample(b, tr)
+	runChain(b, gw, http.MethodPost, "/discovery/v1/assistant/bench-docs/message", benchAssistantKey, conversation20(b), http.StatusOK)
+}
+
+// BenchmarkGatewayAssistantMessageV2Example is BenchmarkGatewayAssistantMessageV2 on the
+// example config's limits.
+func BenchmarkGatewayAssistantMessageV2Example(b *testing.B) {
+	tr := newCannedTransport(http.StatusOK, "text/event-stream", v2Stream, -1)
+	tr.header.Set("X-Vercel-AI-UI-Message-Stream", "v1")
+	gw := benchGatewayExample(b, tr)
+	runChain(b, gw, http.MethodPost, "/discovery/v2/assistant/bench-docs/message", benchAssistantKey, conversationV2(b), http.StatusOK)
+}

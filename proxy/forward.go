@@ -175,6 +175,10 @@ func (s *scope) setXForwarded(pr *httputil.ProxyRequest) {
 
 var rateLimitHeaders = [...]string{hdrRateLimit, hdrPolicy, hdrLimit, hdrRemaining, hdrReset}
 
+// accelBufferingNo tells a buffering reverse proxy in front (nginx) to pass a stream on as it
+// comes; shared read-only by every stream's answer.
+var accelBufferingNo = []string{"no"}
+
 func (g *Gateway) modifyResponse(res *http.Response) error {
 	s := scopeFrom(res.Request.Context())
 	if s.route.stream {
@@ -215,7 +219,7 @@ func (g *Gateway) modifyResponse(res *http.Response) error {
 		}
 	}
 	if s.route.stream {
-		res.Header.Set("X-Accel-Buffering", "no")
+		res.Header["X-Accel-Buffering"] = accelBufferingNo // Set would allocate its slice
 		if res.StatusCode/100 == 2 {
 			s.rw.firstFlushAside = true
 			res.Body = g.startTap(s, res.Header, res.Body)

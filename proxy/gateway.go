@@ -41,9 +41,9 @@ type Options struct {
 	// registry); nil checks keys by prefix alone.
 	Registry KeyLookup
 	// Tracing, when set, traces every request (server span, child spans, context to the
-	// upstream); Transport should then be instrumented (otelhttp) by the caller.
+	// upstream); WrapTransport should then be Tracing.UpstreamTransport, for the client span.
 	Tracing *Tracing
-	// WrapTransport, when set, wraps the upstream transport (tracing instruments it).
+	// WrapTransport, when set, wraps the upstream transport (Tracing.UpstreamTransport).
 	WrapTransport func(http.RoundTripper) http.RoundTripper
 	// Crossings, when set, is told of what a decision was the first in its window to reach
 	// (thresholds of a limit's allowance, the first refusal), with notifications on. It is

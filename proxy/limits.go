@@ -82,6 +82,9 @@ type routeLimit struct {
 type limitSet struct {
 	limits      []routeLimit
 	policyValue []string // the RateLimit-Policy header value, shared read-only by requests
+	// spanAttrs are the ratelimit span's attributes (tracing on), the same for every request
+	// of the set: made once when the config is compiled (see limitSpanAttrs).
+	spanAttrs []attribute.KeyValue
 }
 
 // retryAfterOne is the Retry-After of a 503, shared read-only by requests.
@@ -308,12 +311,15 @@ func (g *Gateway) limit(s *scope, r *http.Request) bool {
 // them are kept on the scope, to be debited with the answer's tokens (see countTokens).
 func (g *Gateway) decide(s *scope, r *http.Request, set *limitSet, st *limitState) (*limits.Decision, error) {
 	st.hits = st.hits[:0]
+	if s.tokenHits == nil {
+		s.tokenHits = s.tokenHitsBuf[:0]
+	}
 	tokens := false
 	for _, l := range set.limits {
 		st.hits = append(st.hits, limits.Hit{Rule: l.rule, ID: s.limitID(l.by, r)})
 		tokens = tokens || l.rule.Unit == limits.Tokens
 	}
-	dec, err := g.take(st.hits, &st.dec, r)
+	dec, err := g.take(set, st.hits, &st.dec, r)
 	if tokens {
 		for i, h := range st.hits {
 			if h.Rule.Unit != limits.Tokens {
@@ -442,11 +448,11 @@ func (g *Gateway) answer(s *scope, set *limitSet, st *limitState, dec *limits.De
 }
 
 // take runs one limiter decision and records its duration.
-func (g *Gateway) take(hits []limits.Hit, d *limits.Decision, r *http.Request) (*limits.Decision, error) {
+func (g *Gateway) take(set *limitSet, hits []limits.Hit, d *limits.Decision, r *http.Request) (*limits.Decision, error) {
 	ctx := r.Context()
 	var span trace.Span
 	if g.tracing != nil {
-		ctx, span = g.limitSpan(ctx, hits)
+		ctx, span = g.childSpan(ctx, "ratelimit", set.spanAttrs...)
 	}
 	start := time.Now()
 	err := g.limiter.Take(ctx, hits, d)
@@ -456,10 +462,12 @@ func (g *Gateway) take(hits []limits.Hit, d *limits.Decision, r *http.Request) (
 		g.dataErrors.log(g.log, err)
 	}
 	if span != nil {
-		if err != nil {
+		switch {
+		case !span.IsRecording(): // not sampled: nothing to record
+		case err != nil:
 			span.SetStatus(codes.Error, "limiter_error")
 			span.SetAttributes(attribute.String("error.type", "limiter_error"))
-		} else {
+		default:
 			span.SetAttributes(attribute.Bool("gateway.ratelimit.allowed", d.Allowed))
 		}
 		span.End()
@@ -467,18 +475,18 @@ func (g *Gateway) take(hits []limits.Hit, d *limits.Decision, r *http.Request) (
 	return d, err
 }
 
-// limitSpan starts the ratelimit span: the store and the limits decided, never a key, an id
-// or the script.
-func (g *Gateway) limitSpan(ctx context.Context, hits []limits.Hit) (context.Context, trace.Span) {
-	names := make([]string, len(hits))
-	for i := range hits {
-		names[i] = hits[i].Rule.Name
+// limitSpanAttrs are the ratelimit span's attributes of set: the store and the limits
+// decided, never a key, an id or the script.
+func limitSpanAttrs(set *limitSet, store string) []attribute.KeyValue {
+	names := make([]string, len(set.limits))
+	for i, l := range set.limits {
+		names[i] = l.rule.Name
 	}
 	attrs := []attribute.KeyValue{attribute.StringSlice("gateway.ratelimit.limits", names)}
-	if g.tracing.Store != "" {
-		attrs = append(attrs, attribute.String("db.system.name", g.tracing.Store))
+	if store != "" {
+		attrs = append(attrs, attribute.String("db.system.name", store))
 	}
-	return g.childSpan(ctx, "ratelimit", attrs...)
+	return attrs
 }
 
 // enforcedDenial is the index of the first enforced limit that denied.

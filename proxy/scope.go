@@ -59,8 +59,10 @@ type scope struct {
 	upstreamKind   string    // set when the upstream exchange failed
 	stalled        bool      // the stream was ended for its client's stall (server.write_stall_timeout)
 	tap            streamTap // streamed answers: reads the finish and usage (dataTap or uiTap)
-	// tokenHits are the request's tokens limits, debited with its answer's tokens.
-	tokenHits []limits.Hit
+	// tokenHits are the request's tokens limits, debited with its answer's tokens (backed by
+	// tokenHitsBuf: a route has a few at most).
+	tokenHits    []limits.Hit
+	tokenHitsBuf [4]limits.Hit
 	// taken are the units the request's admitting decision took (backed by takenBuf), given
 	// back when the upstream refuses its key; refund names why, once that happened.
 	taken    []limits.Taken
@@ -69,11 +71,13 @@ type scope struct {
 	// held are the limits whose token holds or stream slots the admitting decision took
 	// (backed by heldBuf), under the decision's hold name: settled when the request ends.
 	held    []limits.Hit
-	heldBuf [2]limits.Hit
+	heldBuf [4]limits.Hit // the example config's streamed routes hold three
 	hold    string
 	keeper  holdKeeper // refreshes held while the answer lives
 	cut     cutState   // the held limits with cutoff, and whether one ended the answer
 	span    trace.Span // the server span; nil when tracing is off
+	// traceIDStr caches the sampled span's trace id in hex (see traceID).
+	traceIDStr string
 
 	// Storage that lives as long as the request, so the hot path allocates less: the
 	// response writer wrapper, the header values, the replayed body and the log fields.

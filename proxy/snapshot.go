@@ -70,6 +70,13 @@ func (g *Gateway) compile(cfg *config.Config) (*snapshot, error) {
 	if sn.limits, err = compileLimits(cfg, routes, g.refusals, g.notify); err != nil {
 		return nil, err
 	}
+	if g.tracing != nil {
+		for _, rt := range routes {
+			for _, set := range rt.sets {
+				set.spanAttrs = limitSpanAttrs(set, g.tracing.Store)
+			}
+		}
+	}
 	for _, plan := range append([]string{""}, slices.Collect(maps.Keys(cfg.Plans))...) {
 		for _, s := range cfg.PlanLimits(plan) {
 			if s.Unit == "tokens" && s.Reserve > 0 {

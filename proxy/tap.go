@@ -15,8 +15,11 @@ type dataStreamTap struct {
 	atLineStart bool
 	pending     byte   // a part's code began a line at the end of the previous read
 	inPart      byte   // inside a part this tap reads: its code
-	line        []byte // a d: or e: line so far, capped
+	line        []byte // a d: or e: line so far, capped (backed by buf at first)
 	text        jsonTextLen
+	// buf holds the usual d: and e: lines (about 100 bytes), so a stream allocates none for
+	// them; a longer line grows line on the heap for itself only (see endPart).
+	buf [256]byte
 
 	// check, when set, runs after each part it counts (see partCheck): mark is where the
 	// current read may be cut before the part that just ended, saved the counts there.
@@ -43,8 +46,8 @@ const maxPartLine = 4096
 
 // reset makes the tap watch a new stream from its first byte.
 func (t *dataStreamTap) reset() {
-	line := t.line[:0]
-	*t = dataStreamTap{atLineStart: true, line: line}
+	*t = dataStreamTap{atLineStart: true}
+	t.line = t.buf[:0]
 }
 
 // isPart: the codes whose lines the tap reads.
@@ -138,6 +141,9 @@ func (t *dataStreamTap) endPart() {
 		t.part(t.inPart, t.line)
 	}
 	t.inPart, t.line, t.atLineStart = 0, t.line[:0], true
+	if cap(t.line) > len(t.buf) {
+		t.line = t.buf[:0] // a long line's buffer is not kept for the rest of the stream
+	}
 }
 
 // part takes in one complete d: or e: line: its finishReason (a d: part's is the stream's)

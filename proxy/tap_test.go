@@ -283,6 +283,10 @@ func TestTapsAllocateNothingPerPart(t *testing.T) {
 	if a := testing.AllocsPerRun(100, func() { d.reset(); d.feed(dataAll) }); a != 0 {
 		t.Errorf("a whole data stream: %v allocations", a)
 	}
+	// A request's scope is new, and so is its tap: its d: and e: lines fit the tap's own buffer.
+	if a := testing.AllocsPerRun(100, func() { d = dataStreamTap{}; d.reset(); d.feed(dataAll) }); a != 0 {
+		t.Errorf("a whole data stream on a new tap: %v allocations", a)
+	}
 	if o := u.outcome(); !o.usage || o.prompt != 10 || o.completion != 17 || o.reason != "stop" {
 		t.Fatalf("UI stream outcome %+v", *o)
 	}

@@ -15,7 +15,9 @@
 #   OPEN_SETS=12 OPEN_SET_DURATION=3s (back-to-back open-loop runs of bare, gateway-redis and
 #     gateway-redis-nocoalesce on agent_job at RATE, the six orders in turn: the latency
 #     comparisons; at least 6 for a verdict, 0 skips them)
-#   VARIANTS=direct,bare,gateway-memory,gateway-redis,gateway-redis-nocoalesce,gateway-redis-stdtransport,gateway-cluster,gateway-replicated,gateway-wait1
+#   VARIANTS=direct,bare,gateway-memory,gateway-redis,gateway-full,gateway-redis-nocoalesce,gateway-redis-stdtransport,gateway-cluster,gateway-replicated,gateway-wait1
+#     (gateway-full: every feature of config.example.yaml on, tracing at ratio 1.0; its own
+#     paired runs against bare on agent_job)
 #   WORKLOADS="agent_job,assistant_message,assistant_message_v2,401/429 mix,streams" (streams: the
 #     per-part delay and idle streams, each on v1 and v2)
 #   GOBENCH=1 (0 skips the go test benchmarks)   BENCHTIME=1s   GOBENCH_COUNT=5
@@ -41,7 +43,7 @@ PAIR_DURATION=${PAIR_DURATION:-3s}
 NOTIFY_PAIRS=${NOTIFY_PAIRS:-6}
 OPEN_SETS=${OPEN_SETS:-12}
 OPEN_SET_DURATION=${OPEN_SET_DURATION:-3s}
-VARIANTS=${VARIANTS:-direct,bare,gateway-memory,gateway-redis,gateway-redis-nocoalesce,gateway-redis-stdtransport,gateway-cluster,gateway-replicated,gateway-wait1}
+VARIANTS=${VARIANTS:-direct,bare,gateway-memory,gateway-redis,gateway-full,gateway-redis-nocoalesce,gateway-redis-stdtransport,gateway-cluster,gateway-replicated,gateway-wait1}
 WORKLOADS=${WORKLOADS:-agent_job,assistant_message,assistant_message_v2,401/429 mix,streams}
 GOBENCH=${GOBENCH:-1}
 BENCHTIME=${BENCHTIME:-1s}

@@ -46,7 +46,7 @@ type Provider struct {
 	Propagator propagation.TextMapPropagator
 }
 
-// TracerProvider is the SDK provider, for instrumentation that takes one (otelhttp).
+// TracerProvider is the SDK provider, for instrumentation that takes one.
 func (p *Provider) TracerProvider() trace.TracerProvider { return p.tp }
 
 // Disabled reports whether OTEL_SDK_DISABLED turns tracing off.

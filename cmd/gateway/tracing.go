@@ -3,10 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"os"
 
-	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"go.uber.org/zap"
 
 	"github.com/docsgate/gateway/config"
@@ -16,8 +14,8 @@ import (
 )
 
 // newTracing starts OpenTelemetry tracing when the config enables it (and OTEL_SDK_DISABLED
-// does not disable it), and fills the proxy's options: the tracer, and an otelhttp upstream
-// transport that makes the client span and sends the trace context to the upstream. The
+// does not disable it), and fills the proxy's options: the tracer, and an upstream transport
+// that makes the client span and sends the trace context to the upstream. The
 // returned stop flushes what is queued; nil when tracing is off.
 func newTracing(ctx context.Context, cfg *config.Config, m *metrics.Metrics, opts *proxy.Options, log *zap.Logger) (stop func(context.Context) error, err error) {
 	t := cfg.Tracing
@@ -41,12 +39,7 @@ func newTracing(ctx context.Context, cfg *config.Config, m *metrics.Metrics, opt
 		store = "redis"
 	}
 	opts.Tracing = &proxy.Tracing{Tracer: p.Tracer, Propagator: p.Propagator, TrustIncoming: t.TrustIncoming == nil || *t.TrustIncoming, Store: store}
-	opts.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
-		return otelhttp.NewTransport(rt,
-			otelhttp.WithTracerProvider(p.TracerProvider()),
-			otelhttp.WithPropagators(p.Propagator),
-			otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string { return r.Method + " upstream" }))
-	}
+	opts.WrapTransport = opts.Tracing.UpstreamTransport
 	log.Info("tracing on", zap.String("protocol", t.Protocol), zap.Bool("trust_incoming", opts.Tracing.TrustIncoming))
 	return p.Shutdown, nil
 }

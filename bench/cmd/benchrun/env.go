@@ -27,6 +27,11 @@ var variants = []variant{
 	{"bare", "bare", ""},
 	{"gateway-memory", "gateway", "memory"},
 	{"gateway-redis", "gateway", "redis"},
+	// gateway-redis with every feature of config.example.yaml on (fullConfig): keys looked up
+	// in the Redis registry, the streamed routes' six limits (tokens with a reserve held and
+	// settled, a streams slot), usage history and run-time quota checks (always on), and
+	// tracing at its default ratio (1.0) into a collector that discards (otlpSink).
+	{"gateway-full", "gateway", "full"},
 	// The same without coalescing (redis.coalesce: false): each decision its own write/read.
 	{"gateway-redis-nocoalesce", "gateway", "redis-nocoalesce"},
 	// The same with net/http's Transport to the upstream (upstream.transport: standard)
@@ -84,6 +89,7 @@ type env struct {
 	scripts             map[string]string
 	hookSink            string // a webhook endpoint answering 204, for gateway-redis-notify
 	stopSink            func()
+	otlp                string // gateway-full's trace collector (otlpSink), its base URL
 }
 
 const adminToken = "bench-admin-token-0123456789abcdef"
@@ -157,6 +163,11 @@ func newEnv(o options, procs *child.Group) (*env, error) {
 	}
 	if e.hookSink, e.stopSink, err = startSink(); err != nil {
 		return nil, err
+	}
+	if strings.Contains(o.variants, "gateway-full") {
+		if e.otlp, err = otlpSink(); err != nil {
+			return nil, err
+		}
 	}
 	ok = true
 	return e, nil
@@ -234,7 +245,7 @@ func (e *env) start(v variant, up *upstream) (*server, error) {
 		s.admin = fmt.Sprintf("http://127.0.0.1:%d", adminPort)
 		var addrs []string
 		switch v.store {
-		case "redis", "redis-nocoalesce", "redis-stdtransport", "redis-notify":
+		case "redis", "redis-nocoalesce", "redis-stdtransport", "redis-notify", "full":
 			s.nodes = []*redisNode{e.redis}
 		case "cluster":
 			s.nodes = e.cluster
@@ -256,12 +267,18 @@ func (e *env) start(v variant, up *upstream) (*server, error) {
 		if v.store == "redis-notify" {
 			cfg = notifyConfig(cfg, e.hookSink)
 		}
+		if v.store == "full" {
+			cfg = fullConfig(cfg, e.otlp)
+		}
 		if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 			return nil, err
 		}
 		s.proc, err = e.procs.Start(v.name, e.cpuServer, e.procsEnv(), s.logPath, e.gateway, "-config", cfgPath)
 		if err == nil {
 			err = child.WaitHTTP(s.proc, s.admin+"/readyz", 10*time.Second)
+		}
+		if err == nil && v.store == "full" {
+			err = registerKeys(s.admin)
 		}
 	}
 	if err != nil {

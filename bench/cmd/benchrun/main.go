@@ -137,13 +137,22 @@ func run(o options, procs *child.Group) int {
 			if !wls[w.name] || (w.name != "agent_job" && w.name != "assistant_message" && w.name != "assistant_message_v2") {
 				continue
 			}
-			pairs, err := e.measurePairs(w, o.pairs, o.pairDuration)
+			pairs, err := e.measurePairs(w, "gateway-redis", o.pairs, o.pairDuration)
 			if err != nil {
 				fmt.Fprintf(os.Stderr, "bench: pairs %s: %v\n", w.name, err)
 				return 1
 			}
 			rep.pairs = append(rep.pairs, pairs...)
 		}
+	}
+	if o.pairs > 0 && wls["agent_job"] && hasVariant(vs, "gateway-full") && hasVariant(vs, "bare") {
+		// agent_job with every feature of the example config on (issue 35's target).
+		pairs, err := e.measurePairs(allWorkloads[0], "gateway-full", o.pairs, o.pairDuration)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "bench: pairs agent_job gateway-full: %v\n", err)
+			return 1
+		}
+		rep.pairs = append(rep.pairs, pairs...)
 	}
 	if o.notifyPairs > 0 && wls["agent_job"] && hasVariant(vs, "gateway-redis") {
 		// What notifications cost a request that crosses nothing.

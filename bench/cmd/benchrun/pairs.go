@@ -5,14 +5,13 @@ import (
 	"time"
 )
 
-// pairSample is one pair of back-to-back closed-loop runs of a workload: bare and gateway-redis,
-// one right after the other (alternating which goes first), so that the machine's slower and
+// pairSample is one pair of back-to-back closed-loop runs of a workload: bare and a gateway
+// variant (gateway-redis; gateway-full on agent_job), one right after the other (alternating which goes first), so that the machine's slower and
 // faster spells hit both alike. On a shared machine whose speed drifts by tens of percent
 // within a minute, the ratio within a pair is far steadier than the ratio of runs a round
 // apart.
 type pairSample struct {
-	workload           string
-	base, test         string // the variants compared: bare and gateway-redis, unless said
+	workload, variant  string // variant: the gateway's
 	gatewayFirst       bool
 	bare, gateway      float64 // closed-loop req/s
 	bareCPU, gwCPU     float64 // CPU µs per request of the server under test
@@ -26,9 +25,9 @@ func (p pairSample) ratio() float64 {
 	return p.gateway / p.bare
 }
 
-// measurePairs runs n pairs of d each of workload w, bare against gateway-redis.
-func (e *env) measurePairs(w workload, n int, d time.Duration) ([]pairSample, error) {
-	return e.measurePairsOf(selectVariants("bare")[0], selectVariants("gateway-redis")[0], w, n, d)
+// measurePairs runs n pairs of d each of workload w, bare against the gateway variant gw.
+func (e *env) measurePairs(w workload, gw string, n int, d time.Duration) ([]pairSample, error) {
+	return e.measurePairsOf(selectVariants("bare")[0], selectVariants(gw)[0], w, n, d)
 }
 
 // measurePairsOf runs n pairs of d each of workload w, of variants base and test (reported as
@@ -60,7 +59,7 @@ func (e *env) measurePairsOf(base, test variant, w workload, n int, d time.Durat
 	}
 	var out []pairSample
 	for i := range n {
-		p := pairSample{workload: w.name, base: base.name, test: test.name, gatewayFirst: i%2 == 1}
+		p := pairSample{workload: w.name, variant: test.name, gatewayFirst: i%2 == 1}
 		order := []int{0, 1}
 		if p.gatewayFirst {
 			order = []int{1, 0}
@@ -83,43 +82,45 @@ func (e *env) measurePairsOf(base, test variant, w workload, n int, d time.Durat
 	return out, nil
 }
 
-// pairsTable writes every pair and the summary, per workload.
+// pairsTable writes every pair and the summary, per workload and gateway variant.
 func (r *report) pairsTable(w func(string, ...any)) {
 	for _, wl := range allWorkloads {
-		pairs := r.pairsOf(wl.name)
-		if len(pairs) == 0 {
-			continue
-		}
-		w("## gateway-redis against bare, paired runs: %s\n\n%d pairs of closed-loop %s runs (%s each after a %s warm-up, wrk 1 thread %d connections), bare and gateway-redis back to back, alternating which goes first; %s with GOMAXPROCS=%d. Every pair:\n\n",
-			wl.name, len(pairs), wl.name, r.opts.pairDuration, r.opts.warmup, r.opts.conns, r.opts.placement("both servers"), r.opts.serverProcs)
-		w("| pair | first | bare req/s | gateway-redis req/s | × bare | bare CPU µs / req | gateway CPU µs / req | errors (bare / gateway) |\n|---|---|---|---|---|---|---|---|\n")
-		for i, p := range pairs {
-			first := "bare"
-			if p.gatewayFirst {
-				first = "gateway"
+		for _, gw := range []string{"gateway-redis", "gateway-full"} {
+			pairs := r.pairsOf(wl.name, gw)
+			if len(pairs) == 0 {
+				continue
 			}
-			w("| %d | %s | %.0f | %.0f | %.3f | %.1f | %.1f | %d / %d |\n", i+1, first, p.bare, p.gateway, p.ratio(), p.bareCPU, p.gwCPU, p.bareErrs, p.gwErrors)
+			w("## %s against bare, paired runs: %s\n\n%d pairs of closed-loop %s runs (%s each after a %s warm-up, wrk 1 thread %d connections), bare and %s back to back, alternating which goes first; %s with GOMAXPROCS=%d. Every pair:\n\n",
+				gw, wl.name, len(pairs), wl.name, r.opts.pairDuration, r.opts.warmup, r.opts.conns, gw, r.opts.placement("both servers"), r.opts.serverProcs)
+			w("| pair | first | bare req/s | %s req/s | × bare | bare CPU µs / req | gateway CPU µs / req | errors (bare / gateway) |\n|---|---|---|---|---|---|---|---|\n", gw)
+			for i, p := range pairs {
+				first := "bare"
+				if p.gatewayFirst {
+					first = "gateway"
+				}
+				w("| %d | %s | %.0f | %.0f | %.3f | %.1f | %.1f | %d / %d |\n", i+1, first, p.bare, p.gateway, p.ratio(), p.bareCPU, p.gwCPU, p.bareErrs, p.gwErrors)
+			}
+			st, below := r.pairStats(wl.name, gw)
+			w("\nRatio over the pairs: median %.3f, min %.3f, max %.3f; %d of %d pairs below 1.0.\n\n", st.med, st.min, st.max, below, len(pairs))
 		}
-		st, below := r.pairStats(wl.name)
-		w("\nRatio over the pairs: median %.3f, min %.3f, max %.3f; %d of %d pairs below 1.0.\n\n", st.med, st.min, st.max, below, len(pairs))
 	}
 }
 
-// pairsOf are the pairs of one workload.
-func (r *report) pairsOf(workload string) []pairSample {
+// pairsOf are the pairs of one workload against one gateway variant.
+func (r *report) pairsOf(workload, variant string) []pairSample {
 	var out []pairSample
 	for _, p := range r.pairs {
-		if p.workload == workload {
+		if p.workload == workload && p.variant == variant {
 			out = append(out, p)
 		}
 	}
 	return out
 }
 
-func (r *report) pairStats(workload string) (stat, int) {
+func (r *report) pairStats(workload, variant string) (stat, int) {
 	var v []float64
 	below := 0
-	for _, p := range r.pairsOf(workload) {
+	for _, p := range r.pairsOf(workload, variant) {
 		v = append(v, p.ratio())
 		if p.ratio() < 1 {
 			below++
