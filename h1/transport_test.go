@@ -684,3 +684,60 @@ func TestBodyReady(t *testing.T) {
 		})
 	}
 }
+
+// writeCounter counts the writes made on a connection.
+type writeCounter struct {
+	net.Conn
+	writes *atomic.Int64
+}
+
+func (c writeCounter) Write(p []byte) (int, error) {
+	c.writes.Add(1)
+	return c.Conn.Write(p)
+}
+
+// opaqueBody hides the body's type, as ReverseProxy's no-op closer does: net/http does not
+// know it to be in memory.
+type opaqueBody struct{ io.Reader }
+
+func (opaqueBody) Close() error { return nil }
+
+// A request whose body has a known length of up to half a writer leaves in one write, headers
+// and body together, even when net/http cannot tell the body is in memory; a longer one keeps
+// net/http's early flush of the headers. Every byte arrives either way.
+func TestShortRequestInOneWrite(t *testing.T) {
+	srv := newServer(t, echo)
+	var writes atomic.Int64
+	tr := newTransport(t, Options{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return writeCounter{Conn: c, writes: &writes}, nil
+	}})
+	for _, c := range []struct {
+		size       int
+		writesWant func(int64) bool
+	}{
+		{7000, func(n int64) bool { return n == 1 }},             // a v1 conversation: one write
+		{writerSize/2 + 1, func(n int64) bool { return n >= 2 }}, // headers flushed on their own first
+	} {
+		body := strings.Repeat("x", c.size)
+		req, err := http.NewRequest(http.MethodPost, srv.URL, opaqueBody{strings.NewReader(body)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.ContentLength = int64(len(body))
+		req.Header.Set("X-Id", "a")
+		writes.Store(0)
+		res, err := tr.RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if n := writes.Load(); !c.writesWant(n) || string(got) != "a:"+body {
+			t.Fatalf("%d-byte body: %d writes, answer of %d bytes", c.size, n, len(got))
+		}
+	}
+}
