@@ -60,6 +60,7 @@ func (h *hookReceiver) byType() (map[string]int, bool) {
 // it out: one quota.threshold_crossed per threshold and one quota.exhausted, signed, each
 // delivered once, with what the event says.
 func TestNotificationsAcrossReplicas(t *testing.T) {
+	t.Parallel()
 	for _, st := range holdStores()[1:] { // Redis and Cluster
 		t.Run(st.name, func(t *testing.T) {
 			t.Parallel()

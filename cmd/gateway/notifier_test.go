@@ -32,6 +32,7 @@ func testNotifier(t *testing.T, body string) *notifier {
 // An event whose write into the outbox fails (Redis down) is kept and written once Redis is
 // back: its crossing is marked in the counter already and would never be detected again.
 func TestNotifierKeepsWhatItCannotWrite(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	nt := testNotifier(t, fmt.Sprintf("redis: {addrs: [%q]}\n", srv.Addr))
 	ctx := context.Background()
@@ -73,6 +74,7 @@ func (f *failingOverrides) Overrides(context.Context) ([]limits.Override, error)
 // The watch of overrides' ends waits between reads whatever happens: an override past its
 // expiry that cannot be read again (Redis down) is no reason to read in a loop.
 func TestNotifierWatchNeverSpins(t *testing.T) {
+	t.Parallel()
 	nt := testNotifier(t, "")
 	q := &failingOverrides{o: limits.Override{Limit: "assistant_per_org", ID: "acme", Value: 5, Expires: time.Now().Add(300 * time.Millisecond)}}
 	ctx, cancel := context.WithCancel(context.Background())

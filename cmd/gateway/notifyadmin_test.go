@@ -20,6 +20,7 @@ import (
 // a retry through the admin API delivers it once the endpoint takes it; on the in-process
 // outbox and on Redis.
 func TestNotificationsDeadLettersOnAdmin(t *testing.T) {
+	t.Parallel()
 	const secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 	for _, store := range []string{"memory", "redis"} {
 		t.Run(store, func(t *testing.T) {
@@ -125,6 +126,7 @@ func TestNotificationsDeadLettersOnAdmin(t *testing.T) {
 // The usage page in headless Chromium shows the outbox's counts and its dead letters, their
 // last error as text, with no console error.
 func TestNotificationsOnUsagePageInBrowser(t *testing.T) {
+	t.Parallel()
 	browser := browsertest.Start(t)
 	const secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 	hook := serveHTTP(t, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusGone) }))

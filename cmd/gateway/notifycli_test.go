@@ -16,6 +16,7 @@ import (
 // gateway notifications test sends one signed ping that a Standard Webhooks receiver
 // verifies, prints the answer, and exits by it.
 func TestNotificationsTestCLI(t *testing.T) {
+	t.Parallel()
 	const (
 		current = "whsec_AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8="
 		old     = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"

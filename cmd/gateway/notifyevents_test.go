@@ -83,6 +83,7 @@ func inWindowOf(w, from, to time.Duration) {
 // answers are charged, each tenant's first refusal, a forecast, with the thresholds and
 // forecast of the tenant's plan; each once and signed. Then an override's end.
 func TestNotificationEventsEveryStore(t *testing.T) {
+	t.Parallel()
 	up := tokenUpstream(t)
 	for _, st := range holdStores() {
 		t.Run(st.name, func(t *testing.T) {
@@ -195,6 +196,7 @@ func waitUsageSettledAt(t *testing.T, p *proc, org, name string, used int64) {
 // script call, and no other command on its path. What MONITOR sees besides is the notifier's
 // own timed work (the outbox's polls, the overrides' read), never per request.
 func TestNotificationsCostNothingOnRequestPath(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	recv := newHookReceiver(t, hookSecret)
 	p := startGateway(t, tokenUpstream(t), fmt.Sprintf("redis: {addrs: [%q]}\norgs: {acme: [acme-docs]}\n"+
