@@ -48,10 +48,12 @@ end
 -- length keep their starts (readers bill each to the window containing its start, byWindow),
 -- and m marks the hash as holding some, so an export reads it whole.
 local function keep_past(key, win, keep, ws)
-  local v = redis.call('HMGET', key, 's', 'n', 'w')
+  local v = redis.call('HMGET', key, 's', 'n', 'w', 'x', 'e', 'f')
   local s, n = tonumber(v[1]), tonumber(v[2]) or 0
   if v[3] ~= win then redis.call('HSET', key, 'w', win) end
-  redis.call('HDEL', key, 'x', 'e', 'f') -- the marks belong to the window that ended (cross)
+  -- The marks belong to the window that ended (cross); read with the rest, so that a counter
+  -- without (notifications off) costs no command more.
+  if v[4] or v[5] or v[6] then redis.call('HDEL', key, 'x', 'e', 'f') end
   if not s then return 0 end -- a new tenant (or a reset one): nothing to keep or drop
   local carry = 0
   if v[3] and v[3] ~= win then
