@@ -146,7 +146,7 @@ func run(o options, procs *child.Group) int {
 		}
 	}
 	if o.pairs > 0 && wls["agent_job"] && hasVariant(vs, "gateway-full") && hasVariant(vs, "bare") {
-		// agent_job with every feature of the example config on (issue 35's target).
+		// agent_job with every feature of the example config on (the 1.3× target).
 		pairs, err := e.measurePairs(allWorkloads[0], "gateway-full", o.pairs, o.pairDuration)
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "bench: pairs agent_job gateway-full: %v\n", err)
