@@ -87,11 +87,6 @@ func ratio(a, b float64) string {
 	return fmt.Sprintf("%.2f", a/b)
 }
 
-// perRound pairs the samples of two variants by round and applies f.
-func (r *report) perRound(workload, a, b string, f func(x, y httpSample) float64) stat {
-	return statOf(r.eachRound(workload, a, b, f))
-}
-
 // eachRound is f of variants a and b in each round, in round order.
 func (r *report) eachRound(workload, a, b string, f func(x, y httpSample) float64) []float64 {
 	sa, sb := r.samples(workload, a), r.samples(workload, b)
