@@ -198,11 +198,7 @@ func TestNotificationsCostNothingOnRequestPath(t *testing.T) {
 
 	lines, stop := watchMonitor(t, srv.Addr)
 	const n = 20
-	for i := range n {
-		send(t, p, "POST", fmt.Sprintf("/v2/agent/p%d/job", i), "svc_a", `{"prompt":"x"}`)
-		send(t, p, "POST", "/discovery/v1/assistant/acme-docs/message", "svc_dsc_k", `{"fp":"u-1-2-1-full","messages":[]}`)
-	}
-	time.Sleep(300 * time.Millisecond)
+	sendMixed(t, p, n)
 	stop()
 	var scripts, timed, other []string
 	for l := range lines {

@@ -295,16 +295,23 @@ func TestUsageTopCostsNothingOnRequestPath(t *testing.T) {
 	lines, stop := watchMonitor(t, srv.Addr)
 
 	const n = 20
-	for i := range n {
-		send(t, p, "POST", fmt.Sprintf("/v2/agent/p%d/job", i), "svc_a", `{"prompt":"x"}`)
-		send(t, p, "POST", "/discovery/v1/assistant/acme-docs/message", "svc_dsc_k", `{"fp":"u-1-2-1-full","messages":[]}`)
-	}
-	time.Sleep(300 * time.Millisecond)
+	sendMixed(t, p, n)
 	stop()
 	scripts, other := splitMonitor(lines)
 	if len(scripts) != 2*n || len(other) != 0 {
 		t.Fatalf("MONITOR saw %d script calls (want %d) and other commands: %v", len(scripts), 2*n, other)
 	}
+}
+
+// sendMixed sends n agent jobs (each to a project of its own) and n assistant answers with
+// usage, then waits for their commands to reach MONITOR.
+func sendMixed(t *testing.T, p *proc, n int) {
+	t.Helper()
+	for i := range n {
+		send(t, p, "POST", fmt.Sprintf("/v2/agent/p%d/job", i), "svc_a", `{"prompt":"x"}`)
+		send(t, p, "POST", "/discovery/v1/assistant/acme-docs/message", "svc_dsc_k", `{"fp":"u-1-2-1-full","messages":[]}`)
+	}
+	time.Sleep(300 * time.Millisecond)
 }
 
 // watchMonitor runs MONITOR on Redis at addr from now on: lines receives what Redis runs, and
