@@ -354,10 +354,26 @@ func TestLostReplyReleasesHolds(t *testing.T) {
 	tok := reserveRule(t, "tok", 1000, 100, 0)
 	st := streamsRule("st", 5, 0)
 	hits := []Hit{{Rule: tok, ID: "acme"}, {Rule: st, ID: "acme"}}
+	// The busy script runs on a client that waits for it however long it takes and never
+	// sends it twice (a retried EVAL would meet BUSY). Its length is measured on this
+	// machine, under its load: about a second keeps Redis busy past the decision's
+	// deadline and ends well before the last release, 4 s after the decision failed.
+	busyClient := redis.NewClient(&redis.Options{Addr: srv.Addr, ReadTimeout: -1, MaxRetries: -1})
+	t.Cleanup(func() { busyClient.Close() })
+	const loop = "local n = 0 for i = 1, tonumber(ARGV[1]) do n = n + 1 end return n"
+	const sample = 5_000_000
+	began := time.Now()
+	if err := busyClient.Eval(ctx, loop, nil, sample).Err(); err != nil {
+		t.Fatal(err)
+	}
+	iterations := int64(float64(sample) * float64(time.Second) / float64(max(time.Since(began), time.Millisecond)))
+	iterations = min(max(iterations, sample), 200_000_000)
 	busy := make(chan error, 1)
 	go func() {
-		// Busy for a second or so: Redis reads nothing else meanwhile.
-		busy <- srv.Client(t).Eval(ctx, "local n = 0 for i = 1, 200000000 do n = n + 1 end return n", nil).Err()
+		began := time.Now()
+		err := busyClient.Eval(ctx, loop, nil, iterations).Err()
+		t.Logf("Redis was busy for %v (%d iterations)", time.Since(began), iterations)
+		busy <- err
 	}()
 	// The decision goes out once Redis is busy, not after a guess at how long the script
 	// takes to get there (on a loaded machine it may not have started after 30 ms): a PING

@@ -93,7 +93,9 @@ func TestExportsBoundedAgainstStalledClients(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	defer c.Close()
 	fillTenants(t, c, exportTenants)
-	p := startGateway(t, tokenUpstream(t), fmt.Sprintf("admin_token: %q\nredis: {addrs: [%q]}\n", adminToken, srv.Addr))
+	// redis.timeout 2s: the bound on exports is checked, not the store's timeout; at 100ms a
+	// pipelined ZADD of 1,000 tenants outlasts it on a busy machine (exactTimeout).
+	p := startGateway(t, tokenUpstream(t), fmt.Sprintf("admin_token: %q\nredis: {addrs: [%q], timeout: %s}\n", adminToken, srv.Addr, exactTimeout))
 	memory := func() int64 { return redistest.InfoInt(t, c, "memory", "used_memory") }
 	baseline := memory()
 
@@ -112,7 +114,7 @@ func TestExportsBoundedAgainstStalledClients(t *testing.T) {
 		}()
 	}
 	var served []net.Conn
-	refused, unavailable := 0, 0
+	refused := 0
 	for range attackers {
 		a := <-answers
 		if a.err != nil {
@@ -129,12 +131,6 @@ func TestExportsBoundedAgainstStalledClients(t *testing.T) {
 			served = append(served, a.conn)
 		case a.res.StatusCode == 429 && a.res.Header.Get("Retry-After") != "" && strings.Contains(body, `"code":"too_many_exports"`):
 			refused++
-		case a.res.StatusCode == 503 && strings.Contains(body, `"code":"limiter_unavailable"`):
-			// One of the two admitted failed to build its set: on this shared machine a
-			// pipelined ZADD of 1,000 can outlast redis.timeout (100ms). Its slot was taken
-			// all the same, and it left no set (checked below).
-			unavailable++
-			t.Logf("an admitted export failed to read the store: %s", body)
 		default:
 			t.Errorf("a stalled export: %d %v %s", a.res.StatusCode, a.res.Header, body)
 		}
@@ -144,25 +140,23 @@ func TestExportsBoundedAgainstStalledClients(t *testing.T) {
 			conn.Close()
 		}
 	}()
-	if len(served)+unavailable != 2 || refused != attackers-2 || len(served) == 0 {
-		t.Fatalf("%d stalled exports served, %d failed and %d refused, want 2 admitted (at least one served) and %d refused", len(served), unavailable, refused, attackers-2)
+	if len(served) != 2 || refused != attackers-2 {
+		t.Fatalf("%d stalled exports served and %d refused, want 2 served and %d refused", len(served), refused, attackers-2)
 	}
 	// Clients that do read, while the stalled ones hold their slots: refused as well.
-	if len(served) == 2 {
-		var wg sync.WaitGroup
-		for range 2 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				a := adminCall(t, http.DefaultClient, "http://"+p.admin, "GET", "/usage/export?limit=agent_job_per_project&window=current",
-					map[string]string{"Authorization": "Bearer " + adminToken}, "")
-				if a.status != 429 || a.code != "too_many_exports" || a.header.Get("Retry-After") == "" {
-					t.Errorf("an export while two are stalled: %d %v %s, want 429 too_many_exports with Retry-After", a.status, a.header, a.body)
-				}
-			}()
-		}
-		wg.Wait()
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			a := adminCall(t, http.DefaultClient, "http://"+p.admin, "GET", "/usage/export?limit=agent_job_per_project&window=current",
+				map[string]string{"Authorization": "Bearer " + adminToken}, "")
+			if a.status != 429 || a.code != "too_many_exports" || a.header.Get("Retry-After") == "" {
+				t.Errorf("an export while two are stalled: %d %v %s, want 429 too_many_exports with Retry-After", a.status, a.header, a.body)
+			}
+		}()
 	}
+	wg.Wait()
 	// The admitted ones are stalled: their sets are in Redis while their clients keep the
 	// connection.
 	keys := exportKeys(t, c)
