@@ -89,7 +89,8 @@ type Tracing struct {
 	// OTEL_EXPORTER_OTLP_PROTOCOL, then http/protobuf.
 	Protocol string `yaml:"protocol"`
 	// SampleRatio of the traces started here (parent-based: a sampled parent is always
-	// followed). Unset: OTEL_TRACES_SAMPLER/OTEL_TRACES_SAMPLER_ARG, then 1.0.
+	// followed). Unset: OTEL_TRACES_SAMPLER/OTEL_TRACES_SAMPLER_ARG, then 0.01
+	// (tracing.DefaultSampleRatio).
 	SampleRatio *float64 `yaml:"sample_ratio"`
 	// ServiceName of the resource. Empty: OTEL_SERVICE_NAME, then gateway.
 	ServiceName string `yaml:"service_name"`

@@ -16,7 +16,7 @@
 #     gateway-redis-nocoalesce on agent_job at RATE, the six orders in turn: the latency
 #     comparisons; at least 6 for a verdict, 0 skips them)
 #   VARIANTS=direct,bare,gateway-memory,gateway-redis,gateway-full,gateway-redis-nocoalesce,gateway-redis-stdtransport,gateway-cluster,gateway-replicated,gateway-wait1
-#     (gateway-full: every feature of config.example.yaml on, tracing at ratio 1.0; its own
+#     (gateway-full: every feature of config.example.yaml on, tracing at its default ratio; its own
 #     paired runs against bare on agent_job)
 #   WORKLOADS="agent_job,assistant_message,assistant_message_v2,401/429 mix,streams" (streams: the
 #     per-part delay and idle streams, each on v1 and v2)

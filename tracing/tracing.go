@@ -89,15 +89,34 @@ func New(ctx context.Context, o Options) (*Provider, error) {
 		sdktrace.WithResource(res),
 		sdktrace.WithSpanProcessor(&boundedProcessor{SpanProcessor: batcher, max: int64(o.QueueSize), queued: queued, dropped: o.Dropped}),
 	}
-	if o.SampleRatio != nil {
-		opts = append(opts, sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(*o.SampleRatio))))
-	} // else: the SDK reads OTEL_TRACES_SAMPLER, whose default is parentbased_always_on (1.0)
+	if s := sampler(o); s != nil {
+		opts = append(opts, sdktrace.WithSampler(s))
+	}
 	tp := sdktrace.NewTracerProvider(opts...)
 	return &Provider{
 		tp:         tp,
 		Tracer:     tp.Tracer("github.com/docsgate/gateway"),
 		Propagator: propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}),
 	}, nil
+}
+
+// DefaultSampleRatio is the share of new traces sampled when neither the file nor
+// OTEL_TRACES_SAMPLER says: one in a hundred, the default of Kong's and Istio's tracing. At 1.0
+// (the SDK's own default) the spans of every request, made and exported, cost a busy gateway
+// more CPU than proxying it; sampled parents are followed whatever the ratio, so a client that
+// asks for a trace still gets one.
+const DefaultSampleRatio = 0.01
+
+// sampler is the file's ratio, else nil when OTEL_TRACES_SAMPLER is set (the SDK reads it and
+// its _ARG), else DefaultSampleRatio; each parent-based.
+func sampler(o Options) sdktrace.Sampler {
+	ratio := DefaultSampleRatio
+	if o.SampleRatio != nil {
+		ratio = *o.SampleRatio
+	} else if v, ok := o.Env("OTEL_TRACES_SAMPLER"); ok && v != "" {
+		return nil
+	}
+	return sdktrace.ParentBased(sdktrace.TraceIDRatioBased(ratio))
 }
 
 // Shutdown exports what is queued, within ctx, and stops the provider.

@@ -440,7 +440,7 @@ func TestCutoffSpan(t *testing.T) {
 	t.Parallel()
 	rcv := startOTLPHTTP(t)
 	up := newCutUpstream(t)
-	p := startGateway(t, up.url, fmt.Sprintf("tracing: {enabled: true, protocol: http/protobuf, endpoint: %q, insecure: true}\n", "http://"+rcv.addr)+
+	p := startGateway(t, up.url, fmt.Sprintf("tracing: {enabled: true, protocol: http/protobuf, endpoint: %q, insecure: true, sample_ratio: 1}\n", "http://"+rcv.addr)+
 		fmt.Sprintf(cutoffConfig, 300, ", cutoff: true"))
 	if a := askCut(t, p, true, "svc_dsc_cut", "p-100-40-1"); a.status != 200 || !strings.Contains(strings.Join(a.parts, ""), "cut off") {
 		t.Fatalf("status %d, parts %q", a.status, a.parts)

@@ -236,6 +236,7 @@ func TestTracingEndToEnd(t *testing.T) {
   protocol: %s
   endpoint: %q
   insecure: true
+  sample_ratio: 1
   headers: {X-Collector-Token: collector-secret-token}
 orgs: {acme: [acme-docs]}
 `, proto, endpoint))
@@ -348,7 +349,7 @@ func TestTracingUntrustedIncoming(t *testing.T) {
 	t.Parallel()
 	rcv := startOTLPHTTP(t)
 	up := newTraceUpstream(t)
-	p := startGateway(t, up.url, fmt.Sprintf("tracing: {enabled: true, endpoint: %q, trust_incoming: false}\n", "http://"+rcv.addr))
+	p := startGateway(t, up.url, fmt.Sprintf("tracing: {enabled: true, endpoint: %q, trust_incoming: false, sample_ratio: 1}\n", "http://"+rcv.addr))
 	sendTraced(t, p, "/v2/agent/untrusted/job", "svc_untrusted0123456789", `{"prompt":"x"}`, "00-"+clientTrace+"-"+clientSpan+"-01")
 	s := rcv.waitSpan(t, "server span", func(s *tracepb.Span) bool { return s.Kind == tracepb.Span_SPAN_KIND_SERVER })
 	if hex.EncodeToString(s.TraceId) == clientTrace || len(s.ParentSpanId) != 0 {
@@ -367,7 +368,7 @@ func TestTracingUntrustedIncoming(t *testing.T) {
 func TestTracingCollectorDown(t *testing.T) {
 	rcv := startOTLPHTTP(t)
 	up := newTraceUpstream(t)
-	p := startGateway(t, up.url, fmt.Sprintf("tracing: {enabled: true, endpoint: %q}\n", "http://"+rcv.addr))
+	p := startGateway(t, up.url, fmt.Sprintf("tracing: {enabled: true, endpoint: %q, sample_ratio: 1}\n", "http://"+rcv.addr))
 	codes := map[int]int{}
 	var before, after []time.Duration
 	for i := range 400 {
@@ -418,10 +419,17 @@ func TestTracingExemplarsAndShutdownFlush(t *testing.T) {
 		t.Fatalf("no exemplar with the trace id in the OpenMetrics exposition (%s)", res.Header.Get("Content-Type"))
 	}
 
+	// With no sample_ratio, one new trace in a hundred is sampled: of 300 requests without a
+	// traceparent, a few.
+	for i := range 300 {
+		sendTraced(t, p, fmt.Sprintf("/v2/agent/unsampled%d/job", i%10), "svc_exemplar0123456789", `{"prompt":"x"}`, "")
+	}
 	// Spans of requests answered just before SIGTERM reach the collector: the batch timeout
-	// (1 s) has not passed, so only the shutdown flush can send them.
+	// (1 s) has not passed, so only the shutdown flush can send them. Their clients ask for a
+	// trace (a sampled traceparent), which is followed whatever the ratio.
 	for i := range 5 {
-		sendTraced(t, p, fmt.Sprintf("/v2/agent/flush%d/job", i), "svc_exemplar0123456789", `{"prompt":"x"}`, "")
+		sendTraced(t, p, fmt.Sprintf("/v2/agent/flush%d/job", i), "svc_exemplar0123456789", `{"prompt":"x"}`,
+			fmt.Sprintf("00-%032x-%s-01", i+1, clientSpan))
 	}
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
@@ -429,13 +437,19 @@ func TestTracingExemplarsAndShutdownFlush(t *testing.T) {
 	if code := p.wait(t, 30*time.Second); code != 0 {
 		t.Fatalf("exit %d", code)
 	}
-	n := 0
+	asked, unasked := 0, 0
 	for _, s := range rcv.all() {
-		if s.Kind == tracepb.Span_SPAN_KIND_SERVER {
-			n++
+		if s.Kind != tracepb.Span_SPAN_KIND_SERVER {
+			continue
+		}
+		if len(s.ParentSpanId) > 0 {
+			asked++
+		} else {
+			unasked++
 		}
 	}
-	if n != 6 {
-		t.Fatalf("%d server spans at the collector after shutdown, want 6", n)
+	t.Logf("%d of 300 requests without a traceparent sampled", unasked)
+	if asked != 6 || unasked > 30 {
+		t.Fatalf("server spans at the collector after shutdown: %d with a sampled parent (want 6), %d of 300 new traces (want about 3)", asked, unasked)
 	}
 }

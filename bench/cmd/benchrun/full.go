@@ -17,7 +17,7 @@ import (
 // on. Keys are looked up in the registry (auth.mode: registry, on Redis; registerKeys adds the
 // bench's two), the streamed routes apply the example's six limits (the three requests limits,
 // two tokens limits holding a reserve that is settled when the answer ends, a streams slot;
-// limits raised so nothing is denied), and tracing is on at its default ratio (1.0,
+// limits raised so nothing is denied), and tracing is on at its default ratio (0.01,
 // parent-based) into otlp. Usage history and the run-time quota check are on in every
 // variant (the limits' defaults).
 func fullConfig(cfg, otlp string) string {
