@@ -58,6 +58,7 @@ checks() {
     echo "== fuzz"
     FUZZTIME="${FUZZTIME:-8s}" FUZZPARALLEL="${FUZZPARALLEL:-1}" scripts/fuzz.sh
   fi
+  echo "$SECONDS" >"$work/checks.end"
 }
 # In a process group of its own (set -m), so that a failing test run stops it and everything it
 # started, by its process group id.
@@ -72,11 +73,13 @@ echo "== go test -race"
 # so eight at a time on two cores; the tests that bound a latency run before them, none of
 # them beside.
 go test -race -count=1 -parallel 8 -timeout 15m ./...
+echo "test.sh: race tests done ${SECONDS}s after the start"
 
 echo "== go vet, staticcheck, deploy/kubernetes/check, bench module, scripts/build.sh, ./proxy on the standard transport, fuzz (run beside the tests)"
 checks_status=0
 wait "$checks_pid" || checks_status=$?
 cat "$work/checks.log"
+echo "test.sh: checks done by ${SECONDS}s after the start (they ended $(cat "$work/checks.end" 2>/dev/null || echo ?)s in)"
 if [ "$checks_status" -ne 0 ]; then
   echo "test.sh: the checks above failed (exit $checks_status)" >&2
   exit "$checks_status"

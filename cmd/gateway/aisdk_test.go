@@ -128,6 +128,7 @@ func simAnswer(t *testing.T, sim, question string) string {
 }
 
 func TestAISDKClients(t *testing.T) {
+	t.Parallel()
 	dir := aisdkClients(t)
 	sim := startSimulator(t, "-part-delay", "5ms", "-answer-parts", "4")
 	p := startGateway(t, sim, `orgs:

@@ -365,6 +365,7 @@ func resetAcme(t *testing.T, p *proc) {
 // AbstractChat: status error, the gateway's message, isError and not isDisconnect), each
 // with the text that passed.
 func TestCutoffAISDKClients(t *testing.T) {
+	t.Parallel()
 	dir := aisdkClients(t)
 	up := newCutUpstream(t)
 	p := startGateway(t, up.url, `orgs: {ai4: [ai4-docs], ai5: [ai5-docs], ai7: [ai7-docs]}

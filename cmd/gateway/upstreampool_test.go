@@ -219,6 +219,7 @@ func runUpstreamCases(t *testing.T, cases []upstreamCase, timeout time.Duration)
 // interim and unasked 101 answers: the right bytes or 502, never another request's answer,
 // and the pool never reuses a connection in doubt.
 func TestUpstreamDesync(t *testing.T) {
+	t.Parallel()
 	runUpstreamCases(t, desyncCases, 30*time.Second) // upstream.timeout's default
 }
 

@@ -105,9 +105,11 @@ func TestStalledReaderFreesItsSlot(t *testing.T) {
 	const bound = 10 * time.Second // the default
 	for _, tr := range transports {
 		for _, proto := range []string{"h1", "h2c"} {
-			// One after the other: the bound is measured from the client's last read, and four
-			// floods at once on two cores would add their own delay to it.
+			// The four at once: each flood costs CPU only until the socket buffers between
+			// the client and the gateway are full (milliseconds); after that every stalled
+			// stream only waits for its bound, and waiting four times in a row took 40 s.
 			t.Run(tr+"/"+proto, func(t *testing.T) {
+				t.Parallel()
 				up, gone := stallUpstream(t)
 				p := startGateway(t, up, stallConfig(tr, ""))
 				const series = `gateway_stream_stalled_total{route="assistant_message"}`
