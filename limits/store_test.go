@@ -122,7 +122,10 @@ func TestStores(t *testing.T) {
 			t.Run("NewWindow", func(t *testing.T) { testNewWindow(t, b) })
 			t.Run("Usage", func(t *testing.T) { testUsage(t, b) })
 			t.Run("Disabled", func(t *testing.T) { testDisabled(t, b) })
-			t.Run("GCRAvsRedisRate", func(t *testing.T) { testGCRADifferential(t, b) })
+			t.Run("GCRAvsRedisRate", func(t *testing.T) {
+				t.Parallel() // it mostly sleeps: beside the others, on keys of its own
+				testGCRADifferential(t, b)
+			})
 			t.Run("GCRAWithFixed", func(t *testing.T) { testGCRAWithFixed(t, b) })
 			t.Run("Tokens", func(t *testing.T) { testTokens(t, b) })
 			t.Run("TokensConcurrentDebits", func(t *testing.T) { testTokensConcurrentDebits(t, b) })

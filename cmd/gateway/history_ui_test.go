@@ -20,7 +20,6 @@ import (
 // to the previous window's export (which the browser downloads with the page's credentials),
 // and logs no console error.
 func TestUsageHistoryChartInBrowser(t *testing.T) {
-	t.Parallel()
 	// Not parallel: the page, its checks, a screenshot and the export's fetch must all fit in
 	// one 3 s window (inWindow), with a browser of its own.
 	browser := browsertest.Start(t)

@@ -514,8 +514,9 @@ func (e *env) measureStreams(round int, v variant) ([]streamSample, error) {
 	return out, nil
 }
 
-// profile runs gateway-redis under the closed-loop agent_job load and saves a CPU profile
-// and an allocation profile from the admin listener's /debug/pprof/, with their top lists.
+// profile runs gateway-redis under the closed-loop load of -profile-workload (agent_job by
+// default) and saves a CPU profile and an allocation profile from the admin listener's
+// /debug/pprof/, with their top lists.
 func (e *env) profile(d time.Duration, dir string, rep *report) error {
 	v := selectVariants("gateway-redis")[0]
 	srv, err := e.start(v, e.fast)
@@ -523,8 +524,11 @@ func (e *env) profile(d time.Duration, dir string, rep *report) error {
 		return err
 	}
 	defer srv.stop()
-	w := allWorkloads[0]
-	logf("profiling gateway-redis under agent_job load for %s", d)
+	w, ok := workloadNamed(e.o.profileWorkload)
+	if !ok || e.scripts[w.name] == "" {
+		return fmt.Errorf("-profile-workload %q: not a closed-loop workload of this run", e.o.profileWorkload)
+	}
+	logf("profiling gateway-redis under %s load for %s", w.name, d)
 	done := make(chan error, 1)
 	go func() {
 		_, err := runWrk(srv.url, w, e.scripts[w.name], e.o.conns, d+2*time.Second)

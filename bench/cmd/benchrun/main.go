@@ -42,6 +42,7 @@ type options struct {
 	probeN          int
 	pin             bool
 	profile         time.Duration
+	profileWorkload string
 	variants        string
 	notifyPairs     int
 	workloads       string
@@ -69,7 +70,8 @@ func main() {
 	flag.IntVar(&o.delayConc, "delay-conc", 20, "concurrent streams for the per-part delay")
 	flag.IntVar(&o.probeN, "probe", 400, "requests per Redis-count probe")
 	flag.BoolVar(&o.pin, "pin", true, "pin the server under test to CPU 0 and everything else to CPU 1 (taskset)")
-	flag.DurationVar(&o.profile, "profile", 10*time.Second, "CPU profile of gateway-redis under agent_job load after the rounds (0: skip)")
+	flag.DurationVar(&o.profile, "profile", 10*time.Second, "CPU profile of gateway-redis under -profile-workload's load after the rounds (0: skip)")
+	flag.StringVar(&o.profileWorkload, "profile-workload", "agent_job", "the workload the profile is taken under (one of -workloads)")
 	flag.IntVar(&o.notifyPairs, "notify-pairs", 6, "pairs of agent_job runs of gateway-redis with notifications off and on (0: skip)")
 	flag.StringVar(&o.variants, "variants", strings.Join(variantNames(), ","), "variants to run")
 	flag.StringVar(&o.workloads, "workloads", "agent_job,assistant_message,assistant_message_v2,401/429 mix,streams", "workloads to run (streams: per-part delay and idle streams, on v1 and v2)")

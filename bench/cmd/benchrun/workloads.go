@@ -137,3 +137,13 @@ func wrkScript(dir string, w workload) (string, error) {
 	p := filepath.Join(dir, "wrk-"+strings.NewReplacer("/", "-", " ", "-").Replace(w.name)+".lua")
 	return p, os.WriteFile(p, []byte(sb.String()), 0o644)
 }
+
+// workloadNamed is the workload called name.
+func workloadNamed(name string) (workload, bool) {
+	for _, w := range allWorkloads {
+		if w.name == name {
+			return w, true
+		}
+	}
+	return workload{}, false
+}
