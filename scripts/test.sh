@@ -60,14 +60,6 @@ checks() {
   fi
   echo "$SECONDS" >"$work/checks.end"
 }
-# The race-enabled test binaries are compiled first, on both cores, and not run (-exec true):
-# the binary tests (the suite's long pole) then start at once instead of after a compile that
-# shares the machine with the checks' own (vet, staticcheck and the Helm module compile most of
-# what it does, in other caches).
-echo "== go test -race: compile"
-go test -race -count=1 -exec true ./... >/dev/null
-echo "test.sh: test binaries compiled ${SECONDS}s after the start"
-
 # In a process group of its own (set -m), so that a failing test run stops it and everything it
 # started, by its process group id.
 set -m
