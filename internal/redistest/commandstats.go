@@ -4,7 +4,6 @@ import (
 	"context"
 	"regexp"
 	"strconv"
-	"strings"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -50,14 +49,12 @@ func InfoInt(t testing.TB, client *redis.Client, section, field string) int64 {
 	if err != nil {
 		t.Fatalf("INFO %s: %v", section, err)
 	}
-	for _, line := range strings.Split(info, "\n") {
-		if k, v, ok := strings.Cut(strings.TrimSpace(line), ":"); ok && k == field {
-			n, err := strconv.ParseInt(v, 10, 64)
-			if err != nil {
-				t.Fatalf("INFO %s %s: %v", section, field, err)
-			}
-			return n
+	if v, ok := infoField(info, field); ok {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			t.Fatalf("INFO %s %s: %v", section, field, err)
 		}
+		return n
 	}
 	t.Fatalf("no %s in INFO %s", field, section)
 	return 0

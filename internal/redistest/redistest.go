@@ -125,14 +125,17 @@ func (s *Server) launch(bin string) error {
 	s.mu.Lock()
 	s.cmd, s.done, s.logf = cmd, done, logf
 	s.mu.Unlock()
-	if err := s.waitReady(done); err != nil {
+	if err := s.waitReady(done, cmd.Process.Pid); err != nil {
 		s.kill()
 		return fmt.Errorf("%w; log: %s", err, s.logTail())
 	}
 	return nil
 }
 
-func (s *Server) waitReady(done <-chan struct{}) error {
+// waitReady waits until the server answers, and checks that the one answering is ours (pid):
+// two harnesses can probe the same free port, and the one whose server then fails to bind
+// would otherwise take the other's server for its own (and lose it when its owner stops it).
+func (s *Server) waitReady(done <-chan struct{}, pid int) error {
 	c := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
 	defer c.Close()
 	deadline := time.Now().Add(readyTimeout)
@@ -143,9 +146,12 @@ func (s *Server) waitReady(done <-chan struct{}) error {
 		default:
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-		err := c.Ping(ctx).Err()
+		info, err := c.Info(ctx, "server").Result()
 		cancel()
 		if err == nil {
+			if owner, _ := infoField(info, "process_id"); owner != strconv.Itoa(pid) {
+				return fmt.Errorf("redis-server on %s: the port answers for process %s, not ours (%d)", s.Addr, owner, pid)
+			}
 			return nil
 		}
 		if time.Now().After(deadline) {
@@ -292,4 +298,14 @@ func (c *Cluster) Client(t testing.TB) *redis.ClusterClient {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// infoField is the value of name in an INFO reply.
+func infoField(info, name string) (string, bool) {
+	for _, line := range strings.Split(info, "\n") {
+		if k, v, ok := strings.Cut(strings.TrimSpace(line), ":"); ok && k == name {
+			return v, true
+		}
+	}
+	return "", false
 }

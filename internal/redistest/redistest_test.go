@@ -78,3 +78,22 @@ func TestClusterWithReplicasFailsOver(t *testing.T) {
 	}
 	t.Logf("replica took over after %v", time.Since(start))
 }
+
+// Two harnesses that probed the same free port: the second server cannot bind it, and its
+// launch fails instead of taking the first server (which answers on the port) for its own.
+func TestLaunchOnAnotherServersPort(t *testing.T) {
+	first := Start(t)
+	second := &Server{Addr: first.Addr, port: first.port, dir: t.TempDir()}
+	err := second.launch(lookServer(t))
+	if err == nil {
+		second.Stop(t)
+		t.Fatal("a server that could not bind its port was taken as ready (the port's other server answered)")
+	}
+	if !strings.Contains(err.Error(), "exited early") && !strings.Contains(err.Error(), "not ours") {
+		t.Fatalf("launch on a taken port: %v", err)
+	}
+	t.Logf("launch on a taken port: %.200s", err)
+	if err := first.Client(t).Ping(context.Background()).Err(); err != nil {
+		t.Fatalf("the port's own server: %v", err)
+	}
+}
