@@ -2,7 +2,6 @@ package admin
 
 import (
 	"bufio"
-	"context"
 	"encoding/csv"
 	"encoding/json"
 	"fmt"
@@ -95,9 +94,11 @@ func (h *handler) export(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer h.exports.give()
-	ctx, cancel := context.WithTimeout(r.Context(), h.o.TopTimeout)
-	defer cancel()
-	ex, err := h.o.History.Export(ctx, p["limit"], p["window"], p["unit"])
+	// No deadline on the export as a whole: a large one, built on a busy replica or read by
+	// a slow client, may rightly take minutes. What bounds it is its slot (admin_max_exports),
+	// each store command's own timeout, the client (its leaving cancels r's context) and the
+	// write deadline below (a client that stops reading is cut off).
+	ex, err := h.o.History.Export(r.Context(), p["limit"], p["window"], p["unit"])
 	if err != nil {
 		h.historyFail(w, err, p["limit"])
 		return

@@ -197,6 +197,10 @@ func TestDeadLetters(t *testing.T) {
 			t.Fatal(err)
 		}
 		waitFor(t, 5*time.Second, "four dead letters", func() bool { _, d, _ := box.Count(ctx); return d == 4 })
+		// A delivery's result is reported after the outbox took it in: wait for the last ones.
+		waitFor(t, 5*time.Second, "the dead letters' results", func() bool {
+			return strings.HasSuffix(rs.of("evt_gone"), "dead") && strings.HasSuffix(rs.of("evt_down"), "dead") && strings.HasSuffix(rs.of("evt_slow"), "dead")
+		})
 		if got := rs.of("evt_gone"); got != "dead" {
 			t.Fatalf("410: %s", got)
 		}
