@@ -18,7 +18,7 @@ import (
 
 // stallUpstream answers v1 assistant requests with an AI SDK data stream chosen by the body's
 // fp: "flood" sends text until a write fails (the gateway closed the connection: reported on
-// gone), at most 256 MiB; "slow" a part every 100 ms for 4.5 s; anything else a short answer.
+// gone), at most 256 MiB; "slow" a part every 100 ms for 6.5 s; anything else a short answer.
 func stallUpstream(t *testing.T) (url string, gone chan struct{}) {
 	gone = make(chan struct{}, 16)
 	url = serveHTTP(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -39,7 +39,7 @@ func stallUpstream(t *testing.T) (url string, gone chan struct{}) {
 				}
 			}
 		case "slow":
-			for end := time.Now().Add(4500 * time.Millisecond); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+			for end := time.Now().Add(6500 * time.Millisecond); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
 				if _, err := io.WriteString(w, part); err != nil {
 					return
 				}
@@ -183,8 +183,15 @@ func TestLiveStreamKeepsItsSlotPastReserveTTL(t *testing.T) {
 					}
 					done <- err
 				}()
-				time.Sleep(500 * time.Millisecond)
-				for end := time.Now().Add(3500 * time.Millisecond); time.Now().Before(end); time.Sleep(250 * time.Millisecond) {
+				// The checks start once the slow stream holds its slot and end 4.5 s later (more
+				// than twice reserve_ttl), 2 s before the stream does: on a loaded machine the
+				// last check's answer can come a second after it was asked.
+				for deadline := time.Now().Add(10 * time.Second); acmeUsage(t, other, "acme_streams").Used != 1; time.Sleep(20 * time.Millisecond) {
+					if time.Now().After(deadline) {
+						t.Fatalf("%s: the slow stream never took its slot", transports[i])
+					}
+				}
+				for end := time.Now().Add(4500 * time.Millisecond); time.Now().Before(end); time.Sleep(250 * time.Millisecond) {
 					if code := askStream(t, other, "short"); code != 429 {
 						t.Fatalf("%s: a second stream while the first lives past reserve_ttl: %d, want 429", transports[i], code)
 					}
