@@ -47,8 +47,8 @@ type Options struct {
 	// page's lists of overrides and audit entries; nil disables them.
 	Quotas QuotaManager
 	// History backs GET /usage/history and GET /usage/export and the page's charts; nil
-	// disables them. History reads take TopTimeout; an export has no overall deadline (see
-	// export.go).
+	// disables them. History reads take TopTimeout; an export takes minutes (see
+	// exportDeadline).
 	History HistoryReader
 	// Notifications backs the /notifications endpoints (the webhook outbox: list, retry and
 	// drop deliveries) and the page's notifications section; nil (notifications off)

@@ -2,6 +2,7 @@ package admin
 
 import (
 	"bufio"
+	"context"
 	"encoding/csv"
 	"encoding/json"
 	"fmt"
@@ -74,6 +75,9 @@ type exportRowJSON struct {
 // export serves GET /usage/export?limit=NAME&window=START[&format=csv|json][&unit=...]. The
 // store is read whole first (a failure is a clean 503), then the rows stream out as they are
 // written.
+// exportDeadline bounds one export, building and download together.
+const exportDeadline = limits.ExportTTL * 2 / 3
+
 func (h *handler) export(w http.ResponseWriter, r *http.Request) {
 	p, ferr := params(r, "limit", "window", "format?", "unit?")
 	if ferr != nil {
@@ -94,11 +98,14 @@ func (h *handler) export(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer h.exports.give()
-	// No deadline on the export as a whole: a large one, built on a busy replica or read by
-	// a slow client, may rightly take minutes. What bounds it is its slot (admin_max_exports),
-	// each store command's own timeout, the client (its leaving cancels r's context) and the
-	// write deadline below (a client that stops reading is cut off).
-	ex, err := h.o.History.Export(r.Context(), p["limit"], p["window"], p["unit"])
+	// Minutes, not the 30 s of other reads: a large export, built on a busy replica or read
+	// by a slow client, may rightly take that long. It ends well before its sorted set
+	// expires (limits.ExportTTL), so a page is never read from a set that is gone; within it,
+	// each store command's own timeout and the write deadline below (a client that stops
+	// reading is cut off) bound it too.
+	ctx, cancel := context.WithTimeout(r.Context(), exportDeadline)
+	defer cancel()
+	ex, err := h.o.History.Export(ctx, p["limit"], p["window"], p["unit"])
 	if err != nil {
 		h.historyFail(w, err, p["limit"])
 		return

@@ -34,8 +34,9 @@ type Tenants interface {
 // exportPage is how many tenants one read of the sorted set returns (and one ZADD adds).
 const exportPage = 1000
 
-// exportTTL bounds the life of an export's sorted set whose gateway died before deleting it.
-const exportTTL = 15 * time.Minute
+// ExportTTL bounds the life of an export's sorted set whose gateway died before deleting it;
+// an export must end well within it (its pages are read from the set).
+const ExportTTL = 15 * time.Minute
 
 // exportDeleteTimeout bounds the deletion of an export's sorted set. It runs on a context of
 // its own, not the caller's: an export ends early because its client went away (the request's
@@ -59,7 +60,7 @@ func (m *Memory) ExportSorted(ctx context.Context, r *Rule, start int64, keep fu
 
 // ExportSorted lists the tenants with use of rule r in the window starting at start for
 // which keep says yes, sorted by id, through a sorted set that Close deletes (and that
-// expires after exportTTL). It reads every master whole before it returns.
+// expires after ExportTTL). It reads every master whole before it returns.
 func (r *Redis) ExportSorted(ctx context.Context, rule *Rule, start int64, keep func(id string) bool) (Tenants, error) {
 	t := &redisTenants{c: r.client, key: r.rules.prefix + "export:" + rand.Text()}
 	batch := make([]redis.Z, 0, exportPage)
@@ -70,7 +71,7 @@ func (r *Redis) ExportSorted(ctx context.Context, rule *Rule, start int64, keep 
 		}
 		pipe := r.client.Pipeline()
 		pipe.ZAdd(ctx, t.key, batch...)
-		pipe.Expire(ctx, t.key, exportTTL)
+		pipe.Expire(ctx, t.key, ExportTTL)
 		if _, err := pipe.Exec(ctx); err != nil {
 			ferr = fmt.Errorf("limits: export: sort: %w", err)
 		}

@@ -95,8 +95,8 @@ func TestExportsBoundedAgainstStalledClients(t *testing.T) {
 	defer c.Close()
 	fillTenants(t, c, exportTenants)
 	// Every default. Exports read through the operators' own Redis client (30 s per command),
-	// not the request path's redis.timeout, and have no overall deadline: beside two busy
-	// loops the race-built gateway took more than 30 s to build one.
+	// not the request path's redis.timeout, and have 10 minutes in all: beside two busy loops
+	// the race-built gateway took more than 30 s to build one.
 	p := startGateway(t, tokenUpstream(t), fmt.Sprintf("admin_token: %q\nredis: {addrs: [%q]}\n", adminToken, srv.Addr))
 	memory := func() int64 { return redistest.InfoInt(t, c, "memory", "used_memory") }
 	baseline := memory()
