@@ -7,7 +7,8 @@
 #
 # Knobs (environment):
 #   ROUNDS=3 DURATION=4s WARMUP=1s CONNS=50 RATE=2000 STREAMS=5000 PROFILE=10s PIN=1
-#   PROFILE_WORKLOAD=agent_job (the closed-loop workload the profile of gateway-redis is taken under)
+#   PROFILE_WORKLOAD=agent_job (the closed-loop workload the profile is taken under)
+#   PROFILE_VARIANT=gateway-redis (the variant profiled)
 #   PAIRS=10 PAIR_DURATION=3s (back-to-back closed-loop runs of bare and gateway-redis on
 #     agent_job, assistant_message and assistant_message_v2 (those selected), the throughput
 #     ratios' measurement; 0 skips them)
@@ -39,6 +40,7 @@ RATE=${RATE:-2000}
 STREAMS=${STREAMS:-5000}
 PROFILE=${PROFILE:-10s}
 PROFILE_WORKLOAD=${PROFILE_WORKLOAD:-agent_job}
+PROFILE_VARIANT=${PROFILE_VARIANT:-gateway-redis}
 PIN=${PIN:-1}
 PAIRS=${PAIRS:-10}
 PAIR_DURATION=${PAIR_DURATION:-3s}
@@ -129,7 +131,7 @@ pin=true
 case $OUT in /*) ;; *) OUT=$root/$OUT ;; esac
 run=("$work/bin/benchrun" -bin "$work/bin" -out "$OUT" -source "$source_desc" -rounds "$ROUNDS" -duration "$DURATION" -warmup "$WARMUP"
 	-pairs "$PAIRS" -pair-duration "$PAIR_DURATION" -notify-pairs "$NOTIFY_PAIRS" -open-sets "$OPEN_SETS" -open-set-duration "$OPEN_SET_DURATION"
-	-conns "$CONNS" -rate "$RATE" -streams "$STREAMS" -profile "$PROFILE" -profile-workload "$PROFILE_WORKLOAD" -pin="$pin"
+	-conns "$CONNS" -rate "$RATE" -streams "$STREAMS" -profile "$PROFILE" -profile-workload "$PROFILE_WORKLOAD" -profile-variant "$PROFILE_VARIANT" -pin="$pin"
 	-variants "$VARIANTS" -workloads "$WORKLOADS" -gobench "$gobench_out" "${alloc_args[@]}")
 if [[ $pin == true ]]; then
 	# The load generators (wrk, vegeta, stream clients) share CPU 1 with upstream-sim and

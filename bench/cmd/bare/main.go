@@ -14,6 +14,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
+	"net/http/pprof"
 	"net/url"
 	"os"
 	"os/signal"
@@ -40,7 +41,14 @@ func main() {
 	listen := flag.String("listen", "127.0.0.1:8081", "address to listen on")
 	upstream := flag.String("upstream", "http://127.0.0.1:9000", "upstream URL")
 	redisAddr := flag.String("redis", "127.0.0.1:6379", "standalone Redis address")
+	pprofAddr := flag.String("pprof", "", "address of a /debug/pprof/ listener, for profiling bare like the gateway (none when empty)")
 	flag.Parse()
+	if *pprofAddr != "" {
+		mux := http.NewServeMux()
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		go func() { _ = http.ListenAndServe(*pprofAddr, mux) }()
+	}
 
 	u, err := url.Parse(*upstream)
 	if err != nil {

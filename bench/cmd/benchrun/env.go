@@ -236,8 +236,10 @@ func (e *env) start(v variant, up *upstream) (*server, error) {
 		}
 	case "bare":
 		s.nodes = []*redisNode{e.redis}
+		s.admin = fmt.Sprintf("http://127.0.0.1:%d", adminPort) // its profiles only
 		s.proc, err = e.procs.Start(v.name, e.cpuServer, e.procsEnv(), s.logPath, e.bare,
-			"-listen", fmt.Sprintf("127.0.0.1:%d", port), "-upstream", up.url, "-redis", e.redis.addr)
+			"-listen", fmt.Sprintf("127.0.0.1:%d", port), "-upstream", up.url, "-redis", e.redis.addr,
+			"-pprof", fmt.Sprintf("127.0.0.1:%d", adminPort))
 		if err == nil {
 			err = child.WaitHTTP(s.proc, s.url+"/healthz", 10*time.Second)
 		}
@@ -518,7 +520,7 @@ func (e *env) measureStreams(round int, v variant) ([]streamSample, error) {
 // default) and saves a CPU profile and an allocation profile from the admin listener's
 // /debug/pprof/, with their top lists.
 func (e *env) profile(d time.Duration, dir string, rep *report) error {
-	v := selectVariants("gateway-redis")[0]
+	v := selectVariants(e.o.profileVariant)[0]
 	srv, err := e.start(v, e.fast)
 	if err != nil {
 		return err
@@ -528,7 +530,7 @@ func (e *env) profile(d time.Duration, dir string, rep *report) error {
 	if !ok || e.scripts[w.name] == "" {
 		return fmt.Errorf("-profile-workload %q: not a closed-loop workload of this run", e.o.profileWorkload)
 	}
-	logf("profiling gateway-redis under %s load for %s", w.name, d)
+	logf("profiling %s under %s load for %s", v.name, w.name, d)
 	done := make(chan error, 1)
 	go func() {
 		_, err := runWrk(srv.url, w, e.scripts[w.name], e.o.conns, d+2*time.Second)
@@ -546,9 +548,14 @@ func (e *env) profile(d time.Duration, dir string, rep *report) error {
 	if err := <-done; err != nil {
 		return err
 	}
-	rep.profileCPU = pprofTop(e.gateway, cpuPath, "-top", "-nodecount=25")
-	rep.profileCPUCum = pprofTop(e.gateway, cpuPath, "-top", "-cum", "-nodecount=40")
-	rep.profileAllocs = pprofTop(e.gateway, allocPath, "-top", "-sample_index=alloc_objects", "-nodecount=25")
+	rep.profileVariant, rep.profileWorkload = v.name, w.name
+	bin := e.gateway
+	if v.kind == "bare" {
+		bin = e.bare
+	}
+	rep.profileCPU = pprofTop(bin, cpuPath, "-top", "-nodecount=25")
+	rep.profileCPUCum = pprofTop(bin, cpuPath, "-top", "-cum", "-nodecount=40")
+	rep.profileAllocs = pprofTop(bin, allocPath, "-top", "-sample_index=alloc_objects", "-nodecount=25")
 	for name, text := range map[string]string{"profile-cpu.txt": rep.profileCPU + "\n\n" + rep.profileCPUCum, "profile-allocs.txt": rep.profileAllocs} {
 		_ = os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644)
 	}

@@ -43,6 +43,7 @@ type options struct {
 	pin             bool
 	profile         time.Duration
 	profileWorkload string
+	profileVariant  string
 	variants        string
 	notifyPairs     int
 	workloads       string
@@ -72,6 +73,7 @@ func main() {
 	flag.BoolVar(&o.pin, "pin", true, "pin the server under test to CPU 0 and everything else to CPU 1 (taskset)")
 	flag.DurationVar(&o.profile, "profile", 10*time.Second, "CPU profile of gateway-redis under -profile-workload's load after the rounds (0: skip)")
 	flag.StringVar(&o.profileWorkload, "profile-workload", "agent_job", "the workload the profile is taken under (one of -workloads)")
+	flag.StringVar(&o.profileVariant, "profile-variant", "gateway-redis", "the variant profiled (one of -variants)")
 	flag.IntVar(&o.notifyPairs, "notify-pairs", 6, "pairs of agent_job runs of gateway-redis with notifications off and on (0: skip)")
 	flag.StringVar(&o.variants, "variants", strings.Join(variantNames(), ","), "variants to run")
 	flag.StringVar(&o.workloads, "workloads", "agent_job,assistant_message,assistant_message_v2,401/429 mix,streams", "workloads to run (streams: per-part delay and idle streams, on v1 and v2)")
@@ -174,7 +176,7 @@ func run(o options, procs *child.Group) int {
 		}
 		rep.latencySets = sets
 	}
-	if o.profile > 0 && hasVariant(vs, "gateway-redis") {
+	if o.profile > 0 && hasVariant(vs, o.profileVariant) {
 		if err := e.profile(o.profile, filepath.Dir(o.out), rep); err != nil {
 			fmt.Fprintf(os.Stderr, "bench: profile: %v\n", err)
 		}

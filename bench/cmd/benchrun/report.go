@@ -12,19 +12,20 @@ import (
 )
 
 type report struct {
-	opts          options
-	started       time.Time
-	elapsed       time.Duration
-	http          []httpSample
-	streams       []streamSample
-	goBench       string
-	allocs        *allocSplit // nil: not measured
-	pairs         []pairSample
-	notifyPairs   []pairSample // gateway-redis (off) against gateway-redis-notify (on)
-	latencySets   []latencySet
-	profileCPU    string
-	profileCPUCum string
-	profileAllocs string
+	opts                            options
+	started                         time.Time
+	elapsed                         time.Duration
+	http                            []httpSample
+	streams                         []streamSample
+	goBench                         string
+	allocs                          *allocSplit // nil: not measured
+	pairs                           []pairSample
+	notifyPairs                     []pairSample // gateway-redis (off) against gateway-redis-notify (on)
+	latencySets                     []latencySet
+	profileCPU                      string
+	profileCPUCum                   string
+	profileAllocs                   string
+	profileVariant, profileWorkload string // what the profiles are of
 }
 
 // stat is the median and range over rounds.
@@ -322,7 +323,7 @@ func (r *report) markdown() string {
 	}
 	w("\n")
 	if r.profileCPU != "" {
-		w("Profiles of gateway-redis under the agent_job closed loop: `bench/results/profile-cpu.txt`, `bench/results/profile-allocs.txt`.\n")
+		w("Profiles of %s under the %s closed loop: `bench/results/profile-cpu.txt`, `bench/results/profile-allocs.txt`.\n", r.profileVariant, r.profileWorkload)
 	}
 	return b.String()
 }
