@@ -31,6 +31,7 @@ import (
 	"github.com/docsgate/gateway/limits"
 	"github.com/docsgate/gateway/metrics"
 	"github.com/docsgate/gateway/proxy"
+	"github.com/docsgate/gateway/tracing"
 )
 
 // cannedBody is a reusable response body: Reset rewinds it, Close does nothing.
@@ -105,7 +106,7 @@ func benchGateway(b *testing.B, tr http.RoundTripper) *proxy.Gateway {
 }
 
 // benchGatewayTraced is benchGateway with tracing (nil: off).
-func benchGatewayTraced(b *testing.B, tr http.RoundTripper, tracing *proxy.Tracing, tp trace.TracerProvider) *proxy.Gateway {
+func benchGatewayTraced(b testing.TB, tr http.RoundTripper, tracing *proxy.Tracing, tp trace.TracerProvider) *proxy.Gateway {
 	b.Helper()
 	cfg := config.Defaults()
 	cfg.Upstream.URL = "http://upstream.invalid:9000"
@@ -297,10 +298,21 @@ func conversation20(b *testing.B) []byte {
 // (server, ratelimit and upstream client spans, into a batch processor and an exporter that
 // discards): the CPU and allocations tracing adds per request.
 func BenchmarkGatewayAgentJobTraced(b *testing.B) {
+	benchAgentJobSampled(b, sdktrace.AlwaysSample())
+}
+
+// BenchmarkGatewayAgentJobTracedDefault is BenchmarkGatewayAgentJobTraced at the default
+// sampler (parent-based, one new trace in a hundred): what tracing costs as shipped, mostly
+// the spans that are not sampled.
+func BenchmarkGatewayAgentJobTracedDefault(b *testing.B) {
+	benchAgentJobSampled(b, sdktrace.ParentBased(sdktrace.TraceIDRatioBased(tracing.DefaultSampleRatio)))
+}
+
+func benchAgentJobSampled(b *testing.B, sampler sdktrace.Sampler) {
 	tr := newCannedTransport(http.StatusCreated, "application/json",
 		[]byte(`{"id":"job_0123456789","status":"active","createdAt":"2026-01-01T00:00:00Z"}`), -2)
 	tr.resp.ContentLength = int64(len(tr.data))
-	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(discardExporter{}), sdktrace.WithSampler(sdktrace.AlwaysSample()))
+	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(discardExporter{}), sdktrace.WithSampler(sampler))
 	b.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
 	gw := benchGatewayTraced(b, tr, &proxy.Tracing{Tracer: tp.Tracer("bench"), Propagator: propagation.TraceContext{}, TrustIncoming: true}, tp)
 	body := []byte(`{"prompt":"Write a migration guide from SDK v1 to v2, with code samples for Go and Python.","model":"default","metadata":{"source":"bench"}}`)

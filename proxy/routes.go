@@ -39,6 +39,8 @@ type route struct {
 	deprecation http.Header
 	// cfgKey names the config entry that added the route ("routes[3]"), for errors.
 	cfgKey string
+	// span is spanName's, made once when tracing is on ("" elsewhere).
+	span string
 }
 
 // builtin is the platform's operations: the spec's two and the v2 assistant route of AI SDK
@@ -230,6 +232,9 @@ func canonicalPath(p string) bool {
 
 // spanName is the route's server span name: method and path template, never the raw path.
 func (rt *route) spanName() string {
+	if rt.span != "" {
+		return rt.span
+	}
 	if rt.method == "" {
 		return rt.name // the pseudo-route of unmatched requests
 	}

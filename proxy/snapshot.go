@@ -72,6 +72,7 @@ func (g *Gateway) compile(cfg *config.Config) (*snapshot, error) {
 	}
 	if g.tracing != nil {
 		for _, rt := range routes {
+			rt.span = rt.spanName()
 			for _, set := range rt.sets {
 				set.spanAttrs = limitSpanAttrs(set, g.tracing.Store)
 			}

@@ -81,20 +81,24 @@ func TestUpstreamTransportSpan(t *testing.T) {
 		t.Errorf("traceparent %q does not carry the client span", tp)
 	}
 
-	// Not sampled: the context still goes to the upstream; no attribute is recorded.
+	// Not sampled: the request's (unsampled) context still goes to the upstream; no span is
+	// recorded.
 	never := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec), sdktrace.WithSampler(sdktrace.NeverSample()))
 	tr = &Tracing{Tracer: never.Tracer("test"), Propagator: propagation.TraceContext{}}
+	ctx, server := never.Tracer("test").Start(context.Background(), "server")
 	up = &answerWith{status: http.StatusOK}
-	req, _ = http.NewRequest(http.MethodGet, "http://upstream.test/x", nil)
+	req, _ = http.NewRequestWithContext(ctx, http.MethodGet, "http://upstream.test/x", nil)
 	res, err = tr.UpstreamTransport(up).RoundTrip(req)
 	if err != nil {
 		t.Fatal(err)
 	}
 	res.Body.Close()
+	server.End()
 	if len(rec.Ended()) != 2 {
 		t.Fatalf("an unsampled span was recorded")
 	}
-	if up.got.Header.Get("Traceparent") == "" {
-		t.Error("no traceparent for an unsampled span")
+	sc := server.SpanContext()
+	if tp, want := up.got.Header.Get("Traceparent"), "00-"+sc.TraceID().String()+"-"+sc.SpanID().String()+"-00"; tp != want {
+		t.Errorf("traceparent of an unsampled request %q, want %q", tp, want)
 	}
 }
