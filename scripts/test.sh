@@ -16,8 +16,13 @@ trap 'rm -rf "$work"' EXIT
 # tests are done.
 checks() {
   set -euo pipefail
+  # The compile-heavy checks run at a lower priority: the race tests are the suite's critical
+  # path, and their build competed with these for the two cores; these still take every cycle
+  # the tests leave while they wait on sockets and timers. The proxy re-run and the fuzz targets
+  # keep normal priority, since they have deadlines of their own.
+  local low=(nice -n 10)
   echo "== go vet"
-  go vet ./...
+  "${low[@]}" go vet ./...
   echo "== staticcheck"
   # Pinned; installs from the Go module proxy into GOPATH/bin the first time.
   staticcheck_version=v0.8.2
@@ -25,21 +30,21 @@ checks() {
   if ! "$staticcheck" -version 2>/dev/null | grep -q "${staticcheck_version#v}"; then
     go install "honnef.co/go/tools/cmd/staticcheck@$staticcheck_version"
   fi
-  "$staticcheck" ./...
+  "${low[@]}" "$staticcheck" ./...
   # deploy/kubernetes/check is its own module (Kubernetes API types and Helm stay out of the
   # gateway's go.mod): it decodes the kustomize base and the Helm chart (rendered and linted
   # with Helm's Go module) strictly and runs the same checks on both.
   echo "== deploy/kubernetes/check"
-  (cd deploy/kubernetes/check && go vet ./... && go test -count=1 -timeout 5m ./...)
+  (cd deploy/kubernetes/check && "${low[@]}" go vet ./... && "${low[@]}" go test -count=1 -timeout 5m ./...)
   # bench/ is its own module too (vegeta stays out of the gateway's go.mod): it must build, and
   # its report's statistics have unit tests. The benchmarks themselves run by make bench only.
   echo "== bench module"
-  (cd bench && go vet ./... && go test -count=1 -timeout 2m ./...)
+  (cd bench && "${low[@]}" go vet ./... && "${low[@]}" go test -count=1 -timeout 2m ./...)
   # The release build line (also the Dockerfile's) gives static binaries that print -version.
   echo "== scripts/build.sh"
   out="$work/build"
   mkdir -p "$out"
-  VERSION=v0.0.0-ci scripts/build.sh "$out"
+  VERSION=v0.0.0-ci "${low[@]}" scripts/build.sh "$out"
   for bin in gateway upstream-sim; do
     if ldd "$out/$bin" >/dev/null 2>&1; then
       echo "scripts/build.sh: $bin is dynamically linked" >&2; exit 1
