@@ -180,12 +180,12 @@ func keepOf(r *Rule) int {
 
 // current is e's count in the window of w starting at ws, and whether e is in that window
 // already. An entry that counts in another window (the limit's window changed since) is not,
-// but its count carries over when the window it counted began inside ws's window (as count in
-// script.go).
+// but its count carries over when the window it counted began inside ws's window, with the
+// kept windows that began there too (a change and a change back; as count in script.go).
 func (e *memEntry) current(w Window, ws int64) (n int64, same bool) {
 	if !e.win.IsZero() && e.win != w {
 		if from, _ := w.boundsUnix(e.ws); from == ws && e.ws != 0 {
-			return e.n, false
+			return e.n + e.pastIn(w, ws, false), false
 		}
 		return 0, false
 	}
@@ -210,12 +210,13 @@ func (e *memEntry) rollIn(w Window, keep int, ws, we int64) {
 		switch {
 		case changed:
 			if from, _ := w.boundsUnix(e.ws); from == ws {
-				carry = e.n
+				carry = e.n + e.pastIn(w, ws, true)
 			} else if keep > 0 && e.n > 0 && live {
 				e.addPast(e.ws, e.n)
 			}
 		case keep > 0 && e.n > 0 && e.ws < ws && live:
-			e.past = append([]pastUse{{e.ws, e.n}}, e.past...)
+			// Added to a kept window of the same start, if a change of window left one.
+			e.addPast(e.ws, e.n)
 		}
 		cut := w.Shift(ws, -keep)
 		for len(e.past) > 0 && e.past[len(e.past)-1].ws < cut {
@@ -227,6 +228,27 @@ func (e *memEntry) rollIn(w Window, keep int, ws, we int64) {
 	e.win = w
 	// Never sooner than before: the entry may hold holds of answers in flight (hold_memory.go).
 	e.expires = max(e.expires, w.Shift(we, keep)*1e6)
+}
+
+// pastIn sums the kept windows that began inside the window of w starting at ws, and with
+// drop removes them (kept_in in script.go).
+func (e *memEntry) pastIn(w Window, ws int64, drop bool) int64 {
+	_, we := w.boundsUnix(ws)
+	var sum int64
+	kept := e.past[:0:0]
+	for _, p := range e.past {
+		if p.ws >= ws && p.ws < we {
+			sum += p.n
+			continue
+		}
+		if drop {
+			kept = append(kept, p)
+		}
+	}
+	if drop && sum > 0 {
+		e.past = kept
+	}
+	return sum
 }
 
 // addPast adds n to the kept window starting at ws, keeping past newest first.

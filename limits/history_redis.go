@@ -41,12 +41,14 @@ local function win_keep(spec)
 end
 
 -- keep_past ends the window a hash counts in, as window ws of win begins: the ended count
--- moves into the field named by its start, the window that left the kept range goes, and the
--- hash is marked as counting in win. It returns the count the new window carries over: 0,
--- but for a hash that counted in another window (the limit's window changed) whose window
--- began inside ws's (those units were used in it; count agrees). Kept windows of another
--- length keep their starts (readers bill each to the window containing its start, byWindow),
--- and m marks the hash as holding some, so an export reads it whole.
+-- moves into the field named by its start (added to it: a change of window and a change back
+-- can end two windows of one start), the window that left the kept range goes, and the hash is
+-- marked as counting in win. It returns the count the new window carries over: 0, but for a
+-- hash that counted in another window (the limit's window changed) whose window began inside
+-- ws's (those units were used in it; count agrees), with the kept windows that began inside it
+-- (kept_in: a change back), which it deletes. Kept windows of another length otherwise keep
+-- their starts (readers bill each to the window containing its start, byWindow), and m marks
+-- the hash as holding some, so an export reads it whole.
 local function keep_past(key, win, keep, ws)
   local v = redis.call('HMGET', key, 's', 'n', 'w', 'x', 'e', 'f')
   local s, n = tonumber(v[1]), tonumber(v[2]) or 0
@@ -59,12 +61,12 @@ local function keep_past(key, win, keep, ws)
   if v[3] and v[3] ~= win then
     if keep > 0 then redis.call('HSET', key, 'm', 1) end
     if bounds(win, s) == ws then
-      carry = n
+      carry = n + kept_in(key, win, ws, true)
     elseif keep > 0 and n > 0 then
       redis.call('HINCRBY', key, v[1], n)
     end
   elseif keep > 0 and n > 0 and s < ws then
-    redis.call('HSET', key, v[1], v[2])
+    redis.call('HINCRBY', key, v[1], n)
   end
   if keep == 0 then return carry end
   -- The window that just left the range goes. Only when more fields remain than the range

@@ -76,10 +76,29 @@ local function read(cmd, key, ...)
   return v
 end
 
+-- kept_in sums the kept windows (fields named by their start) that began inside window ws of
+-- win, and with drop deletes them: windows of another length that a change of window moved
+-- aside, inside the window a change back returned to (their units were used in it). Only the
+-- first decision after a change of window reads them.
+local function kept_in(key, win, ws, drop)
+  local _, we = bounds(win, ws)
+  local f = redis.call('HGETALL', key)
+  local sum = 0
+  for i = 1, #f, 2 do
+    local w = tonumber(f[i])
+    if w and w >= ws and w < we then
+      sum = sum + (tonumber(f[i + 1]) or 0)
+      if drop then redis.call('HDEL', key, f[i]) end
+    end
+  end
+  return sum
+end
+
 -- count reads a fixed window's hash: its count if it is of window ws of win, else 0. same
 -- says the hash is in that window already; a hash counted in another window (w: the limit's
 -- window changed since) is not, but its count is carried over when the window it counted
--- began inside ws's window (its units were all used there); keep_past moves it.
+-- began inside ws's window (its units were all used there), with the kept windows that began
+-- there too; keep_past moves them.
 local function count(key, ws, win)
   local v = read('HMGET', key, 's', 'n', 'w')
   local s = tonumber(v[1])
@@ -89,7 +108,7 @@ local function count(key, ws, win)
     error({err = 'ERR limits: the count is not an integer (key ' .. key .. ')'})
   end
   if v[3] and v[3] ~= win then
-    if bounds(win, s) == ws then return n or 0, false end
+    if bounds(win, s) == ws then return (n or 0) + kept_in(key, win, ws, false), false end
     return 0, false
   end
   if s ~= ws then return 0, false end
