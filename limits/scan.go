@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -58,6 +59,10 @@ type rawCounter struct {
 	tat   float64
 	q     quotaTerms
 	holds map[string]memHold // a limit with holds (see hold.go)
+	// past holds the kept windows of a counter whose window is not the limit's (a change of
+	// window since its last unit): a change back counts those that began inside the current
+	// window (memEntry.current), and a read must too.
+	past []pastUse
 }
 
 func scanNode(ctx context.Context, c redis.Cmdable, cr *compiled, now time.Time, found func(string, rawCounter)) error {
@@ -111,14 +116,19 @@ func readCounters(ctx context.Context, c redis.Cmdable, cr *compiled, keys []str
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return fmt.Errorf("limits: scan: read: %w", err)
 	}
+	raws := make([]rawCounter, len(keys))
+	seen := make([]bool, len(keys))
+	var other []int // fixed counters in another window: their kept windows are read too
 	for i, k := range keys {
-		id, ok := idOf(cr.keyPre, k)
-		if !ok {
+		if _, ok := idOf(cr.keyPre, k); !ok {
 			continue
 		}
 		var raw rawCounter
 		if withHolds {
 			raw = rawOfHolds(all[i].Val())
+			if !raw.win.IsZero() && raw.win != cr.snap.Window {
+				raw.past = keptOf(all[i].Val())
+			}
 		} else if fixed {
 			v := hm[i].Val()
 			if len(v) != 3 {
@@ -131,6 +141,9 @@ func readCounters(ctx context.Context, c redis.Cmdable, cr *compiled, keys []str
 			}
 			raw.ws, raw.n = ws, n
 			raw.win, _ = windowOfSpec(str(v[2]))
+			if !raw.win.IsZero() && raw.win != cr.snap.Window {
+				other = append(other, i)
+			}
 		} else {
 			tat, err := strconv.ParseFloat(gets[i].Val(), 64)
 			if err != nil {
@@ -139,9 +152,41 @@ func readCounters(ctx context.Context, c redis.Cmdable, cr *compiled, keys []str
 			raw.tat = tat
 		}
 		raw.q = quotaOfFields(quotas[i].Val())
-		found(id, raw)
+		raws[i], seen[i] = raw, true
+	}
+	if len(other) > 0 {
+		pipe = c.Pipeline()
+		all := make([]*redis.MapStringStringCmd, len(other))
+		for j, i := range other {
+			all[j] = pipe.HGetAll(ctx, keys[i])
+		}
+		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+			return fmt.Errorf("limits: scan: read: %w", err)
+		}
+		for j, i := range other {
+			raws[i].past = keptOf(all[j].Val())
+		}
+	}
+	for i, k := range keys {
+		if seen[i] {
+			id, _ := idOf(cr.keyPre, k)
+			found(id, raws[i])
+		}
 	}
 	return nil
+}
+
+// keptOf reads the kept windows of a counter hash (its fields named by a window's start).
+func keptOf(h map[string]string) []pastUse {
+	var out []pastUse
+	for f, v := range h {
+		ws, err1 := strconv.ParseInt(f, 10, 64)
+		n, err2 := strconv.ParseInt(v, 10, 64)
+		if err1 == nil && err2 == nil {
+			out = append(out, pastUse{ws, n})
+		}
+	}
+	return out
 }
 
 // rawOfHolds reads the hash of a limit with holds: s and n (a tokens limit's window), and the
@@ -212,7 +257,7 @@ func (c rawCounter) usage(base, r *Rule, now time.Time) (Usage, bool) {
 	}
 	mt := timeOf(now)
 	// Interpreted as the in-process store's entry is: one arithmetic for both stores.
-	e := memEntry{ws: c.ws, n: c.n, win: c.win, tat: c.tat, expires: math.MaxInt64, holds: c.holds}
+	e := memEntry{ws: c.ws, n: c.n, win: c.win, tat: c.tat, expires: math.MaxInt64, holds: c.holds, past: c.past}
 	u := e.usage(&compiled{snap: *r, period: r.Window.Nominal().Seconds()}, c.q, mt)
 	return u, u.Used > 0 || u.Reserved > 0
 }
@@ -243,7 +288,11 @@ func (m *Memory) Scan(ctx context.Context, rule *Rule, resolve func(id string) *
 		sh.mu.Lock()
 		for k, e := range sh.m {
 			if k.rule == cr.keyPre && e.expires > nowUS {
-				batch = append(batch, found{k.id, rawCounter{ws: e.ws, n: e.n, win: e.win, tat: e.tat, holds: maps.Clone(e.holds)}})
+				raw := rawCounter{ws: e.ws, n: e.n, win: e.win, tat: e.tat, holds: maps.Clone(e.holds)}
+				if !e.win.IsZero() && e.win != cr.snap.Window {
+					raw.past = slices.Clone(e.past)
+				}
+				batch = append(batch, found{k.id, raw})
 			}
 		}
 		sh.mu.Unlock()

@@ -2,6 +2,7 @@ package limits
 
 import (
 	"context"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -45,6 +46,10 @@ func TestWindowFlipKeepsEveryUnitMemory(t *testing.T) {
 		mu.Unlock()
 		r := rules[step.win]
 		if i == 4 {
+			// Read as /usage/top reads: the 15 units of [6, 9) before the tenant's next unit.
+			if used := scanUsed(t, m, rules["3s"], "acme"); used != 15 {
+				t.Fatalf("a scan back in the 3 s window: %d used, want 15", used)
+			}
 			// Back in [6, 9): 7 + 8 units used there; with a limit of 16 one more is admitted.
 			tight := *r
 			tight.Limit = 16
@@ -115,4 +120,38 @@ return before`)
 	if sum != int64(total) {
 		t.Fatalf("the kept windows and the current one add up to %d, %d taken: %v", sum, total, kv)
 	}
+
+	// A scan reads the same count as the decision: the hash as it was before the change back
+	// (2 s window, 8 units; 7 kept under the 3 s window's start), placed in the current 3 s
+	// window of Redis' clock.
+	alignWindow(t, 3*time.Second, time.Second)
+	w3 := mustWindow(t, "3s")
+	cur, _ := w3.boundsUnix(time.Now().Unix())
+	two := cur + cur%2 // a 2 s window's start inside [cur, cur+3)
+	r3 := &Rule{Name: "plan_per_org", Limit: 1000, Window: w3, Algorithm: Fixed, History: 20}
+	store := newRedisT(t, c, "flip:")
+	k, err := store.Key(r3, "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.HSet(ctx, k, "s", two, "n", 8, "w", "2", "m", 1, strconv.FormatInt(cur, 10), 7)
+	c.Expire(ctx, k, time.Minute)
+	if used := scanUsed(t, store, r3, "acme"); used != 15 {
+		t.Fatalf("a scan back in the 3 s window: %d used, want 15", used)
+	}
+}
+
+// scanUsed is what a scan of r (as /usage/top reads) says id uses.
+func scanUsed(t *testing.T, s Store, r *Rule, id string) int64 {
+	t.Helper()
+	var used int64
+	err := s.Scan(context.Background(), r, func(string) *Rule { return r }, func(got string, u Usage) {
+		if got == id {
+			used = u.Used
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return used
 }
