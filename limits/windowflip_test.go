@@ -155,3 +155,24 @@ func scanUsed(t *testing.T, s Store, r *Rule, id string) int64 {
 	}
 	return used
 }
+
+// An hourly limit made daily counts the day's earlier hours, not only the current one: they
+// were used inside the new window.
+func TestLongerWindowCountsItsEarlierWindows(t *testing.T) {
+	var mu sync.Mutex
+	now := time.Date(2026, 11, 27, 9, 10, 0, 0, time.UTC)
+	m := NewMemory(WithClock(func() time.Time { mu.Lock(); defer mu.Unlock(); return now }))
+	at := func(h, min int) { mu.Lock(); now = time.Date(2026, 11, 27, h, min, 0, 0, time.UTC); mu.Unlock() }
+	hourly := &Rule{Name: "per_org", Limit: 1000, Window: mustWindow(t, "hour"), Algorithm: Fixed, History: 48}
+	daily := &Rule{Name: "per_org", Limit: 60, Window: mustWindow(t, "day"), Algorithm: Fixed, History: 35}
+	admitN(t, m, hourly, "acme", 30)
+	at(10, 10)
+	admitN(t, m, hourly, "acme", 20)
+	at(10, 30)
+	if n, _ := takeN(t, m, 20, Hit{Rule: daily, ID: "acme"}); n != 10 {
+		t.Fatalf("made daily at 10:30: %d of 20 admitted against 60 a day, want 10 (50 used today)", n)
+	}
+	if got := historyUsed(t, m, daily, "acme"); got[0] != 60 {
+		t.Fatalf("today's window in history: %d, want 60", got[0])
+	}
+}
