@@ -72,12 +72,12 @@ type exportRowJSON struct {
 	Org   string `json:"org"`
 }
 
-// export serves GET /usage/export?limit=NAME&window=START[&format=csv|json][&unit=...]. The
-// store is read whole first (a failure is a clean 503), then the rows stream out as they are
-// written.
 // exportDeadline bounds one export, building and download together.
 const exportDeadline = limits.ExportTTL * 2 / 3
 
+// export serves GET /usage/export?limit=NAME&window=START[&format=csv|json][&unit=...]. The
+// store is read whole first (a failure is a clean 503), then the rows stream out as they are
+// written.
 func (h *handler) export(w http.ResponseWriter, r *http.Request) {
 	p, ferr := params(r, "limit", "window", "format?", "unit?")
 	if ferr != nil {
