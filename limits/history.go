@@ -183,7 +183,7 @@ func keepOf(r *Rule) int {
 // but its count carries over when the window it counted began inside ws's window, with the
 // kept windows that began there too (a change and a change back; as count in script.go).
 func (e *memEntry) current(w Window, ws int64) (n int64, same bool) {
-	if !e.win.IsZero() && e.win != w {
+	if otherWindow(e.win, w) {
 		if from, _ := w.boundsUnix(e.ws); from == ws && e.ws != 0 {
 			return e.n + e.pastIn(w, ws, false), false
 		}
@@ -203,7 +203,7 @@ func (e *memEntry) roll(r *Rule, ws, we int64) { e.rollIn(r.Window, keepOf(r), w
 // entry that counted in another window carries its count over when its window began inside
 // ws's, else keeps it under its own start (readers bill it by byWindow).
 func (e *memEntry) rollIn(w Window, keep int, ws, we int64) {
-	changed := !e.win.IsZero() && e.win != w
+	changed := otherWindow(e.win, w)
 	if changed || e.ws != ws {
 		var carry int64
 		live := e.expires != 0
@@ -234,22 +234,22 @@ func (e *memEntry) rollIn(w Window, keep int, ws, we int64) {
 // drop removes them (kept_in in script.go).
 func (e *memEntry) pastIn(w Window, ws int64, drop bool) int64 {
 	_, we := w.boundsUnix(ws)
+	inside := func(p pastUse) bool { return p.ws >= ws && p.ws < we }
 	var sum int64
-	kept := e.past[:0:0]
 	for _, p := range e.past {
-		if p.ws >= ws && p.ws < we {
+		if inside(p) {
 			sum += p.n
-			continue
-		}
-		if drop {
-			kept = append(kept, p)
 		}
 	}
-	if drop && sum > 0 {
-		e.past = kept
+	if drop {
+		e.past = slices.DeleteFunc(e.past, inside)
 	}
 	return sum
 }
+
+// otherWindow says a counter that counts in window counted is not in window w: the limit's
+// window changed since its last unit (zero: a counter from before windows were recorded).
+func otherWindow(counted, w Window) bool { return !counted.IsZero() && counted != w }
 
 // addPast adds n to the kept window starting at ws, keeping past newest first.
 func (e *memEntry) addPast(ws, n int64) {

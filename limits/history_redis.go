@@ -262,11 +262,7 @@ func exportBatch(ctx context.Context, c redis.Cmdable, cr *compiled, keys []stri
 	}
 	for i, k := range other {
 		id, _ := idOf(cr.keyPre, k)
-		kv := make([]any, 0, 2*len(all[i].Val()))
-		for f, v := range all[i].Val() {
-			kv = append(kv, f, v)
-		}
-		if n := byWindow(w, usesOf(kv))[start]; n > 0 {
+		if n := byWindow(w, usesOf(flatten(all[i].Val())))[start]; n > 0 {
 			found(id, n)
 		}
 	}

@@ -116,17 +116,22 @@ func readCounters(ctx context.Context, c redis.Cmdable, cr *compiled, keys []str
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return fmt.Errorf("limits: scan: read: %w", err)
 	}
-	raws := make([]rawCounter, len(keys))
-	seen := make([]bool, len(keys))
-	var other []int // fixed counters in another window: their kept windows are read too
+	// Fixed counters in another window are read whole once the batch is read: their kept
+	// windows may count in the current one (memEntry.current).
+	type whole struct {
+		id, key string
+		raw     rawCounter
+	}
+	var other []whole
 	for i, k := range keys {
-		if _, ok := idOf(cr.keyPre, k); !ok {
+		id, ok := idOf(cr.keyPre, k)
+		if !ok {
 			continue
 		}
 		var raw rawCounter
 		if withHolds {
 			raw = rawOfHolds(all[i].Val())
-			if !raw.win.IsZero() && raw.win != cr.snap.Window {
+			if otherWindow(raw.win, cr.snap.Window) {
 				raw.past = keptOf(all[i].Val())
 			}
 		} else if fixed {
@@ -141,9 +146,6 @@ func readCounters(ctx context.Context, c redis.Cmdable, cr *compiled, keys []str
 			}
 			raw.ws, raw.n = ws, n
 			raw.win, _ = windowOfSpec(str(v[2]))
-			if !raw.win.IsZero() && raw.win != cr.snap.Window {
-				other = append(other, i)
-			}
 		} else {
 			tat, err := strconv.ParseFloat(gets[i].Val(), 64)
 			if err != nil {
@@ -152,41 +154,44 @@ func readCounters(ctx context.Context, c redis.Cmdable, cr *compiled, keys []str
 			raw.tat = tat
 		}
 		raw.q = quotaOfFields(quotas[i].Val())
-		raws[i], seen[i] = raw, true
+		if fixed && !withHolds && otherWindow(raw.win, cr.snap.Window) {
+			other = append(other, whole{id, k, raw})
+			continue
+		}
+		found(id, raw)
 	}
-	if len(other) > 0 {
-		pipe = c.Pipeline()
-		all := make([]*redis.MapStringStringCmd, len(other))
-		for j, i := range other {
-			all[j] = pipe.HGetAll(ctx, keys[i])
-		}
-		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-			return fmt.Errorf("limits: scan: read: %w", err)
-		}
-		for j, i := range other {
-			raws[i].past = keptOf(all[j].Val())
-		}
+	if len(other) == 0 {
+		return nil
 	}
-	for i, k := range keys {
-		if seen[i] {
-			id, _ := idOf(cr.keyPre, k)
-			found(id, raws[i])
-		}
+	pipe = c.Pipeline()
+	hashes := make([]*redis.MapStringStringCmd, len(other))
+	for j, o := range other {
+		hashes[j] = pipe.HGetAll(ctx, o.key)
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return fmt.Errorf("limits: scan: read: %w", err)
+	}
+	for j, o := range other {
+		o.raw.past = keptOf(hashes[j].Val())
+		found(o.id, o.raw)
 	}
 	return nil
 }
 
-// keptOf reads the kept windows of a counter hash (its fields named by a window's start).
+// keptOf reads the kept windows of a counter hash (its fields named by a window's start):
+// usesOf's, less the current window it ends with.
 func keptOf(h map[string]string) []pastUse {
-	var out []pastUse
+	uses := usesOf(flatten(h))
+	return uses[:len(uses)-1]
+}
+
+// flatten turns a hash read as a map into HGETALL's reply: fields and values in turn.
+func flatten(h map[string]string) []any {
+	kv := make([]any, 0, 2*len(h))
 	for f, v := range h {
-		ws, err1 := strconv.ParseInt(f, 10, 64)
-		n, err2 := strconv.ParseInt(v, 10, 64)
-		if err1 == nil && err2 == nil {
-			out = append(out, pastUse{ws, n})
-		}
+		kv = append(kv, f, v)
 	}
-	return out
+	return kv
 }
 
 // rawOfHolds reads the hash of a limit with holds: s and n (a tokens limit's window), and the
@@ -289,7 +294,7 @@ func (m *Memory) Scan(ctx context.Context, rule *Rule, resolve func(id string) *
 		for k, e := range sh.m {
 			if k.rule == cr.keyPre && e.expires > nowUS {
 				raw := rawCounter{ws: e.ws, n: e.n, win: e.win, tat: e.tat, holds: maps.Clone(e.holds)}
-				if !e.win.IsZero() && e.win != cr.snap.Window {
+				if otherWindow(e.win, cr.snap.Window) {
 					raw.past = slices.Clone(e.past)
 				}
 				batch = append(batch, found{k.id, raw})

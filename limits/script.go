@@ -79,7 +79,8 @@ end
 -- kept_in sums the kept windows (fields named by their start) that began inside window ws of
 -- win, and with drop deletes them: windows of another length that a change of window moved
 -- aside, inside the window a change back returned to (their units were used in it). Only the
--- first decision after a change of window reads them.
+-- decisions after a change of window read them, until one admits a unit and keep_past moves
+-- them.
 local function kept_in(key, win, ws, drop)
   local _, we = bounds(win, ws)
   local f = redis.call('HGETALL', key)
