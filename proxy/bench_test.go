@@ -308,6 +308,7 @@ func BenchmarkGatewayAgentJobTracedDefault(b *testing.B) {
 	benchAgentJobSampled(b, sdktrace.ParentBased(sdktrace.TraceIDRatioBased(tracing.DefaultSampleRatio)))
 }
 
+// benchAgentJobSampled runs agent jobs through a gateway traced with sampler.
 func benchAgentJobSampled(b *testing.B, sampler sdktrace.Sampler) {
 	tr := newCannedTransport(http.StatusCreated, "application/json",
 		[]byte(`{"id":"job_0123456789","status":"active","createdAt":"2026-01-01T00:00:00Z"}`), -2)

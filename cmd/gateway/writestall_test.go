@@ -155,10 +155,6 @@ func TestStalledReaderFreesItsSlot(t *testing.T) {
 	}
 }
 
-// A stream that keeps flowing for more than twice its limits' reserve_ttl (2s) keeps its slot
-// and its tokens hold: a second stream is refused with 429 the whole time, on every store and
-// both upstream transports (the stream on one replica, the refusals from another sharing the
-// store, in process from the same); once it ends the slot and the hold are back.
 // waitSettled waits until p's view of acme's limits holds no stream slot and no token hold,
 // and, when spent, shows the tokens of an answer that ended.
 func waitSettled(t *testing.T, p *proc, transport, when string, spent bool) {
@@ -174,6 +170,10 @@ func waitSettled(t *testing.T, p *proc, transport, when string, spent bool) {
 	}
 }
 
+// A stream that keeps flowing for more than twice its limits' reserve_ttl (2s) keeps its slot
+// and its tokens hold: a second stream is refused with 429 the whole time, on every store and
+// both upstream transports (the stream on one replica, the refusals from another sharing the
+// store, in process from the same); once it ends the slot and the hold are back.
 func TestLiveStreamKeepsItsSlotPastReserveTTL(t *testing.T) {
 	t.Parallel()
 	for _, st := range everyStore() {
