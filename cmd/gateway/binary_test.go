@@ -193,11 +193,13 @@ func tryStartGateway(t *testing.T, o startOpts, body string, args ...string) (*p
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		// Alive is enough: some tests start a gateway whose Redis is down on purpose, and
-		// /readyz rightly says 503 then.
+		// /readyz rightly says 503 then. "gateway started" in its own output says this
+		// process holds both ports: the 200 alone could come from another test's server
+		// that took the admin port while this binary was still starting.
 		res, err := o.adminClient().Get(scheme + p.admin + "/healthz")
 		if err == nil {
 			res.Body.Close()
-			if res.StatusCode == 200 {
+			if res.StatusCode == 200 && strings.Contains(p.out.String(), "gateway started") {
 				return p, false
 			}
 		}
