@@ -16,13 +16,17 @@ trap 'rm -rf "$work"' EXIT
 # tests are done.
 checks() {
   set -euo pipefail
-  # The compile-heavy checks run at a lower priority: the race tests are the suite's critical
-  # path, and their build competed with these for the two cores; these still take every cycle
-  # the tests leave while they wait on sockets and timers. The proxy re-run and the fuzz targets
-  # keep normal priority, since they have deadlines of their own.
-  local low=(nice -n 10)
+  # The compile-heavy checks run at a lower priority while the race tests run: those are the
+  # suite's critical path, and their build competed with these for the two cores; these still
+  # take every cycle the tests leave while they wait on sockets and timers. Once the tests are
+  # done (the marker file is gone, and what still runs is reniced) they run at normal priority:
+  # on a machine busy with other work they would otherwise get a tenth of a core. The proxy
+  # re-run and the fuzz targets keep normal priority, since they have deadlines of their own.
+  low() {
+    if [ -e "$work/racing" ]; then nice -n 10 "$@"; else "$@"; fi
+  }
   echo "== go vet"
-  "${low[@]}" go vet ./...
+  low go vet ./...
   echo "== staticcheck"
   # Pinned; installs from the Go module proxy into GOPATH/bin the first time.
   staticcheck_version=v0.8.2
@@ -30,21 +34,21 @@ checks() {
   if ! "$staticcheck" -version 2>/dev/null | grep -q "${staticcheck_version#v}"; then
     go install "honnef.co/go/tools/cmd/staticcheck@$staticcheck_version"
   fi
-  "${low[@]}" "$staticcheck" ./...
+  low "$staticcheck" ./...
   # deploy/kubernetes/check is its own module (Kubernetes API types and Helm stay out of the
   # gateway's go.mod): it decodes the kustomize base and the Helm chart (rendered and linted
   # with Helm's Go module) strictly and runs the same checks on both.
   echo "== deploy/kubernetes/check"
-  (cd deploy/kubernetes/check && "${low[@]}" go vet ./... && "${low[@]}" go test -count=1 -timeout 5m ./...)
+  (cd deploy/kubernetes/check && low go vet ./... && low go test -count=1 -timeout 5m ./...)
   # bench/ is its own module too (vegeta stays out of the gateway's go.mod): it must build, and
   # its report's statistics have unit tests. The benchmarks themselves run by make bench only.
   echo "== bench module"
-  (cd bench && "${low[@]}" go vet ./... && "${low[@]}" go test -count=1 -timeout 2m ./...)
+  (cd bench && low go vet ./... && low go test -count=1 -timeout 2m ./...)
   # The release build line (also the Dockerfile's) gives static binaries that print -version.
   echo "== scripts/build.sh"
   out="$work/build"
   mkdir -p "$out"
-  VERSION=v0.0.0-ci "${low[@]}" scripts/build.sh "$out"
+  low env VERSION=v0.0.0-ci scripts/build.sh "$out"
   for bin in gateway upstream-sim; do
     if ldd "$out/$bin" >/dev/null 2>&1; then
       echo "scripts/build.sh: $bin is dynamically linked" >&2; exit 1
@@ -67,6 +71,7 @@ checks() {
 }
 # In a process group of its own (set -m), so that a failing test run stops it and everything it
 # started, by its process group id.
+touch "$work/racing"
 set -m
 (checks) >"$work/checks.log" 2>&1 &
 checks_pid=$!
@@ -79,6 +84,10 @@ echo "== go test -race"
 # them beside.
 go test -race -count=1 -parallel 8 -timeout 15m ./...
 echo "test.sh: race tests done ${SECONDS}s after the start"
+# The checks take the cores at normal priority from here (renice needs the right to raise a
+# priority, which root has; elsewhere only the checks not yet started do).
+rm -f "$work/racing"
+renice -n 0 -g "$checks_pid" >/dev/null 2>&1 || true
 
 echo "== go vet, staticcheck, deploy/kubernetes/check, bench module, scripts/build.sh, ./proxy on the standard transport, fuzz (run beside the tests)"
 checks_status=0
