@@ -41,6 +41,7 @@ type Metrics struct {
 	holdsExpired         *prometheus.CounterVec // holds.go
 	streamsStalled       *prometheus.CounterVec // stalls.go
 	streamCutoffs        *prometheus.CounterVec // cutoffs.go
+	streamsEncoded       *prometheus.CounterVec // encoded.go
 	notify               notifications          // notifications.go
 	process              process                // build.go
 }
@@ -147,13 +148,14 @@ func New(reg prometheus.Registerer) *Metrics {
 	m.holdsExpired = newHoldsExpired()
 	m.streamsStalled = newStreamsStalled()
 	m.streamCutoffs = newStreamCutoffs()
+	m.streamsEncoded = newStreamsEncoded()
 	m.notify = newNotifications()
 	m.process = newProcess()
 	reg.MustRegister(m.process.collectors()...)
 	reg.MustRegister(m.deprecatedCollectors()...)
 	reg.MustRegister(m.notify.collectors()...)
 	reg.MustRegister(
-		m.refunds, m.holdsExpired, m.streamsStalled, m.streamCutoffs,
+		m.refunds, m.holdsExpired, m.streamsStalled, m.streamCutoffs, m.streamsEncoded,
 		m.orgRequests, m.deprecated, m.streamTokens, m.streamTokensEstim, m.tokenLimitNear, m.spansDropped,
 		m.decisions, m.nearLimit, m.limiterDuration, m.limiterErrors, m.breakerOpen,
 		m.requests, m.requestDuration, m.inflight, m.authRejections, m.validationRejections,

@@ -9,11 +9,14 @@ func newStreamsStalled() *prometheus.CounterVec {
 	}, []string{"route"})
 }
 
-// StreamRoutes makes the gateway_stream_stalled_total series of routes (those that stream)
-// exist at 0, so that increase() sees their first stall and alerts find them before it happens.
+// StreamRoutes makes the gateway_stream_stalled_total series of routes (those that stream),
+// and their gateway_stream_encoded_total series of answers the gateway cannot read, exist at 0,
+// so that increase() sees their first stall or unreadable answer and alerts find them before
+// it happens.
 func (m *Metrics) StreamRoutes(routes ...string) {
 	for _, r := range routes {
 		m.streamsStalled.WithLabelValues(r)
+		m.streamsEncoded.WithLabelValues(r, "other")
 	}
 }
 

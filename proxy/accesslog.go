@@ -85,6 +85,9 @@ func (g *Gateway) finish(s *scope, r *http.Request) {
 	if finish != "" {
 		fields = append(fields, zap.String("finish_reason", finish))
 	}
+	if s.encoding != "" {
+		fields = append(fields, zap.String("answer_encoding", s.encoding))
+	}
 	if s.span != nil {
 		if sc := s.span.SpanContext(); sc.IsValid() {
 			id := s.traceID() // "" when not sampled: then made here, as before

@@ -209,7 +209,10 @@ func (b *tappedBody) readCut(p []byte) (int, error) {
 			out.errored = true // the client gets an error part: the stream's result is error
 			r := s.cut.by
 			p, q, _ := chargeOf(out, s.promptBytes).split(r.EstimateMax, r.Reserve)
-			s.cut.ending = cutEnding(s.tap == &s.uiTap, r.Name, s.cut.failed, p, q)
+			if _, opaque := s.tap.(*opaqueTap); !opaque {
+				// An answer in a coding the gateway cannot write just ends.
+				s.cut.ending = cutEnding(s.tap == &s.uiTap, r.Name, s.cut.failed, p, q)
+			}
 		}
 		n := copy(p, s.cut.ending)
 		s.cut.ending = s.cut.ending[n:]

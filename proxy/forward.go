@@ -149,6 +149,10 @@ func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
 		pr.Out.Body = pr.In.Body
 	}
 	pr.Out.Header[requestIDHeader] = s.hdrValues[slotRequestID : slotRequestID+1 : slotRequestID+1]
+	if s.route.stream {
+		// The gateway reads these answers: in clear (encoding.go).
+		pr.Out.Header["Accept-Encoding"] = identityOnly
+	}
 }
 
 // setXForwarded sets X-Forwarded-For, -Host and -Proto as ProxyRequest.SetXForwarded does,
@@ -222,7 +226,8 @@ func (g *Gateway) modifyResponse(res *http.Response) error {
 		res.Header["X-Accel-Buffering"] = accelBufferingNo // Set would allocate its slice
 		if res.StatusCode/100 == 2 {
 			s.rw.firstFlushAside = true
-			res.Body = g.startTap(s, res.Header, res.Body)
+			readable := len(res.Header["Content-Encoding"]) == 0 || s.decodeAnswer(res)
+			res.Body = g.startTap(s, res.Header, res.Body, readable)
 		}
 	}
 	return nil

@@ -59,6 +59,7 @@ type scope struct {
 	upstreamKind   string    // set when the upstream exchange failed
 	stalled        bool      // the stream was ended for its client's stall (server.write_stall_timeout)
 	tap            streamTap // streamed answers: reads the finish and usage (dataTap or uiTap)
+	encoding       string    // a streamed answer's content coding, as gateway_stream_encoded_total labels it
 	// tokenHits are the request's tokens limits, debited with its answer's tokens (backed by
 	// tokenHitsBuf: a route has a few at most).
 	tokenHits    []limits.Hit

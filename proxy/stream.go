@@ -179,18 +179,23 @@ func isUIMessageStream(h http.Header) bool {
 }
 
 // startTap puts the tap the response's protocol calls for on body (the scope holds both
-// taps, so a stream allocates none; one with cutoff limits allocates its check).
-func (g *Gateway) startTap(s *scope, h http.Header, body io.ReadCloser) io.ReadCloser {
+// taps, so a stream allocates none; one with cutoff limits allocates its check). An answer
+// the gateway cannot read (readable false: a content coding it cannot decode) gets an
+// opaqueTap.
+func (g *Gateway) startTap(s *scope, h http.Header, body io.ReadCloser, readable bool) io.ReadCloser {
 	cut := len(s.cut.limits) > 0
 	var check partCheck
 	if cut {
 		check = func(whole bool) cutAction { return g.cutCheck(s, whole) }
 	}
-	if isUIMessageStream(h) {
+	switch {
+	case !readable:
+		s.tap = &opaqueTap{check: check}
+	case isUIMessageStream(h):
 		s.uiTap.reset()
 		s.uiTap.check = check
 		s.tap = &s.uiTap
-	} else {
+	default:
 		s.dataTap.reset()
 		s.dataTap.check = check
 		s.tap = &s.dataTap

@@ -16,6 +16,7 @@ import (
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 
 	"github.com/docsgate/gateway/internal/browsertest"
+	"github.com/docsgate/gateway/internal/codingtest"
 	"github.com/docsgate/gateway/internal/redistest"
 )
 
@@ -31,8 +32,13 @@ type cutUpstream struct {
 }
 
 func newCutUpstream(t *testing.T) *cutUpstream {
+	return newCutUpstreamWrapped(t, func(h http.Handler) http.Handler { return h })
+}
+
+// newCutUpstreamWrapped is newCutUpstream served through wrap.
+func newCutUpstreamWrapped(t *testing.T, wrap func(http.Handler) http.Handler) *cutUpstream {
 	u := &cutUpstream{}
-	u.url = serveHTTP(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	u.url = serveHTTP(t, wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var body struct {
 			FP string `json:"fp"`
 		}
@@ -96,7 +102,7 @@ func newCutUpstream(t *testing.T) *cutUpstream {
 				fmt.Sprintf(`d:{"finishReason":"stop","usage":{"promptTokens":%d,"completionTokens":%d}}`+"\n", prompt, completion))
 		}
 		u.finished.Add(1)
-	}))
+	})))
 	return u
 }
 
@@ -129,6 +135,8 @@ type cutAnswer struct {
 	status int
 	parts  []string
 	err    error // the body's end: nil for a clean end of stream
+	// encoding is the answer's Content-Encoding.
+	encoding string
 }
 
 // texts counts the answer's text parts.
@@ -145,21 +153,35 @@ func (a cutAnswer) texts() int {
 // askCut sends one answer's request to p on v1 or v2 and reads it to its end.
 func askCut(t *testing.T, p *proc, v2 bool, key, fp string) cutAnswer {
 	t.Helper()
-	path := "/discovery/v1/assistant/acme-docs/message"
+	return askCutAt(t, p, v2, "acme-docs", key, fp, nil)
+}
+
+// askCutAt is askCut for domain, with header added to the request. An answer in x-xor (the
+// coding of the coded-answer tests the gateway cannot read) is read undone of it.
+func askCutAt(t *testing.T, p *proc, v2 bool, domain, key, fp string, header http.Header) cutAnswer {
+	t.Helper()
+	version := "v1"
 	if v2 {
-		path = "/discovery/v2/assistant/acme-docs/message"
+		version = "v2"
 	}
-	req, _ := http.NewRequest("POST", "http://"+p.public+path, strings.NewReader(scenarioBody(fp)))
+	req, _ := http.NewRequest("POST", "http://"+p.public+"/discovery/"+version+"/assistant/"+domain+"/message", strings.NewReader(scenarioBody(fp)))
 	req.Header.Set("Authorization", "Bearer "+key)
 	req.Header.Set("Content-Type", "application/json")
+	for k, v := range header {
+		req.Header[k] = v
+	}
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Error(err)
 		return cutAnswer{err: err}
 	}
 	defer res.Body.Close()
-	a := cutAnswer{status: res.StatusCode}
-	br := bufio.NewReader(res.Body)
+	a := cutAnswer{status: res.StatusCode, encoding: res.Header.Get("Content-Encoding")}
+	var body io.Reader = res.Body
+	if a.encoding == "x-xor" {
+		body = codingtest.XorReader(body)
+	}
+	br := bufio.NewReader(body)
 	for {
 		part, err := readPart(br, v2)
 		if part != "" {
@@ -407,15 +429,25 @@ routes:
 // reader ends cleanly (no network error) after the error and finish events and [DONE].
 func TestCutoffBrowserCrossOrigin(t *testing.T) {
 	t.Parallel()
-	browser := browsertest.Start(t)
 	up := newCutUpstream(t)
+	browserCut(t, up, fmt.Sprintf(cutoffConfig, 300, ", cutoff: true"), "acme-docs", "p-100-40-1")
+	up.waitCancelled(t, 1)
+}
+
+// browserCut opens, in real Chromium, a page on another origin that posts a v2 request of fp
+// for domain to a gateway started on up with cfg (and CORS for the page), and checks that the
+// page read the answer, cut at its budget, to a clean end (no network error) after the error
+// and finish events and [DONE]. It returns the gateway.
+func browserCut(t *testing.T, up *cutUpstream, cfg, domain, fp string) *proc {
+	t.Helper()
+	browser := browsertest.Start(t)
 	ln, err := net.Listen("tcp", "127.0.0.2:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	origin := "http://" + ln.Addr().String()
-	p := startGateway(t, up.url, fmt.Sprintf("cors: {allowed_origins: [%q]}\n", origin)+fmt.Sprintf(cutoffConfig, 300, ", cutoff: true"))
-	raw := runStreamPage(t, browser, ln, streamPage("http://"+p.public+"/discovery/v2/assistant/acme-docs/message", "p-100-40-1", nil, false), nil)
+	p := startGateway(t, up.url, fmt.Sprintf("cors: {allowed_origins: [%q]}\n", origin)+cfg)
+	raw := runStreamPage(t, browser, ln, streamPage("http://"+p.public+"/discovery/v2/assistant/"+domain+"/message", fp, nil, false), nil)
 	var got struct {
 		Status int
 		Error  string
@@ -433,7 +465,7 @@ func TestCutoffBrowserCrossOrigin(t *testing.T) {
 		!strings.Contains(end, `"messageMetadata":{"gateway":{"cutoff":"assistant_tokens_per_org"}}`) || !strings.HasSuffix(end, "data: [DONE]\n\n") {
 		t.Fatalf("the page read the end %q", end)
 	}
-	up.waitCancelled(t, 1)
+	return p
 }
 
 // The request's span names the limit that cut its answer.

@@ -1,0 +1,247 @@
+package proxy
+
+import (
+	"bufio"
+	"compress/flate"
+	"compress/gzip"
+	"compress/zlib"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/textproto"
+	"strings"
+
+	"github.com/andybalholm/brotli"
+	"github.com/klauspost/compress/zstd"
+)
+
+// The gateway reads streamed answers (their finish, usage and text) to charge and cut them,
+// so it must see their bytes in clear: an answer in gzip would otherwise pass whole and cost
+// its prompt estimate alone, whatever the client's budget. The upstream request of a stream
+// route therefore asks for identity (the client's Accept-Encoding is not passed on), and an
+// answer that comes encoded all the same (an upstream, CDN or ingress that compresses
+// regardless) is decoded on its way: the tap reads the text, the client gets that same text
+// without the coding (every HTTP client takes identity), and a cut answer still ends as a
+// valid stream. An answer in a coding the gateway cannot decode passes as it came; its tap
+// counts every byte as answer text (opaqueTap). Answers of other routes are not read and
+// keep whatever coding the client and the upstream agree on.
+
+// identityOnly is the Accept-Encoding of the upstream requests of stream routes; shared
+// read-only by all of them.
+var identityOnly = []string{"identity"}
+
+// contentCoding is a content coding the gateway decodes.
+type contentCoding uint8
+
+const (
+	codingGzip contentCoding = iota + 1
+	codingDeflate
+	codingBrotli
+	codingZstd
+)
+
+// Labels of gateway_stream_encoded_total's encoding: the codings the gateway decodes, and
+// codingOther for an answer it cannot.
+const codingOther = "other"
+
+// EncodingLabels are the values of gateway_stream_encoded_total's encoding label.
+var encodingLabels = [...]string{"gzip", "deflate", "br", "zstd", codingOther}
+
+func (c contentCoding) String() string { return encodingLabels[c-1] }
+
+// maxCodings bounds the codings of one answer the gateway undoes; an answer with more is
+// read as one it cannot decode.
+const maxCodings = 2
+
+// answerCodings reads a Content-Encoding: the codings applied, in the order they were, and the
+// label of the answer (its outermost coding, codingOther when one cannot be decoded, "" when
+// it names none but identity). ok is false when the answer cannot be decoded.
+func answerCodings(values []string) (cs []contentCoding, label string, ok bool) {
+	for _, v := range values {
+		for tok := range strings.SplitSeq(v, ",") {
+			var c contentCoding
+			switch tok = textproto.TrimString(tok); {
+			case tok == "", strings.EqualFold(tok, "identity"):
+				continue
+			case strings.EqualFold(tok, "gzip"), strings.EqualFold(tok, "x-gzip"):
+				c = codingGzip
+			case strings.EqualFold(tok, "deflate"):
+				c = codingDeflate
+			case strings.EqualFold(tok, "br"):
+				c = codingBrotli
+			case strings.EqualFold(tok, "zstd"):
+				c = codingZstd
+			default:
+				return nil, codingOther, false
+			}
+			if len(cs) == maxCodings {
+				return nil, codingOther, false
+			}
+			cs = append(cs, c)
+		}
+	}
+	if len(cs) == 0 {
+		return nil, "", true
+	}
+	return cs, cs[len(cs)-1].String(), true
+}
+
+// decodeAnswer prepares a streamed answer that names a Content-Encoding for its tap: one in
+// codings the gateway knows is decoded from its first read on (its coding headers removed,
+// since the client gets it in clear); the answer is counted in gateway_stream_encoded_total.
+// It reports whether the tap can read the answer.
+func (s *scope) decodeAnswer(res *http.Response) bool {
+	cs, label, ok := answerCodings(res.Header["Content-Encoding"])
+	if label != "" {
+		s.route.metrics.StreamEncoded(label)
+		s.encoding = label
+	}
+	if !ok {
+		return false
+	}
+	delete(res.Header, "Content-Encoding")
+	if len(cs) > 0 {
+		// The length, if any, was the encoded one.
+		delete(res.Header, "Content-Length")
+		res.ContentLength = -1
+		s.upBody.ReadCloser = &decodingBody{raw: s.upBody.ReadCloser, codings: cs}
+	}
+	return true
+}
+
+// decodingBody is an answer's body undone of its content codings. The decoders start at the
+// first read, not before: a gzip or zstd reader reads its header at once, which would hold the
+// response's headers back until the upstream's first part. Each decoder returns what the
+// upstream flushed (a sync flush, a block's end) as soon as it arrived, so a part reaches the
+// client as it would have in clear.
+type decodingBody struct {
+	raw     io.ReadCloser
+	codings []contentCoding
+	r       io.Reader   // the decoded answer, once open
+	closers []io.Closer // the decoders that hold resources
+	err     error       // opening failed
+	closed  bool
+}
+
+func (d *decodingBody) Read(p []byte) (int, error) {
+	if d.r == nil {
+		if d.err == nil {
+			d.err = d.open()
+		}
+		if d.err != nil {
+			return 0, d.err
+		}
+	}
+	return d.r.Read(p)
+}
+
+// open stacks a decoder per coding, the last applied undone first. An empty body is an
+// empty answer in any coding, as clients read it (an upstream may send one with the coding
+// header of its non-empty answers).
+func (d *decodingBody) open() error {
+	raw := bufio.NewReader(d.raw) // an io.ByteReader: flate reads it without a buffer of its own
+	if _, err := raw.Peek(1); err != nil {
+		return err
+	}
+	var r io.Reader = raw
+	for i := len(d.codings) - 1; i >= 0; i-- {
+		c := d.codings[i]
+		var err error
+		switch c {
+		case codingGzip:
+			var z *gzip.Reader
+			if z, err = gzip.NewReader(r); err == nil {
+				r, d.closers = z, append(d.closers, z)
+			}
+		case codingDeflate:
+			r, err = openDeflate(r)
+			if rc, ok := r.(io.Closer); ok && err == nil {
+				d.closers = append(d.closers, rc)
+			}
+		case codingBrotli:
+			r = brotli.NewReader(r)
+		case codingZstd:
+			// One goroutine-free decoder per answer, its window bounded (a stream's is small; the
+			// bound stops a hostile frame from taking memory without end).
+			var z *zstd.Decoder
+			z, err = zstd.NewReader(r, zstd.WithDecoderConcurrency(1), zstd.WithDecoderLowmem(true), zstd.WithDecoderMaxWindow(maxZstdWindow))
+			if err == nil {
+				r, d.closers = z, append(d.closers, zstdCloser{z})
+			}
+		}
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				return io.EOF // an empty answer
+			}
+			return fmt.Errorf("decoding the answer's %s: %w", c, err)
+		}
+	}
+	d.r = r
+	return nil
+}
+
+// maxZstdWindow bounds a zstd answer's window (its decoder's memory).
+const maxZstdWindow = 8 << 20
+
+// openDeflate reads "deflate" as clients do: the zlib format RFC 9110 names, or the raw
+// deflate some servers send instead, told apart by the zlib header (method 8, check bits).
+func openDeflate(r io.Reader) (io.Reader, error) {
+	br, ok := r.(*bufio.Reader)
+	if !ok {
+		br = bufio.NewReaderSize(r, 64) // see open
+	}
+	h, err := br.Peek(2)
+	if err != nil {
+		if len(h) == 0 && err == io.EOF {
+			return nil, io.EOF
+		}
+		return nil, err
+	}
+	if h[0]&0x0f == 8 && (uint16(h[0])<<8|uint16(h[1]))%31 == 0 {
+		return zlib.NewReader(br)
+	}
+	return flate.NewReader(br), nil
+}
+
+// zstdCloser frees a zstd decoder (its Close returns nothing).
+type zstdCloser struct{ z *zstd.Decoder }
+
+func (c zstdCloser) Close() error { c.z.Close(); return nil }
+
+// Close frees the decoders and closes the upstream's body; a second Close does nothing.
+func (d *decodingBody) Close() error {
+	if d.closed {
+		return nil
+	}
+	d.closed = true
+	for _, c := range d.closers {
+		_ = c.Close()
+	}
+	return d.raw.Close()
+}
+
+// opaqueTap reads an answer in a content coding the gateway cannot decode. Nothing of it can
+// be read, so it is never charged a reported usage: every byte that passes counts as answer
+// text for the estimate (a token per 4 bytes, as for a client that left early), and with
+// cutoff each read is a part, dropped whole when it would take the tenant past its budget
+// (the answer then ends where the previous read did: nothing can be added in a coding the
+// gateway cannot write).
+type opaqueTap struct {
+	out   streamOutcome
+	check partCheck
+}
+
+var _ streamTap = (*opaqueTap)(nil)
+
+func (t *opaqueTap) feed(b []byte) int {
+	saved := t.out
+	t.out.textBytes += int64(len(b))
+	if t.check != nil && t.check(true) == cutBefore {
+		t.out = saved
+		return 0
+	}
+	return len(b)
+}
+
+func (t *opaqueTap) outcome() *streamOutcome { return &t.out }
