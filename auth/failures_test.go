@@ -91,3 +91,19 @@ type fakeClock struct {
 
 func (c *fakeClock) now() time.Time      { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
 func (c *fakeClock) add(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.Unlock() }
+
+// The check every request makes when auth.failure_limit is on: a client with a few failures
+// in a table of many.
+func BenchmarkFailureBudgetSpent(b *testing.B) {
+	fb := NewFailureBudget(time.Now)
+	for i := range 10_000 {
+		fb.Fail(netip.AddrFrom4([4]byte{10, 0, byte(i >> 8), byte(i)}))
+	}
+	a := netip.AddrFrom4([4]byte{10, 0, 0, 7})
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, spent := fb.Spent(a, 30); spent {
+			b.Fatal("spent")
+		}
+	}
+}

@@ -85,7 +85,7 @@ type Gateway struct {
 	tracing             *Tracing            // nil: off
 	dataErrors          dataErrorLog        // limiter replies about one key's data, logged once a minute
 	refusals            *refusalCounts      // each limit's refusals, for the usage page
-	selfUsageBound      keyBound            // answers of the tenants' usage endpoint per key
+	selfUsageBound      *selfUsageBound     // answers of the tenants' usage endpoint per address and key
 }
 
 var _ http.Handler = (*Gateway)(nil)
@@ -115,6 +115,7 @@ func New(o Options) (*Gateway, error) {
 		limitStates:         sync.Pool{New: func() any { return new(limitState) }},
 		authFailures:        auth.NewFailureBudget(time.Now),
 		refusals:            newRefusalCounts(time.Now()),
+		selfUsageBound:      newSelfUsageBound(),
 		tracing:             o.Tracing,
 		logFields:           sync.Pool{New: func() any { f := make([]zap.Field, 0, 20); return &f }},
 	}

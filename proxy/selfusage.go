@@ -3,13 +3,12 @@ package proxy
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"net/http"
 	"net/url"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
-	"time"
 	"unicode"
 	"unicode/utf8"
 
@@ -27,11 +26,15 @@ import (
 //   - the tenant (org, plan) and each limit's id come from the same code as a request's
 //     decision (authenticate, scope.limitID): the caller's key, the org of the named domain,
 //     the named project where the key may act on it, the caller's own address;
-//   - shadow limits are left out: they never refuse, and their counters are the operators'.
+//   - shadow limits are left out: they never refuse, and their counters are the operators';
+//   - in prefix mode, where any invented key of the right family passes, only the limits by
+//     ip (the caller's own address) are shown, and those by key, org or project only where
+//     self_usage.prefix_mode_exposes opts in: otherwise anyone could read any org's or
+//     project's counters, and learn its plan, for the price of a made-up key.
 //
 // It is counted against no configured limit and reads every counter in one store call (one
-// script call on Redis, one per node on a Cluster). Its own bound, per key and in process
-// (self_usage.per_key_per_minute), keeps it from being a free amplifier of Redis reads.
+// script call on Redis, one per node on a Cluster). Its own bound, per client address and then
+// per key, in process (selfusagebound.go), keeps it from being a free amplifier of Redis reads.
 
 // selfUsageRoute names the endpoint in logs and metrics.
 const selfUsageRoute = "self_usage"
@@ -44,8 +47,12 @@ const (
 
 // selfUsage is the endpoint as one config compiled it.
 type selfUsage struct {
-	path    string
-	perKey  int
+	path       string
+	perAddress int
+	perKey     int
+	// shown has bit 1<<b set for each by b whose limits the answers list: all in registry
+	// mode; in prefix mode ip and what self_usage.prefix_mode_exposes names.
+	shown   uint8
 	route   *route            // the pseudo-route of its requests (logs, metrics)
 	byName  map[string]*route // the routes a caller may name
 	params  map[string][]string
@@ -87,15 +94,31 @@ func (g *Gateway) compileSelfUsage(cfg *config.Config, routes []*route) (*selfUs
 		}
 	}
 	su := &selfUsage{
-		path: c.Path, perKey: c.PerKeyPerMinute, methods: http.MethodGet,
+		path: c.Path, perAddress: c.PerAddressPerMinute, perKey: c.PerKeyPerMinute, methods: http.MethodGet,
+		shown:  shownInPrefixMode(c.PrefixModeExposes),
 		route:  &route{name: selfUsageRoute, method: http.MethodGet, path: c.Path, metrics: g.metrics.Route(selfUsageRoute)},
 		byName: map[string]*route{}, params: map[string][]string{},
+	}
+	if g.registry != nil {
+		su.shown = math.MaxUint8
 	}
 	for _, rt := range routes {
 		su.byName[rt.name] = rt
 		su.params[rt.name] = pathParams(rt.path)
 	}
 	return su, nil
+}
+
+// shownInPrefixMode is selfUsage.shown in prefix mode: ip, and the exposed (checked by
+// config.Validate).
+func shownInPrefixMode(exposed []string) uint8 {
+	shown := uint8(1) << byIP
+	for _, name := range exposed {
+		if b, ok := parseBy(name); ok {
+			shown |= 1 << b
+		}
+	}
+	return shown
 }
 
 // pathParams are the names of a path pattern's wildcards, in order ({name} and {name...}).
@@ -144,6 +167,11 @@ func (g *Gateway) serveSelfUsage(sn *snapshot, su *selfUsage, w http.ResponseWri
 		s.fail(http.StatusBadRequest, errorBody{Error: msg, Code: codeInvalidRequest, Field: field})
 		return
 	}
+	// The address's bound before anything of the key is looked at: invented keys stop here.
+	if ok, retry := take(g.selfUsageBound.addrs, sn.failureClient(s), su.perAddress, s.start); !ok {
+		selfUsageRefused(s, "self_usage.per_address_per_minute", "from this address", su.perAddress, retry)
+		return
+	}
 	// The route's own authentication, its refusals counted under this endpoint.
 	as := *rt
 	as.name, as.metrics = su.route.name, su.route.metrics
@@ -153,17 +181,11 @@ func (g *Gateway) serveSelfUsage(sn *snapshot, su *selfUsage, w http.ResponseWri
 	if !ok {
 		return
 	}
-	if ok, retry := g.selfUsageBound.allow(s.digest, su.perKey, s.start); !ok {
-		s.w.Header().Set(hdrRetryAfter, strconv.FormatInt(retry, 10))
-		s.fail(http.StatusTooManyRequests, errorBody{
-			Error:      fmt.Sprintf("Too many usage requests for this key (%d a minute). Please retry in %s.", su.perKey, humanSeconds(retry)),
-			Code:       codeRateLimited,
-			Limit:      selfUsageRoute,
-			RetryAfter: &retry,
-		})
+	if ok, retry := take(g.selfUsageBound.keys, s.digest, su.perKey, s.start); !ok {
+		selfUsageRefused(s, "self_usage.per_key_per_minute", "for this key", su.perKey, retry)
 		return
 	}
-	views, err := g.views(r.Context(), selfUsageHits(s, rt, r))
+	views, err := g.views(r.Context(), selfUsageHits(s, su.shown, rt, r))
 	if err != nil {
 		s.limitErr = true
 		s.w.Header()[hdrRetryAfter] = retryAfterOne
@@ -193,16 +215,31 @@ func (g *Gateway) serveSelfUsage(sn *snapshot, su *selfUsage, w http.ResponseWri
 	_, _ = s.w.Write(append(data, '\n'))
 }
 
+// selfUsageRefused answers 429 for the endpoint's own bound: bound is its config key, which the
+// access log names in denied_by, and whose says in the message which one refused ("from this
+// address", "for this key").
+func selfUsageRefused(s *scope, bound, whose string, limit int, retry int64) {
+	s.deniedBy = bound
+	s.w.Header().Set(hdrRetryAfter, strconv.FormatInt(retry, 10))
+	s.fail(http.StatusTooManyRequests, errorBody{
+		Error:      fmt.Sprintf("Too many usage requests %s (%d a minute). Please retry in %s.", whose, limit, humanSeconds(retry)),
+		Code:       codeRateLimited,
+		Limit:      selfUsageRoute,
+		RetryAfter: &retry,
+	})
+}
+
 // selfUsageHits are the hits a request of s's key and address to rt would take: the enforced
-// limits of its plan's set, each counting what the request's decision would count.
-func selfUsageHits(s *scope, rt *route, r *http.Request) []limits.Hit {
+// limits of its plan's set that count by what shown has, each counting what the request's
+// decision would count.
+func selfUsageHits(s *scope, shown uint8, rt *route, r *http.Request) []limits.Hit {
 	set := rt.sets[s.plan]
 	if set == nil {
 		set = rt.sets[""]
 	}
 	hits := make([]limits.Hit, 0, len(set.limits))
 	for _, l := range set.limits {
-		if !l.shadow {
+		if !l.shadow && shown&(1<<l.by) != 0 {
 			hits = append(hits, limits.Hit{Rule: l.rule, ID: s.limitID(l.by, r)})
 		}
 	}
@@ -289,41 +326,4 @@ func badValue(v string) string {
 		return "holds control or format characters"
 	}
 	return ""
-}
-
-// maxBoundKeys caps the keys keyBound tracks in a minute: in prefix mode any well-formed key
-// passes authentication, so a spray of invented keys must not grow the map without end. Past
-// it, keys not yet seen in the minute are refused until the minute turns (the endpoint only:
-// the routes are not affected). 65,536 entries are a few MiB.
-const maxBoundKeys = 1 << 16
-
-// keyBound counts answers per key digest in fixed minutes, in process.
-type keyBound struct {
-	mu     sync.Mutex
-	minute int64
-	counts map[string]int
-}
-
-// allow counts one answer for key at now; past limit in the minute it says no, and how many
-// seconds remain of the minute.
-func (b *keyBound) allow(key string, limit int, now time.Time) (bool, int64) {
-	sec := now.Unix()
-	m := sec / 60
-	b.mu.Lock()
-	if m != b.minute || b.counts == nil {
-		b.minute, b.counts = m, map[string]int{} // a fresh map: last minute's keys go
-	}
-	n, seen := b.counts[key]
-	switch {
-	case !seen && len(b.counts) >= maxBoundKeys:
-		n = limit + 1 // too many keys this minute: refused, not tracked
-	case n <= limit:
-		n++
-		b.counts[key] = n
-	}
-	b.mu.Unlock()
-	if n > limit {
-		return false, 60 - sec%60
-	}
-	return true, 0
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -50,10 +51,12 @@ func decodeUsage(t *testing.T, data []byte) selfUsageAnswer {
 
 // The endpoint lists the enforced limits a request of this key from this address would take,
 // with the counts the requests left, reads them without counting, and agrees with the admin
-// listener's answer for the same counters.
+// listener's answer for the same counters. In prefix mode the limits by key, org and project
+// are shown only where self_usage.prefix_mode_exposes names them, as here.
 func TestSelfUsageAnswersWhatTheRouteCounts(t *testing.T) {
 	stores(t, func(t *testing.T, withStore gatewayOpt, _ *redistest.Server) {
 		g := newGateway(t, newUpstream(t, nil), withStore, setLimit("assistant_per_org", 50, "hour"), func(c *cfgT) {
+			c.SelfUsage.PrefixModeExposes = []string{"key", "org", "project"}
 			c.Limits["assistant_per_ip"] = config.Limit{Limit: limitPtr(7), Mode: "shadow"}
 			c.Plans = map[string]map[string]config.Limit{"gold": {"assistant_per_org": {Limit: limitPtr(80)}}}
 			c.Orgs = map[string]config.Org{"acme": {Domains: []string{"acme-docs"}, Plan: "gold"}}
@@ -111,6 +114,36 @@ func TestSelfUsageAnswersWhatTheRouteCounts(t *testing.T) {
 			t.Fatalf("%s", data)
 		}
 	})
+}
+
+// In prefix mode the endpoint lists only the limits by ip unless prefix_mode_exposes names
+// more; an answer with none of them is an empty list.
+func TestSelfUsagePrefixModeExposes(t *testing.T) {
+	names := func(data []byte) string {
+		var out []string
+		for _, l := range decodeUsage(t, data).Limits {
+			out = append(out, l.Name)
+		}
+		return strings.Join(out, ",")
+	}
+	for _, c := range []struct {
+		exposes        []string
+		assistant, job string
+	}{
+		{nil, "assistant_per_ip", ""},
+		{[]string{"org"}, "assistant_per_org,assistant_per_ip", ""},
+		{[]string{"key", "project"}, "assistant_per_key,assistant_per_ip", "agent_job_per_project"},
+		{[]string{"project", "org", "key"}, "assistant_per_key,assistant_per_org,assistant_per_ip", "agent_job_per_project"},
+	} {
+		g := newGateway(t, newUpstream(t, nil), func(cfg *cfgT) { cfg.SelfUsage.PrefixModeExposes = c.exposes })
+		if _, data := g.getUsage(t, "route=assistant_message_v2&domain=acme", bearerHdr(assistantKey), 200); names(data) != c.assistant {
+			t.Errorf("exposes %v: %s, want %s", c.exposes, data, c.assistant)
+		}
+		_, data := g.getUsage(t, "route=agent_job&projectId=p1", bearerHdr(adminKey), 200)
+		if names(data) != c.job || (c.job == "" && !strings.Contains(string(data), `"limits":[]`)) {
+			t.Errorf("exposes %v: %s, want %s", c.exposes, data, c.job)
+		}
+	}
 }
 
 // Hostile and mistaken queries are refused with 400 invalid_request naming the parameter.
@@ -202,20 +235,33 @@ func TestSelfUsageRegistryIsolation(t *testing.T) {
 	g.assertNoSecrets(t)
 }
 
-// Each key gets self_usage.per_key_per_minute answers a minute, and another key its own.
-func TestSelfUsagePerKeyBound(t *testing.T) {
-	g := newGateway(t, newUpstream(t, nil), func(c *cfgT) { c.SelfUsage.PerKeyPerMinute = 3 })
-	if s := time.Now().Second(); s > 55 { // the four requests stay in one minute
-		time.Sleep(time.Duration(61-s) * time.Second)
-	}
+// Each key gets self_usage.per_key_per_minute answers a minute, and another key its own; each
+// client address gets self_usage.per_address_per_minute, whatever keys it sends, counted before
+// the key is checked. Each 429 names its cause.
+func TestSelfUsageBounds(t *testing.T) {
+	g := newGateway(t, newUpstream(t, nil), func(c *cfgT) { c.SelfUsage.PerKeyPerMinute, c.SelfUsage.PerAddressPerMinute = 3, 6 })
+	q := "route=assistant_message_v2&domain=acme"
 	for range 3 {
-		g.getUsage(t, "route=agent_job&projectId=p1", bearerHdr(adminKey), 200)
+		g.getUsage(t, q, bearerHdr(assistantKey), 200)
 	}
-	res, data := g.getUsage(t, "route=agent_job&projectId=p1", bearerHdr(adminKey), 429)
-	if e := decodeError(t, res, data); e.Code != "rate_limited" || res.Header.Get("Retry-After") == "" {
+	res, data := g.getUsage(t, q, bearerHdr(assistantKey), 429)
+	if e := decodeError(t, res, data); e.Code != "rate_limited" || res.Header.Get("Retry-After") == "" || !strings.Contains(string(data), `"limit":"self_usage"`) ||
+		!strings.HasPrefix(e.Error, "Too many usage requests for this key (3 a minute). Please retry in ") {
 		t.Fatalf("%v %s", res.Header, data)
 	}
-	g.getUsage(t, "route=agent_job&projectId=p1", bearerHdr("svc_otherAdminKey123"), 200)
+	g.getUsage(t, q, bearerHdr("svc_dsc_otherKey123"), 200)
+	// Five answered so far from this address; the sixth request takes the last of its minute,
+	// whatever its key (none here: 401), and the seventh, with a fresh key, is refused.
+	g.getUsage(t, q, nil, 401)
+	res, data = g.getUsage(t, q, bearerHdr("svc_dsc_yetAnotherKey123"), 429)
+	if e := decodeError(t, res, data); e.Code != "rate_limited" || !strings.Contains(string(data), `"limit":"self_usage"`) ||
+		!strings.HasPrefix(e.Error, "Too many usage requests from this address (6 a minute). Please retry in ") {
+		t.Fatalf("%v %s", res.Header, data)
+	}
+	// The access log names the bound that refused (its line follows the answer).
+	for _, bound := range []string{"self_usage.per_key_per_minute", "self_usage.per_address_per_minute"} {
+		eventually(t, "a log line denied_by "+bound, func() bool { return g.logs.FilterField(zap.String("denied_by", bound)).Len() == 1 })
+	}
 	// The bound is the endpoint's own: the routes are not refused.
 	if res, _ := g.do(t, "POST", "/v2/agent/p1/job", jsonHdr(adminKey), agentBody); res.StatusCode != 201 {
 		t.Fatalf("the route after the bound: %d", res.StatusCode)
@@ -274,28 +320,56 @@ func TestSelfUsagePathConfig(t *testing.T) {
 	}
 }
 
-// The bound tracks at most maxBoundKeys keys a minute; past it new keys are refused until the
-// minute turns, the keys already seen keep their own count, and the next minute starts afresh.
-func TestSelfUsageBoundCapsItsKeys(t *testing.T) {
-	var b keyBound
+// Floods of invented keys and of addresses: each table holds at most its cap, the callers
+// that spent their budget stay refused while the flood churns the table, and a real caller
+// is still answered (as filed, 65,536 invented keys filled the key table and every real key
+// was refused for the rest of the minute).
+func TestSelfUsageBoundFloods(t *testing.T) {
 	now := time.Date(2026, 11, 27, 13, 0, 10, 0, time.UTC)
-	for i := range maxBoundKeys {
-		if ok, _ := b.allow(fmt.Sprint(i), 2, now); !ok {
-			t.Fatalf("key %d refused", i)
+	t.Run("keys", func(t *testing.T) {
+		c := newSelfUsageBound().keys
+		const limit = 60
+		for range limit {
+			take(c, "spent", limit, now)
 		}
-	}
-	if ok, retry := b.allow("one more", 2, now); ok || retry != 50 {
-		t.Fatalf("a key past the cap: %v %d", ok, retry)
-	}
-	if ok, _ := b.allow("7", 2, now); !ok {
-		t.Fatal("a key already seen was refused")
-	}
-	if ok, _ := b.allow("7", 2, now); ok {
-		t.Fatal("a key past its limit was admitted")
-	}
-	if ok, _ := b.allow("one more", 2, now.Add(time.Minute)); !ok || len(b.counts) != 1 {
-		t.Fatalf("the next minute: %v, %d keys tracked", ok, len(b.counts))
-	}
+		for i := range 3 * maxBoundKeys {
+			if ok, _ := take(c, fmt.Sprintf("invented%d", i), limit, now); !ok {
+				t.Fatalf("invented key %d refused: a new key never is", i)
+			}
+		}
+		if n := c.Len(); n > maxBoundKeys {
+			t.Fatalf("%d keys tracked, cap %d", n, maxBoundKeys)
+		}
+		if ok, _ := take(c, "real", limit, now); !ok {
+			t.Fatal("a real key was refused after the flood")
+		}
+		if ok, _ := take(c, "spent", limit, now); ok {
+			t.Fatal("a key that spent its budget was answered again during the flood")
+		}
+	})
+	t.Run("addresses", func(t *testing.T) {
+		c := newSelfUsageBound().addrs
+		const limit = 120
+		spent := netip.MustParseAddr("192.0.2.1")
+		for range limit {
+			take(c, spent, limit, now)
+		}
+		for i := range 3 * maxBoundAddrs {
+			a := netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)})
+			if ok, _ := take(c, a, limit, now); !ok {
+				t.Fatalf("address %v refused", a)
+			}
+		}
+		if n := c.Len(); n > maxBoundAddrs {
+			t.Fatalf("%d addresses tracked, cap %d", n, maxBoundAddrs)
+		}
+		if ok, _ := take(c, netip.MustParseAddr("192.0.2.2"), limit, now); !ok {
+			t.Fatal("a real address was refused after the flood")
+		}
+		if ok, _ := take(c, spent, limit, now); ok {
+			t.Fatal("an address that spent its budget was answered again during the flood")
+		}
+	})
 }
 
 // A store that cannot be read answers 503 limiter_unavailable, whatever redis.on_error says
@@ -307,7 +381,7 @@ func TestSelfUsageStoreDown(t *testing.T) {
 	// first one also dials): that too is a 503, so the healthy read is polled for, slowly
 	// enough to stay inside the key's 60 reads a minute.
 	for i := 0; ; i++ {
-		res, data := g.do(t, "GET", "/gateway/usage?route=agent_job&projectId=p1", bearerHdr(adminKey), "")
+		res, data := g.do(t, "GET", "/gateway/usage?route=assistant_message_v2&domain=acme", bearerHdr(assistantKey), "")
 		if res.StatusCode == 200 {
 			break
 		}
@@ -317,7 +391,7 @@ func TestSelfUsageStoreDown(t *testing.T) {
 		time.Sleep(250 * time.Millisecond)
 	}
 	srv.Stop(t)
-	res, data := g.getUsage(t, "route=agent_job&projectId=p1", bearerHdr(adminKey), 503)
+	res, data := g.getUsage(t, "route=assistant_message_v2&domain=acme", bearerHdr(assistantKey), 503)
 	if e := decodeError(t, res, data); e.Code != "limiter_unavailable" || res.Header.Get("Retry-After") != "1" || strings.Contains(string(data), `"limits"`) {
 		t.Fatalf("%v %s", res.Header, data)
 	}

@@ -102,6 +102,9 @@ func (rl *reloader) apply() (zapcore.Level, error) {
 	if l, err := zapcore.ParseLevel(cfg.Log.Level); err == nil && !rl.dev {
 		level = l
 	}
+	if selfUsageExposure(cfg) != selfUsageExposure(rl.running) {
+		warnSelfUsageExposure(cfg, rl.log) // what a reload newly exposes, said as at start
+	}
 	rl.running = cfg
 	rl.notes.configure(cfg)
 	return level, nil

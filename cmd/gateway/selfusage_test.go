@@ -339,6 +339,7 @@ limits:
 routes:
   - name: assistant_message
     limits: [assistant_per_key, assistant_per_org, assistant_per_ip, assistant_tokens_per_org, assistant_streams_per_org, assistant_tokens_per_ip]
+self_usage: {prefix_mode_exposes: [key, org]} # prefix mode: the limits by key and org too
 `
 
 // One answer of the endpoint is one script call on Redis, whatever the number of limits
@@ -421,7 +422,8 @@ func TestSelfUsageForecastOfAKnownBurn(t *testing.T) {
 	for _, st := range holdStores() {
 		t.Run(st.name, func(t *testing.T) {
 			t.Parallel() // each waits for the same moments of a window: most of the test is sleep
-			p := startGateway(t, up, st.redis(t)+"limits:\n  agent_job_per_project: {limit: 40, window: 20s}\n")
+			// Prefix mode: the limits by project are shown where the operator opts in.
+			p := startGateway(t, up, st.redis(t)+"limits:\n  agent_job_per_project: {limit: 40, window: 20s}\nself_usage: {prefix_mode_exposes: [project]}\n")
 			// Two seconds into a window (windows of a duration start at its multiples).
 			now := time.Now()
 			ws := now.Truncate(20 * time.Second)
@@ -494,7 +496,7 @@ func TestSelfUsageBrowserCrossOrigin(t *testing.T) {
 	}
 	allowed, setAllowed := serve("127.0.0.2")
 	other, setOther := serve("127.0.0.3")
-	p := startGateway(t, "http://127.0.0.1:1", fmt.Sprintf("cors: {allowed_origins: [%q]}\nlimits:\n  assistant_per_org: {limit: 50, window: hour}\n", allowed))
+	p := startGateway(t, "http://127.0.0.1:1", fmt.Sprintf("cors: {allowed_origins: [%q]}\nlimits:\n  assistant_per_ip: {limit: 50, window: hour}\n", allowed))
 	page := `<!doctype html><html><body><script>
 (async () => {
   const ask = async (query, key) => {
@@ -538,11 +540,12 @@ func TestSelfUsageBrowserCrossOrigin(t *testing.T) {
 	}
 	read(allowed)
 	u := got.Usage
-	if u.Error != "" || u.Status != 200 || u.Cache != "no-store" || u.Body.Route != "assistant_message_v2" || len(u.Body.Limits) != 3 {
+	// Prefix mode with the defaults: the visitor's own address's limit only.
+	if u.Error != "" || u.Status != 200 || u.Cache != "no-store" || u.Body.Route != "assistant_message_v2" || len(u.Body.Limits) != 1 {
 		t.Fatalf("the widget's read: %+v", got.Usage)
 	}
-	if o := u.Body.Limits[1]; o.Name != "assistant_per_org" || o.Limit != 50 || o.Used != 0 || o.Remaining != 50 {
-		t.Fatalf("per org: %+v", o)
+	if o := u.Body.Limits[0]; o.Name != "assistant_per_ip" || o.Limit != 50 || o.Used != 0 || o.Remaining != 50 {
+		t.Fatalf("per ip: %+v", o)
 	}
 	if r := got.Refused; r.Status != 400 || r.Body.Code != "invalid_request" || r.Body.Field != "domain" {
 		t.Fatalf("the refusal, read by the page: %+v", r)

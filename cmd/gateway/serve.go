@@ -124,6 +124,7 @@ func serve(ctx context.Context, path string, cfg *config.Config, dev bool) error
 		return fmt.Errorf("admin_listen %s: %w", cfg.AdminListen, err)
 	}
 	warnAdminExposure(cfg, log)
+	warnSelfUsageExposure(cfg, log)
 	pub := publicServer(cfg, p.gw, tlsCert, log)
 	admin := p.adminServer(keyManager(cfg, keys), adminCert)
 	errc := make(chan error, 2)

@@ -63,7 +63,7 @@ limits:
 routes:
   - name: assistant_message_v2
     limits: [assistant_per_key, assistant_per_org, assistant_per_ip, assistant_tokens_per_org, assistant_streams_per_org]
-self_usage: {per_key_per_minute: 100000000}
+self_usage: {per_address_per_minute: 100000000, per_key_per_minute: 100000000, prefix_mode_exposes: [key, org]}
 `
 
 func run(g *child.Group, gateway, redisServer, store string, n int) error {
