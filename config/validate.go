@@ -109,7 +109,7 @@ func (c *Config) Validate() error {
 	v.selfUsage(c.SelfUsage)
 	v.notifications(c)
 	if len(v.problems) > 0 {
-		return &Error{Problems: v.problems}
+		return &Error{Problems: redactProblems(v.problems, c.Secrets())}
 	}
 	return nil
 }

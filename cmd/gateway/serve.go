@@ -31,6 +31,27 @@ type configError struct{ error }
 
 func (e configError) Unwrap() error { return e.error }
 
+// redacted is err with the secrets of cfgs masked in its message (config.Redact), still a
+// configError when err was one; nil stays nil. Config errors quote the values they refuse: a
+// secret pasted under the wrong key must reach neither the terminal, nor the log, nor POST
+// /reload's answer, nor the usage page.
+func redacted(err error, cfgs ...*config.Config) error {
+	if err == nil {
+		return nil
+	}
+	var secrets []string
+	for _, c := range cfgs {
+		if c != nil {
+			secrets = append(secrets, c.Secrets()...)
+		}
+	}
+	masked := errors.New(config.Redact(err.Error(), secrets...))
+	if errors.As(err, new(configError)) {
+		return configError{masked}
+	}
+	return masked
+}
+
 func loadConfig(path string) (*config.Config, error) {
 	return config.Load(path, os.LookupEnv)
 }
