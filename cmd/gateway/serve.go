@@ -145,6 +145,7 @@ func serve(ctx context.Context, path string, cfg *config.Config, dev bool) error
 		return fmt.Errorf("admin_listen %s: %w", cfg.AdminListen, err)
 	}
 	warnAdminExposure(cfg, log)
+	warnPrivateWebhooks(cfg, log)
 	pub := publicServer(cfg, p.gw, tlsCert, log)
 	admin := p.adminServer(keyManager(cfg, keys), adminCert)
 	errc := make(chan error, 2)
@@ -409,6 +410,18 @@ func warnAdminExposure(cfg *config.Config, log *zap.Logger) {
 		cfg.AdminListen + " can read /metrics, the usage endpoints and page (tenants' usage) and /debug/pprof; " +
 		"key and reload writes are refused (403 admin_token_required) until admin_token (GATEWAY_ADMIN_TOKEN) is set. " +
 		"Set admin_token, or restrict the port with a network policy.")
+}
+
+// warnPrivateWebhooks says once, at start, which webhook endpoints may be delivered to
+// loopback, link-local, private and metadata addresses: the opt-in is the operator's, and
+// should be seen.
+func warnPrivateWebhooks(cfg *config.Config, log *zap.Logger) {
+	for i, w := range cfg.Notifications.Webhooks {
+		if w.AllowPrivateAddresses {
+			log.Warn(fmt.Sprintf("notifications.webhooks[%d].allow_private_addresses is set: deliveries to this endpoint may connect to loopback, link-local, private and cloud metadata addresses; set it only for a receiver of yours there", i),
+				zap.String("endpoint", w.Name))
+		}
+	}
 }
 
 // storeKind names the limit store for the usage page.
