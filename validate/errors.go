@@ -28,6 +28,10 @@ type Error struct {
 	// encoding/json matches field names so, Unicode folding included, and the last match
 	// wins). The validator cannot vouch for what such an upstream would read.
 	CaseFolded bool
+	// Duplicate is the name of a member an object of the body holds twice (decoded, and cut
+	// to 64 bytes), which Field names the object of (or the innermost known field holding
+	// it); "" for any other problem.
+	Duplicate string
 }
 
 // Error renders the problem for an end user, e.g. "messages[2].role must be
