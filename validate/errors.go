@@ -4,8 +4,11 @@
 //
 // The validators never decode into maps or use reflection: each is a single
 // pass over the body by a small JSON scanner (scanner.go) driven by the
-// operation's schema (agent.go, assistant.go). Valid input allocates nothing;
-// errors are built only on the failure path.
+// operation's schema (agent.go, assistant.go), which also refuses a member
+// named twice in any object (members.go). Valid input allocates nothing
+// unless more than 32 member names are open at once (the scanner keeps that
+// many itself); errors are built only on the failure path. JSON applies the
+// grammar and the duplicate rule to any body.
 package validate
 
 import "strconv"
