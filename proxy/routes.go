@@ -49,7 +49,8 @@ type route struct {
 
 // builtin is the platform's operations: the spec's two and the v2 assistant route of AI SDK
 // 5 and later. Their method, path, key family and validators are fixed, and config entries
-// with their names may only adjust the rest (limits, deprecation).
+// with their names may only adjust the rest (limits, deprecation, the assistant routes'
+// conversation bounds).
 func builtin() []route {
 	bounds := validate.Bounds{Messages: config.DefaultMaxMessages, PartsPerMessage: config.DefaultMaxPartsPerMessage}
 	return []route{

@@ -15,12 +15,12 @@ import (
 //
 // The scanner keeps the names of the members of every open object on one stack, innermost
 // object last, each object's names after a mark that remembers where the enclosing object's
-// names start (pushed with the object's first name: most objects the schema knows hold no
-// name it does not know, and cost only a count and a bit). A new name is compared with those of its object while the object has few
-// (real objects have a handful: the cost is a few length compares); an object with more is
-// checked once, when it closes, by sorting its names, so a hostile object of 100,000 members
-// costs n log n, not n². Up to len(inline) names are kept in the scanner itself: ordinary
-// bodies allocate nothing.
+// names start. The mark is pushed with the object's first name: most objects the schema
+// knows hold no name it does not know, and cost only a count and a bit. A new name is
+// compared with those of its object while the object has few (real objects have a handful:
+// a few length compares); an object with more is checked once, when it closes, by sorting
+// its names, so a hostile object of 100,000 members costs n log n, not n². Up to 32 names are
+// kept in the scanner itself: ordinary bodies allocate nothing.
 
 // smallObject is how many names an object may hold and still be checked name by name.
 const smallObject = 16
