@@ -226,9 +226,12 @@ func (h *handler) usageKey(w http.ResponseWriter, r *http.Request) {
 	var body struct {
 		Key string `json:"key"`
 	}
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&body); err != nil || body.Key == "" || len(body.Key) > 256 || strings.ContainsAny(body.Key, " \t\r\n") {
+	fe := readJSONBody(w, r, &body, 4096)
+	if fe != nil && fe.twice() {
+		writeFieldError(w, fe)
+		return
+	}
+	if fe != nil || body.Key == "" || len(body.Key) > 256 || strings.ContainsAny(body.Key, " \t\r\n") {
 		writeError(w, http.StatusBadRequest, "invalid_request", `Send {"key": "<API key>"} as JSON.`)
 		return
 	}

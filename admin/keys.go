@@ -4,8 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/docsgate/gateway/auth"
@@ -76,19 +76,16 @@ func (t *entryTime) UnmarshalJSON(b []byte) error {
 
 func (k keys) add(w http.ResponseWriter, r *http.Request) {
 	var req addKeyRequest
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxKeyBody))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		var tooBig *http.MaxBytesError
-		msg := "Send a JSON object: {\"key\" or \"digest\", \"kind\", \"org\", \"projects\" or \"domains\", \"plan\", \"label\", \"created\", \"revoked\"} (times as 2027-01-01 or RFC 3339)."
-		if errors.As(err, &tooBig) {
+	if fe := readJSONBody(w, r, &req, maxKeyBody); fe != nil {
+		if fe.twice() {
+			writeFieldError(w, fe)
+			return
+		}
+		msg := "Send one JSON object: {\"key\" or \"digest\", \"kind\", \"org\", \"projects\" or \"domains\", \"plan\", \"label\", \"created\", \"revoked\"} (times as 2027-01-01 or RFC 3339)."
+		if strings.HasPrefix(fe.msg, "larger than") {
 			msg = "The body is larger than 16 KiB."
 		}
 		writeError(w, http.StatusBadRequest, "invalid_request", msg)
-		return
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		writeError(w, http.StatusBadRequest, "invalid_request", "Send one JSON object, nothing after it.")
 		return
 	}
 	kind, ok := auth.ParseKind(req.Kind)

@@ -156,7 +156,7 @@ type keysRequest struct {
 // nil once it has answered. Repeated keys are acted on once.
 func readKeys(w http.ResponseWriter, r *http.Request) []string {
 	var req keysRequest
-	fe := decodeBodyMax(w, r, &req, maxNotificationBody)
+	fe := readJSONBody(w, r, &req, maxNotificationBody)
 	if fe == nil {
 		fe = checkKeys(req.Keys)
 	}

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -72,27 +71,18 @@ func writeFieldError(w http.ResponseWriter, e *fieldError) {
 	})
 }
 
-// decodeBody decodes one JSON object into v, strictly: no unknown field, nothing after it,
-// at most maxQuotaBody bytes. A value of the wrong type names its field.
+// decodeBody decodes one JSON object into v, strictly (readJSONBody), of at most
+// maxQuotaBody bytes.
 func decodeBody(w http.ResponseWriter, r *http.Request, v any) *fieldError {
-	return decodeBodyMax(w, r, v, maxQuotaBody)
+	return readJSONBody(w, r, v, maxQuotaBody)
 }
 
-// decodeBodyMax is decodeBody with a bound of max bytes (a whole number of KiB).
-func decodeBodyMax(w http.ResponseWriter, r *http.Request, v any, max int64) *fieldError {
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, max))
-	dec.DisallowUnknownFields()
-	err := dec.Decode(v)
+// decodeError is the fieldError of a failed Decode of a request's body; nil for nil.
+func decodeError(err error) *fieldError {
 	var typeErr *json.UnmarshalTypeError
-	var tooBig *http.MaxBytesError
 	switch {
 	case err == nil:
-		if _, err := dec.Token(); err != io.EOF {
-			return &fieldError{"body", "send one JSON object, nothing after it"}
-		}
 		return nil
-	case errors.As(err, &tooBig):
-		return &fieldError{"body", fmt.Sprintf("larger than %d KiB", max>>10)}
 	case errors.As(err, &typeErr) && typeErr.Field != "":
 		// The last part of the path: fields of embedded structs are named by it.
 		field := typeErr.Field[strings.LastIndexByte(typeErr.Field, '.')+1:]

@@ -259,7 +259,23 @@ type Route struct {
 	Limits *[]string `yaml:"limits"`
 	// Deprecation adds Deprecation, Sunset and Link headers to the route's responses.
 	Deprecation *Deprecation `yaml:"deprecation"`
+	// MaxMessages bounds the messages of a body of the assistant routes (assistant_message,
+	// assistant_message_v2); absent: DefaultMaxMessages; 0: no bound but max_body_bytes.
+	MaxMessages *int `yaml:"max_messages"`
+	// MaxPartsPerMessage bounds the parts of each message of an assistant route's body;
+	// absent: DefaultMaxPartsPerMessage; 0: no bound but max_body_bytes.
+	MaxPartsPerMessage *int `yaml:"max_parts_per_message"`
 }
+
+// The conversation bounds of the assistant routes when their entries set none: far beyond a
+// real chat (a client resends the whole conversation each turn, and an AI SDK 5 answer of
+// many tool steps with their sources holds a few dozen parts), far below what a body of
+// max_body_bytes can pack (a 1 MiB body holds 30,000 empty messages), so a client cannot make
+// the upstream walk a conversation no chat has.
+const (
+	DefaultMaxMessages        = 1000
+	DefaultMaxPartsPerMessage = 500
+)
 
 // Quota configures run-time quota changes.
 type Quota struct {

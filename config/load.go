@@ -61,12 +61,15 @@ func Parse(r io.Reader, env Env) (*Config, error) {
 	}
 	cfg := Defaults()
 	err = decode(data, &cfg)
-	var decoded *Error
-	if err != nil && !errors.As(err, &decoded) || decoded != nil && len(decoded.Problems) == 1 && decoded.Problems[0].Key == "" {
-		return nil, err // not YAML at all: nothing more to say
-	}
 	if env != nil {
 		applyEnv(&cfg, env)
+	}
+	var decoded *Error
+	if err != nil && !errors.As(err, &decoded) || decoded != nil && len(decoded.Problems) == 1 && decoded.Problems[0].Key == "" {
+		if decoded != nil {
+			decoded.Problems = redactProblems(decoded.Problems, cfg.Secrets())
+		}
+		return nil, err // not YAML at all: nothing more to say
 	}
 	// Report every problem at once: the keys that did not decode, then what the values that
 	// did decode break.
@@ -82,7 +85,9 @@ func Parse(r io.Reader, env Env) (*Config, error) {
 		problems = resolveSecrets(&cfg, env, readSecretFile)
 	}
 	if len(problems) > 0 {
-		return nil, &Error{Problems: problems}
+		// Every message is masked here, whichever step wrote it: the secrets of the file
+		// and of the environment are known only once it is decoded.
+		return nil, &Error{Problems: redactProblems(problems, cfg.Secrets())}
 	}
 	return &cfg, nil
 }
@@ -96,7 +101,7 @@ func decode(data []byte, cfg *Config) error {
 		if errors.Is(err, io.EOF) {
 			return nil // an empty file: all defaults (Validate still wants upstream.url)
 		}
-		return &Error{Problems: []Problem{{Msg: RedactURLs("not valid YAML: " + strings.TrimPrefix(err.Error(), "yaml: "))}}}
+		return &Error{Problems: []Problem{{Msg: "not valid YAML: " + strings.TrimPrefix(err.Error(), "yaml: ")}}}
 	}
 	var more yaml.Node
 	if err := dec.Decode(&more); !errors.Is(err, io.EOF) {
@@ -114,9 +119,10 @@ type decoder struct {
 	problems []Problem
 }
 
+// fail records a problem. Messages quote the values they refuse: Parse and Validate mask
+// the secrets in them (Redact) before any leaves the package.
 func (d *decoder) fail(key, format string, args ...any) {
-	// Messages quote the values they refuse: never a password inside one.
-	d.problems = append(d.problems, Problem{Key: key, Msg: RedactURLs(fmt.Sprintf(format, args...))})
+	d.problems = append(d.problems, Problem{Key: key, Msg: fmt.Sprintf(format, args...)})
 }
 
 var durationType = reflect.TypeFor[time.Duration]()

@@ -5,12 +5,15 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net/netip"
 	"net/url"
 	"os"
 	"regexp"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/docsgate/gateway/internal/netguard"
 )
 
 // Notifications configures signed webhooks (Standard Webhooks 1.0) on quota events. Without
@@ -30,8 +33,15 @@ type Notifications struct {
 type Webhook struct {
 	// Name identifies the endpoint in metrics, logs, the admin API and the test command.
 	Name string `yaml:"name"`
-	// URL receives the events as POST requests: http:// or https://, any host.
+	// URL receives the events as POST requests: http:// or https://, a public address
+	// unless AllowPrivateAddresses.
 	URL string `yaml:"url"`
+	// AllowPrivateAddresses lets deliveries reach loopback, link-local, private and metadata
+	// addresses (a relay on the same host or network). Off (the default), a connection to
+	// one is refused after DNS, and a URL naming one literally is refused here: a mistyped or
+	// malicious URL must not make the gateway post to the cloud metadata service or an
+	// internal service. Setting it is warned about at start.
+	AllowPrivateAddresses bool `yaml:"allow_private_addresses"`
 	// Secret, SecretFile and SecretEnv: exactly one gives the signing secret, whsec_ and the
 	// base64 of 24 to 64 random bytes. Several secrets separated by spaces or new lines each
 	// sign every delivery (a rotation: the receiver accepts any of them).
@@ -144,7 +154,7 @@ func (v *validator) notifications(c *Config) {
 			v.fail(key+".name", "%q is used by another webhook", w.Name)
 		}
 		seen[w.Name] = true
-		v.webhookURL(key+".url", w.URL)
+		v.webhookURL(key+".url", w.URL, w.AllowPrivateAddresses)
 		sources := 0
 		for _, s := range []string{w.Secret, w.SecretFile, w.SecretEnv} {
 			if s != "" {
@@ -253,10 +263,12 @@ func describeLimit(s LimitSpec) string {
 	return "a " + s.Algorithm + " limit has no windows"
 }
 
-// webhookURL checks an endpoint's URL: the operator's own, any host, http or https. Its
-// messages never quote the URL: a path or query may carry a token (as chat webhooks' do).
-func (v *validator) webhookURL(key, raw string) {
-	switch u, err := url.Parse(raw); {
+// webhookURL checks an endpoint's URL: http or https, and an address that is public unless
+// allowPrivate (a host name is checked when a delivery connects, after DNS). Its messages
+// never quote the URL: a path or query may carry a token (as chat webhooks' do).
+func (v *validator) webhookURL(key, raw string, allowPrivate bool) {
+	u, err := url.Parse(raw)
+	switch {
 	case raw == "":
 		v.fail(key, "is required")
 	case err != nil:
@@ -269,6 +281,12 @@ func (v *validator) webhookURL(key, raw string) {
 		v.fail(key, "must not carry credentials: deliveries are authenticated by their signature")
 	case u.Fragment != "":
 		v.fail(key, "must not have a fragment")
+	case !allowPrivate:
+		if a, err := netip.ParseAddr(u.Hostname()); err == nil {
+			if kind := netguard.Classify(a); kind != "" {
+				v.fail(key, "%s is %s address: deliveries to loopback, link-local, private and metadata addresses are refused; set allow_private_addresses: true on this endpoint if the receiver is yours", a.WithZone(""), netguard.Article(kind))
+			}
+		}
 	}
 }
 

@@ -80,7 +80,7 @@ func TestNotificationsDefaults(t *testing.T) {
 // Every problem names its key; no message repeats a secret, whatever the source.
 func TestNotificationsRefused(t *testing.T) {
 	hook := func(fields string) string {
-		return hookBase + "notifications: {webhooks: [{name: h, url: 'http://127.0.0.1:9/x', " + fields + "}]}\n"
+		return hookBase + "notifications: {webhooks: [{name: h, url: 'https://hooks.example.com/x', " + fields + "}]}\n"
 	}
 	const secretText = "whsec_c2hvcnQ=" // 5 bytes: refused, and never to be echoed
 	cases := []struct{ yaml, want string }{
@@ -149,9 +149,9 @@ func TestWebhookSecretSources(t *testing.T) {
 		t.Fatal(err)
 	}
 	yaml := hookBase + "notifications:\n  webhooks:\n" +
-		"    - {name: from_file, url: 'http://127.0.0.1:1/a', secret_file: '" + file + "'}\n" +
-		"    - {name: from_env, url: 'http://127.0.0.1:1/b', secret_env: HOOK_SECRET}\n" +
-		"    - {name: inline, url: 'http://127.0.0.1:1/c', secret: '" + secretA + " " + secretB + "'}\n"
+		"    - {name: from_file, url: 'https://hooks.example.com/a', secret_file: '" + file + "'}\n" +
+		"    - {name: from_env, url: 'https://hooks.example.com/b', secret_env: HOOK_SECRET}\n" +
+		"    - {name: inline, url: 'https://hooks.example.com/c', secret: '" + secretA + " " + secretB + "'}\n"
 	c, err := parse(t, yaml, map[string]string{"HOOK_SECRET": " " + secretA + " "})
 	if err != nil {
 		t.Fatal(err)
@@ -204,6 +204,42 @@ func TestParseSecrets(t *testing.T) {
 	for _, s := range []string{"", "  ", long, SecretPrefix} {
 		if _, err := ParseSecrets(s); err == nil {
 			t.Errorf("%q accepted", s)
+		}
+	}
+}
+
+// A URL naming a loopback, link-local, private, metadata or other non-public address
+// literally is refused, naming the address (never the URL) and the opt-in; with the opt-in
+// it is accepted. A host name is accepted: it is checked when a delivery connects.
+func TestWebhookPrivateAddresses(t *testing.T) {
+	hook := func(url, extra string) string {
+		return hookBase + "notifications: {webhooks: [{name: h, url: '" + url + "', secret: " + secretA + extra + "}]}\n"
+	}
+	for url, addr := range map[string]string{
+		"http://169.254.169.254/latest/meta-data/?token=t0p": "169.254.169.254 is a cloud metadata address",
+		"http://[fe80::1]/":              "fe80::1 is a link-local address",
+		"http://[fe80::1%25eth0]:8080/x": "fe80::1 is a link-local address",
+		"https://127.0.0.1:8443/hooks":   "127.0.0.1 is a loopback address",
+		"http://[::1]/":                  "::1 is a loopback address",
+		"http://[::ffff:10.0.0.5]/":      "::ffff:10.0.0.5 is a private address",
+		"http://192.168.1.20/":           "192.168.1.20 is a private address",
+		"http://[fd00:ec2::254]/":        "fd00:ec2::254 is a cloud metadata address",
+		"http://0.0.0.0:9000/":           "0.0.0.0 is an unspecified address",
+		"http://100.100.100.200/":        "100.100.100.200 is a cloud metadata address",
+	} {
+		_, err := parse(t, hook(url, ""), nil)
+		if err == nil || !strings.Contains(err.Error(), "notifications.webhooks[0].url: "+addr) ||
+			!strings.Contains(err.Error(), "allow_private_addresses: true") || strings.Contains(err.Error(), "meta-data") {
+			t.Errorf("%s: %v", url, err)
+		}
+		c, err := parse(t, hook(url, ", allow_private_addresses: true"), nil)
+		if err != nil || !c.Notifications.Webhooks[0].AllowPrivateAddresses {
+			t.Errorf("%s with the opt-in: %v", url, err)
+		}
+	}
+	for _, url := range []string{"https://hooks.example.com/x", "http://localhost:9000/", "http://8.8.8.8/", "http://[2606:4700:4700::1111]/"} {
+		if _, err := parse(t, hook(url, ""), nil); err != nil {
+			t.Errorf("%s: %v", url, err)
 		}
 	}
 }

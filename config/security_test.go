@@ -80,3 +80,72 @@ func TestAdminHostsAndTLS(t *testing.T) {
 		}
 	}
 }
+
+// A value that looks like a secret is masked in every config message, whatever key it was
+// pasted under and whichever step refuses it: a webhook secret in secret_env, secret_file,
+// events or a timeout, an API key of either family as a value or a key, the admin token (from
+// the file or GATEWAY_ADMIN_TOKEN) and the Redis password in another key. The message still
+// names the key.
+func TestProblemsMaskSecrets(t *testing.T) {
+	const (
+		hook   = "whsec_+QUd0bGtrZ3RvZ2VuZXJhdGVkc2VjcmV0Zm9ydGVzdHM="
+		admin  = "svc_Zx8vQ2mN4pL6rT0yW3aB5cD7eF9gH1jK"
+		public = "svc_dsc_Qw3eR5tY7uI9oP1aS3dF5gH7jK9lZ2x"
+		token  = "operator-admin-token-7f3a9c"
+		redisP = "r3d1s-Pa55w0rd!"
+	)
+	env := map[string]string{"GATEWAY_ADMIN_TOKEN": token}
+	base := "upstream: {url: 'http://a'}\n"
+	webhook := func(fields string) string {
+		return base + "notifications: {webhooks: [{name: h, url: 'https://hooks.example.com/x', " + fields + "}]}\n"
+	}
+	cases := []struct {
+		yaml, key, secret string
+		env               map[string]string
+	}{
+		{webhook("secret_env: '" + hook + "'"), "notifications.webhooks[0].secret_env", hook, nil},
+		{webhook("secret_file: '" + hook + "'"), "notifications.webhooks[0].secret_file", hook, nil},
+		{webhook("secret: '" + secretA + "', events: ['" + hook + "']"), "notifications.webhooks[0].events[0]", hook, nil},
+		{base + "notifications: {timeout: '" + hook + "'}\n", "notifications.timeout", hook, nil},
+		{base + "limits: {agent_job_per_project: {by: " + admin + "}}\n", "limits.agent_job_per_project.by", admin, nil},
+		{base + "routes: [{name: a, method: POST, path: /a, key: '" + public + "'}]\n", "routes[0].key", public, nil},
+		{base + public + ": 1\n", "unknown key", public, nil},
+		{base + "admin_token: " + token + "\nlog: {level: " + token + "}\n", "log.level", token, nil},
+		{base + "tracing: {protocol: '" + token + "'}\n", "tracing.protocol", token, env},
+		{base + "redis: {password: '" + redisP + "', on_error: '" + redisP + "'}\n", "redis.on_error", redisP, nil},
+		{base + "redis: {on_error: '" + redisP + "'}\n", "redis.on_error", redisP, map[string]string{"REDIS_PASSWORD": redisP}},
+	}
+	for _, c := range cases {
+		_, err := parse(t, c.yaml, c.env)
+		if err == nil {
+			t.Errorf("%q accepted", c.yaml)
+			continue
+		}
+		msg := err.Error()
+		// Not the secret, nor the part of it after its prefix.
+		rest := c.secret[strings.IndexByte(c.secret, '_')+1:]
+		if strings.Contains(msg, c.secret) || strings.Contains(msg, rest[:12]) || !strings.Contains(msg, c.key) || !strings.Contains(msg, "REDACTED") {
+			t.Errorf("%q: message %q, want %s named and the secret masked", c.yaml, msg, c.key)
+		}
+	}
+}
+
+func TestRedact(t *testing.T) {
+	for _, c := range []struct {
+		in      string
+		secrets []string
+		want    string
+	}{
+		{`secret_env: "whsec_abc+/=" is not a name`, nil, `secret_env: "whsec_REDACTED" is not a name`},
+		{`cannot read whsec_abc: no such file`, nil, `cannot read whsec_REDACTED: no such file`},
+		{`"svc_dsc_AbC-_9" and svc_Q and svc_`, nil, `"svc_dsc_REDACTED" and svc_REDACTED and svc_`},
+		{`my_svc_limit, whsec_ alone`, nil, `my_svc_limit, whsec_ alone`},
+		{`"tok\"en-1234" or tok"en-1234`, []string{`tok"en-1234`}, `"REDACTED" or REDACTED`},
+		{`redis://u:pw@h and pass`, []string{"pw", "pas"}, `redis://REDACTED@h and pass`}, // too short to mask
+		{`abcdefgh`, []string{"abcd", "abcdefgh"}, `REDACTED`},
+	} {
+		if got := Redact(c.in, c.secrets...); got != c.want {
+			t.Errorf("Redact(%q, %q) = %q, want %q", c.in, c.secrets, got, c.want)
+		}
+	}
+}

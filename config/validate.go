@@ -109,7 +109,7 @@ func (c *Config) Validate() error {
 	v.selfUsage(c.SelfUsage)
 	v.notifications(c)
 	if len(v.problems) > 0 {
-		return &Error{Problems: v.problems}
+		return &Error{Problems: redactProblems(v.problems, c.Secrets())}
 	}
 	return nil
 }
@@ -219,6 +219,12 @@ func (v *validator) routes(routes []Route) {
 		}
 		if d := r.Deprecation; d != nil {
 			v.deprecation(key+".deprecation", d)
+		}
+		if r.MaxMessages != nil && *r.MaxMessages < 0 {
+			v.fail(key+".max_messages", "must not be negative (0: no bound but max_body_bytes)")
+		}
+		if r.MaxPartsPerMessage != nil && *r.MaxPartsPerMessage < 0 {
+			v.fail(key+".max_parts_per_message", "must not be negative (0: no bound but max_body_bytes)")
 		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"net/url"
 	"slices"
@@ -16,6 +17,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/docsgate/gateway/internal/netguard"
 )
 
 // Event is what an endpoint receives, as the JSON body {"type", "id", "time", "data"}.
@@ -39,6 +42,10 @@ type Endpoint struct {
 	// limit (key.revoked) passes any Limits filter.
 	Events []string
 	Limits []string
+	// AllowPrivate lets deliveries connect to loopback, link-local, private and metadata
+	// addresses (config: allow_private_addresses); off, such a connection is refused after
+	// DNS, whatever the URL names (netguard).
+	AllowPrivate bool
 }
 
 func (e *Endpoint) takes(typ, limit string) bool {
@@ -67,7 +74,8 @@ type Options struct {
 	// Lease is how long a claimed delivery is withheld from other replicas (default
 	// 2×Timeout+5s): a replica that dies mid-delivery leaves it to another after that.
 	Lease time.Duration
-	// Client sends the requests; nil: a client that follows no redirect.
+	// Client sends every endpoint's requests; nil: NewClient's, one for the endpoints that
+	// allow private addresses and one for the others.
 	Client *http.Client
 	// Now and Jitter (in [0, 1)) are the clock and the randomness of backoffs.
 	Now    func() time.Time
@@ -84,6 +92,9 @@ type Notifier struct {
 	order     []*Endpoint
 	o         Options
 	wake      chan struct{}
+	// guarded and open send the deliveries of endpoints without and with AllowPrivate: a
+	// connection one opened is never reused by the other's.
+	guarded, open *http.Client
 }
 
 // New returns a Notifier over box for endpoints.
@@ -106,9 +117,6 @@ func New(box Outbox, endpoints []Endpoint, o Options) *Notifier {
 	if o.Lease <= 0 {
 		o.Lease = 2*o.Timeout + 5*time.Second
 	}
-	if o.Client == nil {
-		o.Client = NewClient()
-	}
 	if o.Now == nil {
 		o.Now = time.Now
 	}
@@ -118,7 +126,11 @@ func New(box Outbox, endpoints []Endpoint, o Options) *Notifier {
 	if o.Log == nil {
 		o.Log = zap.NewNop()
 	}
-	n := &Notifier{box: box, endpoints: map[string]*Endpoint{}, o: o, wake: make(chan struct{}, 1)}
+	n := &Notifier{box: box, endpoints: map[string]*Endpoint{}, o: o, wake: make(chan struct{}, 1),
+		guarded: o.Client, open: o.Client}
+	if o.Client == nil {
+		n.guarded, n.open = NewClient(false), NewClient(true)
+	}
 	for i := range endpoints {
 		e := &endpoints[i]
 		n.endpoints[e.Name] = e
@@ -127,10 +139,28 @@ func New(box Outbox, endpoints []Endpoint, o Options) *Notifier {
 	return n
 }
 
-// NewClient returns the HTTP client deliveries use: it follows no redirect (a 3xx is a
-// failed attempt: the operator updates the URL).
-func NewClient() *http.Client {
-	return &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+// NewClient returns the HTTP client deliveries use. It follows no redirect (a 3xx is a
+// failed attempt: the operator updates the URL), and connects directly, never through
+// HTTP_PROXY or HTTPS_PROXY: the address checked is the endpoint's own. Unless allowPrivate,
+// it refuses to connect to loopback, link-local, private and metadata addresses
+// (netguard.Control), checked after DNS for every address a name resolves to.
+func NewClient(allowPrivate bool) *http.Client {
+	dialer := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
+	if !allowPrivate {
+		dialer.Control = netguard.Control
+	}
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.Proxy = nil
+	t.DialContext = dialer.DialContext
+	return &http.Client{Transport: t, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+}
+
+// client is the client that sends e's deliveries.
+func (n *Notifier) client(e *Endpoint) *http.Client {
+	if e.AllowPrivate {
+		return n.open
+	}
+	return n.guarded
 }
 
 // Publish writes ev, bound for every endpoint that takes its type and limit (limit "" for an
@@ -255,11 +285,15 @@ func (n *Notifier) Send(ctx context.Context, e *Endpoint, id string, body []byte
 	req.Header.Set(HeaderID, id)
 	req.Header.Set(HeaderTimestamp, strconv.FormatInt(ts, 10))
 	req.Header.Set(HeaderSignature, Sign(e.Keys, id, ts, body))
-	resp, err := n.o.Client.Do(req)
+	resp, err := n.client(e).Do(req)
 	if err != nil {
 		var ue *url.Error
 		if errors.As(err, &ue) {
 			err = ue.Err // the URL may carry a token in its query: never in a log line
+		}
+		var refused *netguard.RefusedError
+		if errors.As(err, &refused) {
+			err = fmt.Errorf("%w: deliveries to loopback, link-local, private and metadata addresses need allow_private_addresses: true on the endpoint", refused)
 		}
 		if ctx.Err() == context.DeadlineExceeded {
 			err = fmt.Errorf("no answer within %s", n.o.Timeout)

@@ -17,6 +17,7 @@ import (
 
 // receiver is an endpoint on 127.0.0.1 that verifies every delivery's signature as a
 // Standard Webhooks receiver does, and answers what answer says for the n-th request of an id.
+// A loopback address: the endpoints delivering to it allow private addresses.
 type receiver struct {
 	t      *testing.T
 	srv    *httptest.Server
@@ -137,8 +138,8 @@ func TestDeliveryRetriesUntilAccepted(t *testing.T) {
 		other := newReceiver(t, keys, nil)
 		var rs results
 		n := New(box, []Endpoint{
-			{Name: "billing", URL: recv.srv.URL + "/hook?token=abc", Keys: keys},
-			{Name: "ops", URL: other.srv.URL, Keys: keys, Events: []string{"quota.exhausted"}, Limits: []string{"assistant_per_org"}},
+			{Name: "billing", URL: recv.srv.URL + "/hook?token=abc", Keys: keys, AllowPrivate: true},
+			{Name: "ops", URL: other.srv.URL, Keys: keys, AllowPrivate: true, Events: []string{"quota.exhausted"}, Limits: []string{"assistant_per_org"}},
 		}, fast(Options{OnResult: rs.on}))
 		run(t, n)
 		ctx := context.Background()
@@ -184,7 +185,7 @@ func TestDeadLetters(t *testing.T) {
 		}))
 		t.Cleanup(redirect.Close)
 		var rs results
-		n := New(box, []Endpoint{{Name: "h", URL: recv.srv.URL, Keys: keys, Events: []string{"quota.exhausted"}}, {Name: "moved", URL: redirect.URL, Keys: keys, Events: []string{"ping"}}},
+		n := New(box, []Endpoint{{Name: "h", URL: recv.srv.URL, Keys: keys, AllowPrivate: true, Events: []string{"quota.exhausted"}}, {Name: "moved", URL: redirect.URL, Keys: keys, AllowPrivate: true, Events: []string{"ping"}}},
 			fast(Options{RetryFor: 400 * time.Millisecond, Timeout: 100 * time.Millisecond, OnResult: rs.on}))
 		run(t, n)
 		ctx := context.Background()
@@ -262,7 +263,7 @@ func TestTakeoverAndSharing(t *testing.T) {
 	srv := redistest.Start(t)
 	keys := vectorKeys(t)
 	recv := newReceiver(t, keys, nil)
-	eps := []Endpoint{{Name: "h", URL: recv.srv.URL, Keys: keys}}
+	eps := []Endpoint{{Name: "h", URL: recv.srv.URL, Keys: keys, AllowPrivate: true}}
 	ctx := context.Background()
 
 	dead := NewRedis(srv.Client(t), "gw", 1000)
@@ -308,11 +309,11 @@ func TestSend(t *testing.T) {
 	keys := vectorKeys(t)
 	recv := newReceiver(t, keys, func(string, int) int { return 202 })
 	n := New(NewMemory(1), nil, Options{})
-	a := n.Send(context.Background(), &Endpoint{Name: "h", URL: recv.srv.URL, Keys: keys}, "evt_ping", []byte(`{"type":"ping","id":"evt_ping","time":"2026-11-27T09:00:00Z","data":{}}`))
+	a := n.Send(context.Background(), &Endpoint{Name: "h", URL: recv.srv.URL, Keys: keys, AllowPrivate: true}, "evt_ping", []byte(`{"type":"ping","id":"evt_ping","time":"2026-11-27T09:00:00Z","data":{}}`))
 	if !a.OK() || a.Status != 202 || string(a.Body) != "receiver says hello" {
 		t.Fatalf("%+v", a)
 	}
-	a = n.Send(context.Background(), &Endpoint{Name: "h", URL: "http://127.0.0.1:1/", Keys: keys}, "evt_ping", []byte(`{}`))
+	a = n.Send(context.Background(), &Endpoint{Name: "h", URL: "http://127.0.0.1:1/", Keys: keys, AllowPrivate: true}, "evt_ping", []byte(`{}`))
 	if a.OK() || a.Err == nil || strings.Contains(a.Err.Error(), "http://") {
 		t.Fatalf("%+v", a)
 	}

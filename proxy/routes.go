@@ -24,6 +24,10 @@ type route struct {
 	// prompt's tokens are estimated from; nil: the body is forwarded unchecked (size cap
 	// only), and its whole length counts as text.
 	validate func([]byte) (text int, err error)
+	// conversation is the validator of an assistant route, which bounds caps (its entry's
+	// max_messages and max_parts_per_message); compileRoutes makes validate of them.
+	conversation func(validate.Bounds, []byte) (int, error)
+	bounds       validate.Bounds
 	// bodyCode is the error code of a refused body: invalid_request on the routes that had
 	// it before invalid_body existed (agent_job, assistant_message: their clients rely on
 	// it; a case-folded field is invalid_body there too), invalid_body on the others.
@@ -45,15 +49,17 @@ type route struct {
 
 // builtin is the platform's operations: the spec's two and the v2 assistant route of AI SDK
 // 5 and later. Their method, path, key family and validators are fixed, and config entries
-// with their names may only adjust the rest (limits, deprecation).
+// with their names may only adjust the rest (limits, deprecation, the assistant routes'
+// conversation bounds).
 func builtin() []route {
+	bounds := validate.Bounds{Messages: config.DefaultMaxMessages, PartsPerMessage: config.DefaultMaxPartsPerMessage}
 	return []route{
 		{name: "agent_job", method: http.MethodPost, path: "/v2/agent/{projectId}/job",
 			key: auth.Admin, validate: agentJob, bodyCode: codeInvalidRequest},
 		{name: "assistant_message", method: http.MethodPost, path: "/discovery/v1/assistant/{domain}/message",
-			key: auth.Assistant, stream: true, validate: validate.AssistantMessageText, bodyCode: codeInvalidRequest},
+			key: auth.Assistant, stream: true, conversation: validate.Bounds.AssistantMessageText, bounds: bounds, bodyCode: codeInvalidRequest},
 		{name: "assistant_message_v2", method: http.MethodPost, path: "/discovery/v2/assistant/{domain}/message",
-			key: auth.Assistant, stream: true, validate: validate.AssistantMessageV2Text, bodyCode: codeInvalidBody},
+			key: auth.Assistant, stream: true, conversation: validate.Bounds.AssistantMessageV2Text, bounds: bounds, bodyCode: codeInvalidBody},
 	}
 }
 
@@ -95,6 +101,7 @@ func compileRoutes(entries []config.Route) ([]*route, error) {
 			if b.deprecation, err = deprecationHeaders(e.Deprecation); err != nil {
 				fail(key+".deprecation", "%v", err)
 			}
+			conversationBounds(b, e, key, fail)
 			continue
 		}
 		if j := slices.IndexFunc(routes[:nBuiltin], func(r route) bool { return r.method == e.Method && r.path == e.Path }); j >= 0 {
@@ -119,6 +126,7 @@ func compileRoutes(entries []config.Route) ([]*route, error) {
 		if r.key, ok = auth.ParseKind(e.Key); !ok {
 			fail(key+".key", "is required: admin or assistant")
 		}
+		conversationBounds(&r, e, key, fail)
 		routes = append(routes, r)
 	}
 	if len(problems) > 0 {
@@ -128,9 +136,31 @@ func compileRoutes(entries []config.Route) ([]*route, error) {
 	for i := range routes {
 		routes[i].cors = routes[i].key == auth.Assistant
 		routes[i].hasDomain = strings.Contains(routes[i].path, "{domain}")
+		if conv := routes[i].conversation; conv != nil {
+			bounds := routes[i].bounds
+			routes[i].validate = func(body []byte) (int, error) { return conv(bounds, body) }
+		}
 		out[i] = &routes[i]
 	}
 	return out, nil
+}
+
+// conversationBounds applies an entry's max_messages and max_parts_per_message to r, which
+// only the assistant routes have (the other routes' bodies hold no conversation).
+func conversationBounds(r *route, e config.Route, key string, fail func(key, format string, args ...any)) {
+	for _, b := range []struct {
+		name string
+		set  *int
+		dst  *int
+	}{{"max_messages", e.MaxMessages, &r.bounds.Messages}, {"max_parts_per_message", e.MaxPartsPerMessage, &r.bounds.PartsPerMessage}} {
+		switch {
+		case b.set == nil:
+		case r.conversation == nil:
+			fail(key+"."+b.name, "applies only to the assistant routes (assistant_message, assistant_message_v2), whose bodies hold a conversation")
+		default:
+			*b.dst = *b.set
+		}
+	}
 }
 
 // table is the compiled route table: a ServeMux for matching, and a twin without the

@@ -53,10 +53,16 @@ func (s *scanner) agentJob() *Error {
 			if known := foldedName(k, agentNames[:]); known != "" {
 				return foldedError(known, k)
 			}
+			if err := s.member(key, escaped); err != nil {
+				return err
+			}
 			if err := s.skipIn("", 1); err != nil {
 				return err
 			}
 		}
+	}
+	if err := s.closeObject(); err != nil {
+		return err
 	}
 	// Trailing garbage makes the body not JSON at all, which is the more
 	// fundamental complaint, so it is checked before required fields.

@@ -29,17 +29,40 @@ func AssistantMessage(body []byte) error {
 	return err
 }
 
+// Bounds caps the size of an assistant body's conversation beyond its length in bytes: the
+// messages it holds and the parts of each message. A zero field is no bound. An AssistantMessage
+// function of the package applies none; its method of Bounds applies b.
+type Bounds struct {
+	Messages        int // messages in the body
+	PartsPerMessage int // parts of one message
+}
+
+// AssistantMessageText is the package's AssistantMessageText that also refuses a body past
+// b: "messages must hold at most N messages", "messages[i].parts must hold at most N parts".
+func (b Bounds) AssistantMessageText(body []byte) (int, error) {
+	s := scanner{data: body, bounds: b}
+	if err := s.assistantMessage(&schemaV1); err != nil {
+		return 0, err
+	}
+	return s.text, nil
+}
+
+// AssistantMessageV2Text is AssistantMessageText for the v2 body.
+func (b Bounds) AssistantMessageV2Text(body []byte) (int, error) {
+	s := scanner{data: body, bounds: b}
+	if err := s.assistantMessage(&schemaV2); err != nil {
+		return 0, err
+	}
+	return s.text, nil
+}
+
 // AssistantMessageText is AssistantMessage that also returns the length of the
 // conversation's text: the bytes of the messages' content strings and of the
 // context values, as they stand in the body (escapes included). That is what a
 // prompt's tokens are estimated from, not the body's length: a filter or any
 // other field a client fills at will carries no prompt.
 func AssistantMessageText(body []byte) (int, error) {
-	s := scanner{data: body}
-	if err := s.assistantMessage(&schemaV1); err != nil {
-		return 0, err
-	}
-	return s.text, nil // not a nil *Error: that would be a non-nil error interface
+	return Bounds{}.AssistantMessageText(body) // not a nil *Error: that would be a non-nil error interface
 }
 
 // AssistantMessageV2 validates the body of
@@ -65,11 +88,7 @@ func AssistantMessageV2(body []byte) error {
 // messages' parts (text and reasoning parts) and of the context values, as they
 // stand in the body (escapes included). See AssistantMessageText.
 func AssistantMessageV2Text(body []byte) (int, error) {
-	s := scanner{data: body}
-	if err := s.assistantMessage(&schemaV2); err != nil {
-		return 0, err
-	}
-	return s.text, nil
+	return Bounds{}.AssistantMessageV2Text(body)
 }
 
 // assistantSchema is what differs between the two versions of the assistant
@@ -146,6 +165,9 @@ func (s *scanner) assistantMessage(sc *assistantSchema) *Error {
 			if known := foldedName(k, assistantNames[:]); known != "" {
 				return foldedError(known, k)
 			}
+			if err := s.member(key, escaped); err != nil {
+				return err
+			}
 			if err := s.skipIn("", levelBody); err != nil {
 				return err
 			}
@@ -158,6 +180,9 @@ func (s *scanner) assistantMessage(sc *assistantSchema) *Error {
 		if err := s.topField(sc, bit); err != nil {
 			return err
 		}
+	}
+	if err := s.closeObject(); err != nil {
+		return err
 	}
 	// Trailing garbage makes the body not JSON at all, which is the more
 	// fundamental complaint, so it is checked before required fields.
@@ -270,6 +295,9 @@ func (s *scanner) messages(sc *assistantSchema) *Error {
 			}
 			return nil
 		}
+		if max := s.bounds.Messages; max > 0 && i == max {
+			return fieldError("messages", "must hold at most "+strconv.Itoa(max)+" messages")
+		}
 		if s.peek() != '{' {
 			return s.mismatch(elem("messages", i, ""), reasonObject, levelList)
 		}
@@ -290,6 +318,7 @@ const (
 // message checks messages[i]; s.pos is at its '{'.
 func (s *scanner) message(sc *assistantSchema, i int) *Error {
 	s.pos++
+	s.openObject()
 	var seen uint8
 	for first := true; ; first = false {
 		key, escaped, more, err := s.nextMember(first)
@@ -310,6 +339,9 @@ func (s *scanner) message(sc *assistantSchema, i int) *Error {
 			bit, name = seenRole, "role"
 		case "content":
 			if !sc.content { // v2: free, like any unknown field
+				if err := s.memberIn(key, escaped, "messages", i); err != nil {
+					return err
+				}
 				if err := s.skipInElem("messages", i, levelItem); err != nil {
 					return err
 				}
@@ -321,6 +353,9 @@ func (s *scanner) message(sc *assistantSchema, i int) *Error {
 		default:
 			if known := foldedName(k, sc.messageNames); known != "" {
 				return foldedError(elem("messages", i, known), k)
+			}
+			if err := s.memberIn(key, escaped, "messages", i); err != nil {
+				return err
 			}
 			if err := s.skipInElem("messages", i, levelItem); err != nil {
 				return err
@@ -347,6 +382,9 @@ func (s *scanner) message(sc *assistantSchema, i int) *Error {
 		if bit == seenContent {
 			s.text += len(raw)
 		}
+	}
+	if err := s.closeIn("messages", i); err != nil {
+		return err
 	}
 	switch {
 	case seen&seenID == 0:
@@ -378,10 +416,14 @@ func (s *scanner) parts(i int, countText bool) *Error {
 		if !more {
 			return nil
 		}
+		if max := s.bounds.PartsPerMessage; max > 0 && j == max {
+			return fieldError(elem("messages", i, "parts"), "must hold at most "+strconv.Itoa(max)+" parts")
+		}
 		if s.peek() != '{' {
 			return s.mismatch(elem(elem("messages", i, "parts"), j, ""), reasonObject, levelParts)
 		}
 		s.pos++
+		s.openObject()
 		seenType := false
 		for first := true; ; first = false {
 			key, escaped, more, err := s.nextMember(first)
@@ -396,6 +438,9 @@ func (s *scanner) parts(i int, countText bool) *Error {
 				if known := foldedName(k, partNames[:]); known != "" {
 					return foldedError(elem(elem("messages", i, "parts"), j, known), k)
 				}
+				if err := s.member(key, escaped); err != nil {
+					return within(err, elem(elem("messages", i, "parts"), j, ""))
+				}
 				if countText && string(k) == "text" && s.peek() == '"' { // a text or reasoning part's text
 					raw, _, err := s.str()
 					if err != nil {
@@ -404,11 +449,8 @@ func (s *scanner) parts(i int, countText bool) *Error {
 					s.text += len(raw)
 					continue
 				}
-				if err := s.skipValue(levelPartObj); err != nil {
-					if isTooDeep(err) { // name the part only on failure: no allocation otherwise
-						err.Field = elem(elem("messages", i, "parts"), j, "")
-					}
-					return err
+				if err := s.skipValue(levelPartObj); err != nil { // name the part only on failure: no allocation otherwise
+					return within(err, elem(elem("messages", i, "parts"), j, ""))
 				}
 				continue
 			}
@@ -422,6 +464,9 @@ func (s *scanner) parts(i int, countText bool) *Error {
 			if _, _, err := s.str(); err != nil {
 				return err
 			}
+		}
+		if err := s.closeObject(); err != nil {
+			return within(err, elem(elem("messages", i, "parts"), j, ""))
 		}
 		if !seenType {
 			return fieldError(elem(elem("messages", i, "parts"), j, "type"), reasonRequired)
@@ -459,6 +504,7 @@ const reasonContextType = `must be "code" or "textSelection"`
 // contextItem checks context[k]; s.pos is at its '{'.
 func (s *scanner) contextItem(k int) *Error {
 	s.pos++
+	s.openObject()
 	seenValue, seenType := false, false
 	for first := true; ; first = false {
 		key, escaped, more, err := s.nextMember(first)
@@ -507,10 +553,16 @@ func (s *scanner) contextItem(k int) *Error {
 			if known := foldedName(name, contextNames[:]); known != "" {
 				return foldedError(elem("context", k, known), name)
 			}
+			if err := s.memberIn(key, escaped, "context", k); err != nil {
+				return err
+			}
 			if err := s.skipInElem("context", k, levelItem); err != nil {
 				return err
 			}
 		}
+	}
+	if err := s.closeIn("context", k); err != nil {
+		return err
 	}
 	if !seenValue {
 		return fieldError(elem("context", k, "value"), reasonRequired)

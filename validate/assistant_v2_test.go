@@ -36,7 +36,8 @@ func assistantV2Cases() []tcase {
 	cases := []tcase{
 		{"minimal", `{"fp":"f","messages":[{"id":"1","role":"user","parts":[]}]}`, "", ""},
 		{"empty fp is a string", `{"fp":"","messages":[` + msgV2 + `]}`, "", ""},
-		{"content beside parts is free", `{"fp":"f","messages":[{"id":"1","role":"user","content":7,"parts":[{"type":"text"}],"content":null}]}`, "", ""},
+		{"content beside parts is free", `{"fp":"f","messages":[{"id":"1","role":"user","content":7,"parts":[{"type":"text"}]}]}`, "", ""},
+		{"content twice", `{"fp":"f","messages":[{"id":"1","role":"user","content":7,"parts":[{"type":"text"}],"content":null}]}`, "messages[0]", `has a duplicate member "content"`},
 		{"v1 fields", asstV2(`"threadId":null,"retrievalPageSize":5,"filter":{"v":[1]},"context":[{"value":"x","type":"code"}],"currentPath":"` + long + `"`), "", ""},
 		{"tool part", `{"fp":"f","messages":[{"id":"1","role":"assistant","parts":[{"type":"tool-search","toolCallId":"c1","state":"output-available","input":{"q":"k"},"output":[1]}]}]}`, "", ""},
 		{"escaped names", `{"f\u0070":"x","messages":[{"i\u0064":"1","r\u006fle":"u","p\u0061rts":[{"typ\u0065":"t"}]}]}`, "", ""},

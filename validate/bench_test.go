@@ -110,12 +110,19 @@ func TestZeroAllocs(t *testing.T) {
 		`"retrievalPageSize":2.5e1,"currentPath":"\u00e9/p","context":[{"value":"v","type":"textS\u0065lection"}],"threadId":null,"filter":null}`)
 	job := []byte(`{"pr\u006fmpt":"a","x":[1,{"y":null}]}`)
 	v2 := []byte(sdkBodies[1])
+	// Objects of more members than are compared one by one (sorted when they close), nested.
+	wide := []byte(`{"prompt":"p","a":` + wideObject(20, false) + `,"b":{"c":` + wideObject(17, false) + `}}`)
+	bounds := Bounds{Messages: 1000, PartsPerMessage: 500}
 	runtime.GC() // see BenchmarkAssistantMessage100KiB
 	for name, run := range map[string]func(){
-		"assistant 100KiB":  func() { _ = AssistantMessage(big) },
-		"assistant escaped": func() { _ = AssistantMessage(escaped) },
-		"agent job":         func() { _ = AgentJob(job) },
-		"assistant v2":      func() { _ = AssistantMessageV2(v2) },
+		"assistant 100KiB":         func() { _ = AssistantMessage(big) },
+		"assistant escaped":        func() { _ = AssistantMessage(escaped) },
+		"agent job":                func() { _ = AgentJob(job) },
+		"assistant v2":             func() { _ = AssistantMessageV2(v2) },
+		"assistant 100KiB bounded": func() { _, _ = bounds.AssistantMessageText(big) },
+		"assistant v2 bounded":     func() { _, _ = bounds.AssistantMessageV2Text(v2) },
+		"wide objects":             func() { _ = AgentJob(wide) },
+		"any JSON":                 func() { _ = JSON(big) },
 	} {
 		if a := testing.AllocsPerRun(20, run); a != 0 {
 			t.Errorf("%s: %v allocs per run, want 0", name, a)
@@ -129,5 +136,25 @@ func TestZeroAllocs(t *testing.T) {
 	}
 	if err := AssistantMessageV2(v2); err != nil {
 		t.Fatal(err)
+	}
+	if err := AgentJob(wide); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// BenchmarkAssistantMessageV2 is the v2 validator on a follow-up as the AI SDK 5+ posts it
+// (metadata, step-start and text parts, a file part), with the gateway's default bounds.
+func BenchmarkAssistantMessageV2(b *testing.B) {
+	body := []byte(sdkBodies[1])
+	bounds := Bounds{Messages: 1000, PartsPerMessage: 500}
+	if _, err := bounds.AssistantMessageV2Text(body); err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := bounds.AssistantMessageV2Text(body); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

@@ -4,8 +4,11 @@
 //
 // The validators never decode into maps or use reflection: each is a single
 // pass over the body by a small JSON scanner (scanner.go) driven by the
-// operation's schema (agent.go, assistant.go). Valid input allocates nothing;
-// errors are built only on the failure path.
+// operation's schema (agent.go, assistant.go), which also refuses a member
+// named twice in any object (members.go). Valid input allocates nothing
+// unless more than 32 member names are open at once (the scanner keeps that
+// many itself); errors are built only on the failure path. JSON applies the
+// grammar and the duplicate rule to any body.
 package validate
 
 import "strconv"
@@ -28,6 +31,10 @@ type Error struct {
 	// encoding/json matches field names so, Unicode folding included, and the last match
 	// wins). The validator cannot vouch for what such an upstream would read.
 	CaseFolded bool
+	// Duplicate is the name of a member an object of the body holds twice (decoded, and cut
+	// to 64 bytes), which Field names the object of (or the innermost known field holding
+	// it); "" for any other problem.
+	Duplicate string
 }
 
 // Error renders the problem for an end user, e.g. "messages[2].role must be

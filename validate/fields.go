@@ -13,9 +13,13 @@ const _ = uint(MaxDepth - 5)
 // other body, a syntax error anywhere in it is reported in preference to
 // "must be a JSON object", since that is the more fundamental problem.
 func (s *scanner) begin() *Error {
+	if len(s.data) > maxBody {
+		return &Error{Reason: "is larger than the 2 GiB the validators read"}
+	}
 	s.skipWS()
 	if s.peek() == '{' {
 		s.pos++
+		s.openObject()
 		return nil
 	}
 	if s.pos >= len(s.data) {
@@ -36,7 +40,7 @@ func (s *scanner) begin() *Error {
 // only, so its cost does not matter.
 func (s *scanner) mismatch(field, reason string, level int) *Error {
 	if err := s.skipValue(level); err != nil && !isTooDeep(err) {
-		return err
+		return within(err, field)
 	}
 	return fieldError(field, reason)
 }
@@ -46,14 +50,11 @@ func (s *scanner) mismatch(field, reason string, level int) *Error {
 func isTooDeep(err *Error) bool { return err.Reason == reasonTooDeep }
 
 // skipIn checks a value the schema does not constrain (an unknown field, the
-// contents of filter). A depth error is attributed to field, the innermost
-// known field enclosing the value ("" for the body as a whole).
+// contents of filter). A depth error or a duplicate member is attributed to
+// field, the innermost known field enclosing the value ("" for the body as a
+// whole).
 func (s *scanner) skipIn(field string, level int) *Error {
-	err := s.skipValue(level)
-	if err != nil && isTooDeep(err) {
-		err.Field = field
-	}
-	return err
+	return within(s.skipValue(level), field)
 }
 
 // skipInElem is skipIn for a value inside an array element, e.g. an unknown
@@ -61,10 +62,27 @@ func (s *scanner) skipIn(field string, level int) *Error {
 // input allocates nothing (parent must therefore be a constant, not built).
 func (s *scanner) skipInElem(parent string, i int, level int) *Error {
 	err := s.skipValue(level)
-	if err != nil && isTooDeep(err) {
-		err.Field = elem(parent, i, "")
+	if err != nil && (isTooDeep(err) || err.Duplicate != "") {
+		err = within(err, elem(parent, i, ""))
 	}
 	return err
+}
+
+// memberIn is member for an object the schema knows, which a duplicate names: field
+// is built on failure only (see skipInElem).
+func (s *scanner) memberIn(raw []byte, escaped bool, parent string, i int) *Error {
+	if err := s.member(raw, escaped); err != nil {
+		return within(err, elem(parent, i, ""))
+	}
+	return nil
+}
+
+// closeIn is closeObject for messages[i], context[k] and the like.
+func (s *scanner) closeIn(parent string, i int) *Error {
+	if err := s.closeObject(); err != nil {
+		return within(err, elem(parent, i, ""))
+	}
+	return nil
 }
 
 // The known field names of each object, for foldedName.

@@ -8,12 +8,13 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"slices"
 	"strconv"
 	"unicode/utf8"
 )
 
-// node is a decoded JSON value that, unlike map[string]any, keeps duplicate
-// keys and their order.
+// node is a decoded JSON value that, unlike map[string]any, keeps its keys'
+// order. A body with a duplicate member, at any depth, does not parse.
 type node struct {
 	kind  byte // 'o' object, 'a' array, 's' string, 'n' number, 'b' bool, 'z' null
 	str   string
@@ -39,6 +40,9 @@ func readNode(dec *json.Decoder) (*node, error) {
 				k, err := dec.Token()
 				if err != nil {
 					return nil, err
+				}
+				if slices.Contains(n.keys, k.(string)) {
+					return nil, errors.New("duplicate member") // refused at any depth
 				}
 				n.keys = append(n.keys, k.(string))
 				v, err := readNode(dec)

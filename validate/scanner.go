@@ -14,6 +14,10 @@ type scanner struct {
 	data []byte
 	pos  int
 	text int // the conversation text's bytes seen so far (assistant bodies)
+	// bounds caps an assistant body's messages and parts (zero: none).
+	bounds Bounds
+	// members are the names of the open objects' members, to refuse a duplicate (members.go).
+	members memberStack
 }
 
 // skipWS skips the four whitespace bytes JSON allows between tokens.
@@ -327,7 +331,12 @@ func (s *scanner) skipValue(level int) *Error {
 			}
 			depth++
 			if c == '{' {
-				if _, _, err := s.key(); err != nil {
+				s.openObject()
+				raw, escaped, err := s.key()
+				if err != nil {
+					return err
+				}
+				if err := s.member(raw, escaped); err != nil {
 					return err
 				}
 			}
@@ -369,7 +378,11 @@ func (s *scanner) skipValue(level int) *Error {
 				s.pos++
 				if inObject {
 					s.skipWS()
-					if _, _, err := s.key(); err != nil {
+					raw, escaped, err := s.key()
+					if err != nil {
+						return err
+					}
+					if err := s.member(raw, escaped); err != nil {
 						return err
 					}
 				}
@@ -378,6 +391,11 @@ func (s *scanner) skipValue(level int) *Error {
 			if (inObject && c == '}') || (!inObject && c == ']') {
 				s.pos++
 				depth--
+				if inObject {
+					if err := s.closeObject(); err != nil {
+						return err
+					}
+				}
 				continue
 			}
 			return s.unexpected()

@@ -161,7 +161,10 @@ func TestHostileInput(t *testing.T) {
 		n := target / (len(msg) + 1)
 		return `{"fp":"a","messages":[` + strings.TrimSuffix(strings.Repeat(msg+",", n), ",") + `]}`
 	}
-	within := manyMsgs(1000 * 1000) // just under max_body_bytes (1 MiB)
+	// Just under max_body_bytes (1 MiB), in as many messages as the default max_messages lets
+	// a body hold (1000): longer messages fill it.
+	long := `{"id":"1","role":"user","content":"` + strings.Repeat("h", 990) + `"}`
+	within := `{"fp":"a","messages":[` + strings.TrimSuffix(strings.Repeat(long+",", 1000), ",") + `]}`
 	over := manyMsgs(1100 * 1000)
 	numbers := `{"prompt":"x","extra":[` + strings.TrimSuffix(strings.Repeat("1,", 450000), ",") + `]}`
 

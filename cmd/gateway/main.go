@@ -90,13 +90,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		// Compile the routes and limits too, as a start would (route conflicts are found
 		// there), without touching Redis or the network.
 		if _, err := proxy.New(proxy.Options{Config: cfg, Logger: zap.NewNop(), Metrics: metrics.New(prometheus.NewRegistry()), Limiter: limits.NewMemory()}); err != nil {
-			fmt.Fprintf(stderr, "gateway: %v\n", err)
+			fmt.Fprintf(stderr, "gateway: %v\n", redacted(err, cfg))
 			return exitUsage
 		}
 		fmt.Fprintf(stdout, "gateway: %s is valid\n", f.config)
 		return exitOK
 	}
 	if err := serve(ctx, f.config, cfg, f.dev); err != nil {
+		err = redacted(err, cfg)
 		fmt.Fprintf(stderr, "gateway: %v\n", err)
 		var ce configError
 		if errors.As(err, &ce) {

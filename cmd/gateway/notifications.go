@@ -87,7 +87,7 @@ func newNotifier(cfg *config.Config, m *metrics.Metrics, log *zap.Logger) *notif
 	var eps []notify.Endpoint
 	var names []string
 	for _, w := range cfg.Notifications.Webhooks {
-		eps = append(eps, notify.Endpoint{Name: w.Name, URL: w.URL, Keys: w.Keys, Events: w.Events, Limits: w.Limits})
+		eps = append(eps, notify.Endpoint{Name: w.Name, URL: w.URL, Keys: w.Keys, Events: w.Events, Limits: w.Limits, AllowPrivate: w.AllowPrivateAddresses})
 		names = append(names, w.Name)
 	}
 	nc := cfg.Notifications

@@ -74,7 +74,7 @@ func testNotificationsAcrossReplicas(t *testing.T, st holdStore) {
 	upURL, _ := recordingUpstream(t)
 	recv := newHookReceiver(t, secret)
 	cfg := "limits:\n  assistant_per_org: {limit: 20, thresholds: [0.5, 0.8, 1.0]}\n" +
-		fmt.Sprintf("notifications:\n  webhooks:\n    - {name: billing, url: %q, secret: %q, limits: [assistant_per_org]}\n", recv.url+"/hooks", secret)
+		fmt.Sprintf("notifications:\n  webhooks:\n    - {name: billing, url: %q, secret: %q, limits: [assistant_per_org], allow_private_addresses: true}\n", recv.url+"/hooks", secret)
 	gws := startReplicas(t, upURL, st, cfg)
 	if c := burst(t, gws, 40, "/discovery/v1/assistant/acme/message", "svc_dsc_n", `{"fp":"a","messages":[]}`, nil); c[201] != 20 || c[429] != 20 {
 		t.Fatalf("burst: %v", c)

@@ -20,7 +20,7 @@ import (
 func testNotifier(t *testing.T, body string) *notifier {
 	t.Helper()
 	cfg, err := loadConfig(writeConfig(t, "upstream: {url: 'http://127.0.0.1:1'}\n"+body+
-		fmt.Sprintf("notifications:\n  webhooks:\n    - {name: h, url: 'http://127.0.0.1:1/', secret: %q}\n", hookSecret)))
+		fmt.Sprintf("notifications:\n  webhooks:\n    - {name: h, url: 'http://127.0.0.1:1/', secret: %q, allow_private_addresses: true}\n", hookSecret)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -37,7 +37,7 @@ func TestNotificationsDeadLettersOnAdmin(t *testing.T) {
 			}))
 			cfg := fmt.Sprintf("admin_token: %q\n"+
 				"limits:\n  assistant_per_org: {limit: 2, thresholds: [1.0]}\n"+
-				"notifications:\n  webhooks:\n    - {name: billing, url: %q, secret: %q}\n", adminToken, hook+"/hooks?token=t0psecret", secret)
+				"notifications:\n  webhooks:\n    - {name: billing, url: %q, secret: %q, allow_private_addresses: true}\n", adminToken, hook+"/hooks?token=t0psecret", secret)
 			if store == "redis" {
 				cfg = fmt.Sprintf("redis:\n  addrs: [%q]\n  timeout: 2s\n", redistest.Start(t).Addr) + cfg
 			}
@@ -133,7 +133,7 @@ func TestNotificationsOnUsagePageInBrowser(t *testing.T) {
 	upURL, _ := recordingUpstream(t)
 	gw := startGateway(t, upURL, fmt.Sprintf("admin_token: %q\nadmin_ui_refresh: 1s\n"+
 		"limits:\n  assistant_per_org: {limit: 2, thresholds: [0.5, 1.0]}\n"+
-		"notifications:\n  webhooks:\n    - {name: billing, url: %q, secret: %q}\n", adminToken, hook+"/hooks", secret))
+		"notifications:\n  webhooks:\n    - {name: billing, url: %q, secret: %q, allow_private_addresses: true}\n", adminToken, hook+"/hooks", secret))
 	if c := burst(t, []*proc{gw}, 3, "/discovery/v1/assistant/acme/message", "svc_dsc_n", `{"fp":"a","messages":[]}`, nil); c[201] != 2 {
 		t.Fatalf("burst: %v", c)
 	}

@@ -55,7 +55,7 @@ func runNotifications(ctx context.Context, args []string, stdout, stderr io.Writ
 	for _, w := range cfg.Notifications.Webhooks {
 		names = append(names, w.Name)
 		if w.Name == *endpoint {
-			ep = &notify.Endpoint{Name: w.Name, URL: w.URL, Keys: w.Keys}
+			ep = &notify.Endpoint{Name: w.Name, URL: w.URL, Keys: w.Keys, AllowPrivate: w.AllowPrivateAddresses}
 		}
 	}
 	if ep == nil {

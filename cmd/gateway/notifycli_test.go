@@ -51,8 +51,8 @@ func TestNotificationsTestCLI(t *testing.T) {
 	}))
 	cfg := writeConfig(t, "upstream: {url: 'http://127.0.0.1:9'}\n"+
 		"notifications:\n  webhooks:\n"+
-		"    - {name: billing, url: '"+recv+"/hooks', secret_env: HOOK_SECRET}\n"+
-		"    - {name: paging, url: '"+recv+"/down', secret: '"+old+"'}\n")
+		"    - {name: billing, url: '"+recv+"/hooks', secret_env: HOOK_SECRET, allow_private_addresses: true}\n"+
+		"    - {name: paging, url: '"+recv+"/down', secret: '"+old+"', allow_private_addresses: true}\n")
 	env := []string{"HOOK_SECRET=" + current + " " + old}
 
 	code, out, errOut := cliRun(t, env, "", "notifications", "test", "-config", cfg, "--endpoint", "billing")
@@ -70,7 +70,7 @@ func TestNotificationsTestCLI(t *testing.T) {
 	mu.Unlock()
 
 	unreachable := writeConfig(t, "upstream: {url: 'http://127.0.0.1:9'}\n"+
-		"notifications: {timeout: 1s, webhooks: [{name: gone, url: 'http://127.0.0.1:1/x?token=s3cret', secret: '"+old+"'}]}\n")
+		"notifications: {timeout: 1s, webhooks: [{name: gone, url: 'http://127.0.0.1:1/x?token=s3cret', secret: '"+old+"', allow_private_addresses: true}]}\n")
 	code, out, errOut = cliRun(t, nil, "", "notifications", "test", "-config", unreachable, "--endpoint", "gone")
 	if code != 1 || out != "" || !strings.HasPrefix(errOut, "gateway notifications: gone: ") || strings.Contains(errOut, "s3cret") {
 		t.Fatalf("unreachable: exit %d, stdout %q, stderr %q", code, out, errOut)

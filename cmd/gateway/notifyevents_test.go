@@ -104,7 +104,7 @@ routes:
     limits: [assistant_per_key, assistant_per_org, assistant_per_ip, assistant_tokens_per_org]
 notifications:
   webhooks:
-    - {name: billing, url: %q, secret: %q, limits: [assistant_per_org, assistant_tokens_per_org]}
+    - {name: billing, url: %q, secret: %q, limits: [assistant_per_org, assistant_tokens_per_org], allow_private_addresses: true}
 `, adminToken, recv.url+"/hooks", hookSecret)
 			ps := startReplicas(t, up, st, cfg)
 			ask := func(i int, domain, fp string) int {
@@ -193,7 +193,7 @@ func TestNotificationsCostNothingOnRequestPath(t *testing.T) {
 	srv := redistest.Start(t)
 	recv := newHookReceiver(t, hookSecret)
 	p := startGateway(t, tokenUpstream(t), fmt.Sprintf("redis: {addrs: [%q]}\norgs: {acme: [acme-docs]}\n"+
-		"notifications:\n  webhooks:\n    - {name: billing, url: %q, secret: %q}\n", srv.Addr, recv.url, hookSecret))
+		"notifications:\n  webhooks:\n    - {name: billing, url: %q, secret: %q, allow_private_addresses: true}\n", srv.Addr, recv.url, hookSecret))
 	send(t, p, "POST", "/v2/agent/warm/job", "svc_a", `{"prompt":"x"}`)
 
 	lines, stop := watchMonitor(t, srv.Addr)
@@ -259,7 +259,7 @@ func TestNotificationTakeoverAfterSIGKILL(t *testing.T) {
 		w.WriteHeader(204)
 	}))
 	cfg := fmt.Sprintf("redis:\n  addrs: [%q]\n  timeout: 2s\nlimits:\n  agent_job_per_project: {limit: 4, thresholds: [0.5]}\n"+
-		"notifications:\n  webhooks:\n    - {name: billing, url: %q, secret: %q}\n", srv.Addr, url, hookSecret)
+		"notifications:\n  webhooks:\n    - {name: billing, url: %q, secret: %q, allow_private_addresses: true}\n", srv.Addr, url, hookSecret)
 	a := startGateway(t, upURL, cfg)
 	for range 2 {
 		if res := job(t, a, "p1"); res.StatusCode != 201 {
@@ -324,7 +324,7 @@ func TestNotificationsReceiverDownThenUp(t *testing.T) {
 		w.WriteHeader(204)
 	}))
 	cfg := fmt.Sprintf("redis:\n  addrs: [%q]\n  timeout: 2s\nlimits:\n  agent_job_per_project: {limit: 4, thresholds: [0.5, 1.0]}\n"+
-		"notifications:\n  webhooks:\n    - {name: billing, url: %q, secret: %q}\n", srv.Addr, url, hookSecret)
+		"notifications:\n  webhooks:\n    - {name: billing, url: %q, secret: %q, allow_private_addresses: true}\n", srv.Addr, url, hookSecret)
 	ps := []*proc{startGateway(t, upURL, cfg), startGateway(t, upURL, cfg)}
 	for i := range 5 { // 0.5, 1.0, then the first refusal: three events
 		job(t, ps[i%2], "p1")

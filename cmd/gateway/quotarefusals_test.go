@@ -46,6 +46,9 @@ func checkQuotaRefusals(t *testing.T, p *proc) {
 		{"not json", "POST", "/quota/grants", "limit=x", nil, 400, "invalid_request", "body"},
 		{"two objects", "POST", "/quota/grants", grant("") + "{}", nil, 400, "invalid_request", "body"},
 		{"unknown field", "POST", "/quota/grants", grant(`,"amout":5`), nil, 400, "invalid_request", "amout"},
+		// A member named twice: encoding/json would grant the last.
+		{"amount twice", "POST", "/quota/grants", grant(`,"amount":1000000`), nil, 400, "invalid_request", "amount"},
+		{"id twice, one escaped", "POST", "/quota/grants", grant(`,"id":"p2"`), nil, 400, "invalid_request", "id"},
 		{"missing limit", "POST", "/quota/grants", `{"id":"p1","amount":1,"reason":"r"}`, nil, 400, "invalid_request", "limit"},
 		{"limit not a string", "POST", "/quota/grants", `{"limit":5,"id":"p1","amount":1,"reason":"r"}`, nil, 400, "invalid_request", "limit"},
 		{"unknown limit", "POST", "/quota/grants", `{"limit":"nope","id":"p1","amount":1,"reason":"r"}`, nil, 404, "unknown_limit", ""},
@@ -102,6 +105,7 @@ func checkQuotaRefusals(t *testing.T, p *proc) {
 		{"override: negative limit", "PUT", "/quota/overrides/agent_job_per_project/p1", `{"limit":-1,"ttl":"1h","reason":"r"}`, nil, 400, "invalid_request", "limit"},
 		{"override: limit as text", "PUT", "/quota/overrides/agent_job_per_project/p1", `{"limit":"10","ttl":"1h","reason":"r"}`, nil, 400, "invalid_request", "limit"},
 		{"override: limit past 2^53", "PUT", "/quota/overrides/agent_job_per_project/p1", `{"limit":9007199254740992,"ttl":"1h","reason":"r"}`, nil, 400, "invalid_request", "limit"},
+		{"override: limit twice", "PUT", "/quota/overrides/agent_job_per_project/p1", `{"limit":0,"ttl":"1h","reason":"r","limit":1000000}`, nil, 400, "invalid_request", "limit"},
 		{"override: id in body", "PUT", "/quota/overrides/agent_job_per_project/p1", `{"limit":5,"ttl":"1h","reason":"r","id":"p2"}`, nil, 400, "invalid_request", "id"},
 		{"override: unknown limit", "PUT", "/quota/overrides/nope/p1", `{"limit":5,"ttl":"1h","reason":"r"}`, nil, 404, "unknown_limit", ""},
 		{"override: bad id", "PUT", "/quota/overrides/agent_job_per_project/p%7B1%7D", `{"limit":5,"ttl":"1h","reason":"r"}`, nil, 400, "invalid_request", "id"},

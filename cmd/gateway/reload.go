@@ -63,6 +63,7 @@ func (rl *reloader) reload() error {
 	rl.mu.Lock()
 	defer rl.mu.Unlock()
 	level, err := rl.apply()
+	err = redacted(err, rl.running) // the running config's secrets too: the new file may lack them
 	rl.record(err)
 	if err != nil {
 		rl.log.Error("reload rejected; keeping the running config", zap.String("config", rl.path), zap.Error(err))
@@ -76,17 +77,24 @@ func (rl *reloader) reload() error {
 
 // apply reloads everything but the log level, which it returns.
 func (rl *reloader) apply() (zapcore.Level, error) {
-	level := rl.level.Level()
 	cfg, err := loadConfig(rl.path)
 	if err != nil {
-		return level, err
+		return rl.level.Level(), err
 	}
+	level, err := rl.applyConfig(cfg)
+	return level, redacted(err, cfg)
+}
+
+// applyConfig makes cfg, a loaded config, the running one; it returns the log level cfg asks for.
+func (rl *reloader) applyConfig(cfg *config.Config) (zapcore.Level, error) {
+	level := rl.level.Level()
 	if fixed := fixedChanges(rl.running, cfg); len(fixed) > 0 {
 		rl.log.Warn("these settings change only with a restart; the running values stay", zap.Strings("keys", fixed))
 	}
 	var entries []auth.Entry
 	mem, isMem := rl.keys.(*auth.MemoryRegistry)
 	if isMem {
+		var err error
 		if entries, err = loadKeysFile(cfg.Auth.KeysFile); err != nil {
 			return level, fmt.Errorf("auth.keys_file: %w", err)
 		}

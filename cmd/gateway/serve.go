@@ -31,6 +31,27 @@ type configError struct{ error }
 
 func (e configError) Unwrap() error { return e.error }
 
+// redacted is err with the secrets of cfgs masked in its message (config.Redact), still a
+// configError when err was one; nil stays nil. Config errors quote the values they refuse: a
+// secret pasted under the wrong key must reach neither the terminal, nor the log, nor POST
+// /reload's answer, nor the usage page.
+func redacted(err error, cfgs ...*config.Config) error {
+	if err == nil {
+		return nil
+	}
+	var secrets []string
+	for _, c := range cfgs {
+		if c != nil {
+			secrets = append(secrets, c.Secrets()...)
+		}
+	}
+	masked := errors.New(config.Redact(err.Error(), secrets...))
+	if errors.As(err, new(configError)) {
+		return configError{masked}
+	}
+	return masked
+}
+
 func loadConfig(path string) (*config.Config, error) {
 	return config.Load(path, os.LookupEnv)
 }
@@ -125,6 +146,7 @@ func serve(ctx context.Context, path string, cfg *config.Config, dev bool) error
 	}
 	warnAdminExposure(cfg, log)
 	warnSelfUsageExposure(cfg, log)
+	warnPrivateWebhooks(cfg, log)
 	pub := publicServer(cfg, p.gw, tlsCert, log)
 	admin := p.adminServer(keyManager(cfg, keys), adminCert)
 	errc := make(chan error, 2)
@@ -389,6 +411,18 @@ func warnAdminExposure(cfg *config.Config, log *zap.Logger) {
 		cfg.AdminListen + " can read /metrics, the usage endpoints and page (tenants' usage) and /debug/pprof; " +
 		"key and reload writes are refused (403 admin_token_required) until admin_token (GATEWAY_ADMIN_TOKEN) is set. " +
 		"Set admin_token, or restrict the port with a network policy.")
+}
+
+// warnPrivateWebhooks says once, at start, which webhook endpoints may be delivered to
+// loopback, link-local, private and metadata addresses: the opt-in is the operator's, and
+// should be seen.
+func warnPrivateWebhooks(cfg *config.Config, log *zap.Logger) {
+	for i, w := range cfg.Notifications.Webhooks {
+		if w.AllowPrivateAddresses {
+			log.Warn(fmt.Sprintf("notifications.webhooks[%d].allow_private_addresses is set: deliveries to this endpoint may connect to loopback, link-local, private and cloud metadata addresses; set it only for a receiver of yours there", i),
+				zap.String("endpoint", w.Name))
+		}
+	}
 }
 
 // storeKind names the limit store for the usage page.

@@ -360,7 +360,7 @@ func notifyConfig(cfg, sink string) string {
 	cfg = strings.Replace(cfg, "agent_job_per_project: { limit: 1000000000 }", "agent_job_per_project: { limit: 1000000000, forecast: true }", 1)
 	return cfg + fmt.Sprintf(`notifications:
   webhooks:
-    - {name: sink, url: %q, secret: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"}
+    - {name: sink, url: %q, secret: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", allow_private_addresses: true}
 `, sink)
 }
 
