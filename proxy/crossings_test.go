@@ -18,7 +18,7 @@ func TestCrossingsHandedOver(t *testing.T) {
 		var mu sync.Mutex
 		var got []Crossing
 		notifications := func(c *cfgT) {
-			c.Notifications.Webhooks = []config.Webhook{{Name: "h", URL: "http://127.0.0.1:1/", Secret: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"}}
+			c.Notifications.Webhooks = []config.Webhook{{Name: "h", URL: "http://127.0.0.1:1/", Secret: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", AllowPrivateAddresses: true}}
 			c.Limits["assistant_per_org"] = config.Limit{Limit: ptr(int64(5)), Window: "hour", Thresholds: &[]float64{0.6, 1}}
 		}
 		g := newGatewayOptions(t, up, nil, func(o *Options) {
