@@ -163,6 +163,11 @@ func TestSelfUsagePrefixModeShowsOnlyTheCallersAddress(t *testing.T) {
 	// By reload, in and out: the warning when it starts exposing, the answers following.
 	orgsOnly := regexp.MustCompile(`"level":"warn".*self_usage\.prefix_mode_exposes.*any org's counters`)
 	reloadConfig(t, reader, "self_usage: {prefix_mode_exposes: [org]}\n")
+	// The process wrote its warning before it answered the reload; the copy of its output
+	// into the test's buffer may still be on the way.
+	for deadline := time.Now().Add(10 * time.Second); !orgsOnly.MatchString(reader.out.String()) && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+	}
 	if !orgsOnly.MatchString(reader.out.String()) || strings.Contains(reader.out.String(), "any project's counters") {
 		t.Errorf("no warning, or the wrong one, after a reload that exposes the orgs:\n%s", reader.out.String())
 	}
