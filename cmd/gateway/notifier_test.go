@@ -39,15 +39,17 @@ func TestNotifierKeepsWhatItCannotWrite(t *testing.T) {
 	c := proxy.Crossing{Limit: "assistant_per_org", Tenant: "acme", By: "org", WindowStart: time.Now().Truncate(time.Hour),
 		Used: 8, Quota: 10, Thresholds: []float64{0.8}, Exhausted: true, Time: time.Now()}
 	srv.Stop(t)
-	nt.publish(ctx, c)
-	if len(nt.unwritten) != 2 {
-		t.Fatalf("%d events kept, want 2", len(nt.unwritten))
+	nt.publish(ctx, eventsOf(c))
+	if nt.unwritten.Len() != 2 {
+		t.Fatalf("%d events kept, want 2", nt.unwritten.Len())
 	}
-	ids := []string{nt.unwritten[0].ev.ID, nt.unwritten[1].ev.ID}
+	kept := nt.unwritten.Pop(2)
+	nt.unwritten.PushFront(kept)
+	ids := []string{kept[0].ID, kept[1].ID}
 	srv.Restart(t)
 	nt.writeUnwritten(ctx)
-	if len(nt.unwritten) != 0 {
-		t.Fatalf("%d events still kept after Redis came back", len(nt.unwritten))
+	if nt.unwritten.Len() != 0 {
+		t.Fatalf("%d events still kept after Redis came back", nt.unwritten.Len())
 	}
 	pending, err := nt.box.List(ctx, false, 10)
 	if err != nil || len(pending) != 2 || pending[0].ID == pending[1].ID || (pending[0].ID != ids[0] && pending[0].ID != ids[1]) {
