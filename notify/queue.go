@@ -99,9 +99,10 @@ func (q *Queue[T]) sizes(yield func(Share, int) bool) {
 // Pop takes up to n items: the tenants' first, then the visitors', one of each share in turn
 // (shares in a fixed order), each share's oldest first.
 func (q *Queue[T]) Pop(n int) []T {
-	var out []T
+	out := make([]T, 0, min(n, q.n))
+	var shares []Share
 	for _, visitor := range []bool{false, true} {
-		var shares []Share
+		shares = shares[:0]
 		for s, f := range q.shares {
 			if s.Visitor == visitor && f.len() > 0 {
 				shares = append(shares, s)

@@ -80,10 +80,11 @@ local function shares()
   end
   return all
 end
+local aged = redis.call('EXISTS', KEYS[4]) == 1
 local function forget(k)
   redis.call('HDEL', KEYS[1], k)
   redis.call('HDEL', KEYS[5], k)
-  redis.call('ZREM', KEYS[4], k)
+  if aged then redis.call('ZREM', KEYS[4], k) end
 end
 `
 
@@ -94,9 +95,11 @@ var addScript = redis.NewScript(sharesLua + `
 local max = tonumber(ARGV[1])
 local now = tonumber(ARGV[2])
 redis.call('ZREMRANGEBYSCORE', KEYS[7], '-inf', now - tonumber(ARGV[3]))
--- The pending deliveries of each share, read once, kept up to date below.
+-- The pending deliveries of each share and the dead letters of each kind, read once, kept
+-- up to date below.
 local size = {}
 for _, sh in ipairs(shares()) do size[sh] = redis.call('ZCARD', duekey(sh)) end
+local dead = {v = redis.call('ZCARD', KEYS[8]), t = redis.call('ZCARD', KEYS[3])}
 -- The share of a kind ('t' or 'v') holding the most; ties to sh, then by name.
 local function largest(kind, sh)
   local best, most = nil, 0
@@ -113,18 +116,20 @@ end
 local function victim(sh)
   for _, kind in ipairs({'v', 't'}) do
     if kind == 't' and string.sub(sh, 1, 1) == 'v' then return nil end
-    local dead = deadkey(kind .. ':')
-    local d = redis.call('ZRANGE', dead, 0, 0)
-    if #d > 0 then
-      redis.call('ZREM', dead, d[1])
-      return d[1]
+    while dead[kind] > 0 do
+      dead[kind] = dead[kind] - 1
+      local d = redis.call('ZPOPMIN', deadkey(kind .. ':'))
+      if #d > 0 then return d[1] end
     end
     local s = largest(kind, sh)
-    if s then
-      local p = redis.call('ZRANGE', duekey(s), 0, 0)
-      redis.call('ZREM', duekey(s), p[1])
-      size[s] = size[s] - 1
-      return p[1]
+    while s do
+      local p = redis.call('ZPOPMIN', duekey(s))
+      if #p > 0 then
+        size[s] = size[s] - 1
+        return p[1]
+      end
+      size[s] = 0
+      s = largest(kind, sh)
     end
   end
   return nil
