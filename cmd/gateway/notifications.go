@@ -162,12 +162,17 @@ func (nt *notifier) crossed(c proxy.Crossing) {
 	nt.mu.Lock()
 	dropped, ok := nt.queue.Push(c)
 	nt.mu.Unlock()
+	nt.wake()
+	if ok {
+		nt.dropCrossing(dropped, metrics.DropQueueFull)
+	}
+}
+
+// wake tells run that crossings are queued.
+func (nt *notifier) wake() {
 	select {
 	case nt.ready <- struct{}{}:
 	default:
-	}
-	if ok {
-		nt.dropCrossing(dropped, metrics.DropQueueFull)
 	}
 }
 
@@ -195,7 +200,9 @@ func (nt *notifier) run(ctx context.Context) {
 		case <-ctx.Done():
 			return // close writes what the last requests crossed
 		case <-nt.ready:
-			nt.writeQueued(ctx)
+			if nt.writeQueued(ctx) {
+				nt.wake()
+			}
 		case ev := <-nt.events:
 			nt.publish(ctx, []notify.Event{ev})
 		case <-retry.C:
@@ -346,7 +353,8 @@ func (nt *notifier) close() {
 	}
 	ctx, cancel := context.WithDeadline(context.Background(), deadline.Add(closeWrite))
 	defer cancel()
-	nt.writeQueued(ctx)
+	for nt.writeQueued(ctx) {
+	}
 	for more := true; more; {
 		select {
 		case ev := <-nt.events:

@@ -14,23 +14,21 @@ import (
 	"github.com/docsgate/gateway/proxy"
 )
 
-// writeQueued writes the queued crossings' events into the outbox, writeBatch crossings at a
-// time (the tenants' first: notify.Queue), until the queue is empty. Only run (and close,
-// after it) calls it.
-func (nt *notifier) writeQueued(ctx context.Context) {
-	for {
-		nt.mu.Lock()
-		cs := nt.queue.Pop(writeBatch)
-		nt.mu.Unlock()
-		if len(cs) == 0 {
-			return
-		}
-		var evs []notify.Event
-		for _, c := range cs {
-			evs = append(evs, eventsOf(c)...)
-		}
-		nt.publish(ctx, evs)
+// writeQueued writes the events of writeBatch queued crossings (the tenants' first:
+// notify.Queue) into the outbox, and says whether more are queued: run then comes back for
+// them after its other work, so that a flood never starves its retries and its log. Only run
+// (and close, after it) calls it.
+func (nt *notifier) writeQueued(ctx context.Context) (more bool) {
+	nt.mu.Lock()
+	cs := nt.queue.Pop(writeBatch)
+	more = nt.queue.Len() > 0
+	nt.mu.Unlock()
+	var evs []notify.Event
+	for _, c := range cs {
+		evs = append(evs, eventsOf(c)...)
 	}
+	nt.publish(ctx, evs)
+	return more
 }
 
 // eventsOf are the events of one crossing. Each crossing is detected once (the limits mark
