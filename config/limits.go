@@ -89,12 +89,19 @@ type Limit struct {
 	Cutoff *bool `yaml:"cutoff"`
 	// Thresholds (fixed-window requests and tokens limits, with notifications) are the
 	// fractions of the limit in force whose crossing sends quota.threshold_crossed, once per
-	// tenant and window; absent: DefaultThresholds once notifications are on; [] none.
+	// tenant and window; absent: DefaultThresholds once notifications are on, for a limit
+	// that sends quota.threshold_crossed (see Events); [] none.
 	Thresholds *[]float64 `yaml:"thresholds"`
 	// Forecast (fixed-window requests and tokens limits, with notifications) sends
 	// quota.forecast when the window's burn rate would run the tenant out before the reset.
 	// Absent: false.
 	Forecast *bool `yaml:"forecast"`
+	// Events (fixed-window requests and tokens limits, with notifications) are the quota
+	// events the limit sends (QuotaEventTypes). Absent: a limit of a tenant (by project, key
+	// or org) sends quota.threshold_crossed and quota.exhausted, and quota.forecast with
+	// Forecast; a limit by ip (one counter per visitor) sends only what its own Thresholds
+	// and Forecast set, never quota.exhausted. [] sends none.
+	Events *[]string `yaml:"events"`
 }
 
 // LimitSpec is a limit with every field resolved.
@@ -113,11 +120,21 @@ type LimitSpec struct {
 	EstimateMax int64
 	History     *int // nil: limits.DefaultHistory of the window
 	Cutoff      bool // see Limit
-	// Thresholds and Forecast: see Limit; resolved, so empty unless notifications are on
-	// and the limit counts in fixed windows.
+	// Thresholds, Forecast and Events: see Limit; resolved, so empty unless notifications
+	// are on, the limit counts in fixed windows and sends the events they are for: Events
+	// lists exactly the quota events the limit sends.
 	Thresholds []float64
 	Forecast   bool
+	Events     []string
 }
+
+// Sends tells whether the limit sends quota events of type event.
+func (s *LimitSpec) Sends(event string) bool { return slices.Contains(s.Events, event) }
+
+// Visitor tells whether the limit counts per visitor (by ip) rather than per tenant: its
+// events are sent only when it asks for them, and yield to the tenants' when something must
+// be dropped.
+func (s *LimitSpec) Visitor() bool { return s.By == "ip" }
 
 // DefaultEstimateMax is a tokens limit's estimate_max when it sets none: a long conversation's
 // prompt, while one request can never charge a tenant more by estimate than this plus the
@@ -144,6 +161,14 @@ func BuiltinLimits() []LimitSpec {
 
 // ResolvedLimits merges limits: over the built-in limits, sorted by name.
 func (c *Config) ResolvedLimits() []LimitSpec {
+	specs := c.mergedLimits()
+	c.notifyDefaults(specs)
+	return specs
+}
+
+// mergedLimits are the built-in limits with limits: over them, sorted by name, their
+// notification fields as the file sets them (notifyDefaults resolves them).
+func (c *Config) mergedLimits() []LimitSpec {
 	specs := BuiltinLimits()
 	for name, l := range c.Limits {
 		i := slices.IndexFunc(specs, func(s LimitSpec) bool { return s.Name == name })
@@ -154,28 +179,60 @@ func (c *Config) ResolvedLimits() []LimitSpec {
 		specs[i].override(l)
 	}
 	sort.Slice(specs, func(i, j int) bool { return specs[i].Name < specs[j].Name })
-	c.notifyDefaults(specs)
 	return specs
 }
 
-// notifyDefaults resolves thresholds and forecast: the default thresholds where notifications
-// are on and a limit sets none, nothing where they are off or the limit has no fixed windows.
+// notifyDefaults resolves thresholds, forecast and events: nothing where notifications are
+// off or a limit has no fixed windows; else the events the limit sends (Limit.Events, or its
+// defaults), the default thresholds where it sends quota.threshold_crossed and sets none, and
+// no thresholds or forecast where it does not send their events.
 func (c *Config) notifyDefaults(specs []LimitSpec) {
 	for i := range specs {
 		s := &specs[i]
-		switch {
-		case !c.Notifications.Enabled() || !windowed(*s):
-			s.Thresholds, s.Forecast = nil, false
-		case s.Thresholds == nil:
+		if !c.Notifications.Enabled() || !windowed(*s) {
+			s.Thresholds, s.Forecast, s.Events = nil, false, nil
+			continue
+		}
+		events := s.Events
+		if events == nil {
+			events = defaultEvents(s)
+		}
+		if !slices.Contains(events, EventThresholdCrossed) {
+			s.Thresholds = nil
+		} else if s.Thresholds == nil {
 			s.Thresholds = slices.Clone(DefaultThresholds)
 		}
+		s.Forecast = s.Forecast && slices.Contains(events, EventForecast)
+		s.Events = []string{}
+		for _, e := range QuotaEventTypes { // in a fixed order, only what is actually sent
+			if slices.Contains(events, e) && (e != EventThresholdCrossed || len(s.Thresholds) > 0) && (e != EventForecast || s.Forecast) {
+				s.Events = append(s.Events, e)
+			}
+		}
 	}
+}
+
+// defaultEvents are the quota events of a limit that sets no events: a tenant's limit sends
+// every one it is configured for; a visitor's (by ip) only those its own thresholds and
+// forecast set, so that a crowd of addresses makes no events unless asked to.
+func defaultEvents(s *LimitSpec) []string {
+	var events []string
+	if !s.Visitor() || len(s.Thresholds) > 0 {
+		events = append(events, EventThresholdCrossed)
+	}
+	if !s.Visitor() {
+		events = append(events, EventExhausted)
+	}
+	if s.Forecast {
+		events = append(events, EventForecast)
+	}
+	return events
 }
 
 // PlanLimits resolves a plan's overrides over the base limits: every limit, with the plan's
 // values where it sets them. What a limit counts by never changes (validation refuses it).
 func (c *Config) PlanLimits(plan string) []LimitSpec {
-	specs := c.ResolvedLimits()
+	specs := c.mergedLimits()
 	for i := range specs {
 		if l, ok := c.Plans[plan][specs[i].Name]; ok {
 			l.By, l.Unit = "", ""
@@ -226,6 +283,9 @@ func (s *LimitSpec) override(l Limit) {
 	}
 	if l.Forecast != nil {
 		s.Forecast = *l.Forecast
+	}
+	if l.Events != nil {
+		s.Events = append([]string{}, *l.Events...) // non-nil: [] is none, not the default
 	}
 }
 
@@ -318,7 +378,7 @@ func (v *validator) limits(c *Config) {
 			if l.Unit != "" && l.Unit != b.Unit {
 				v.fail(key+".unit", "a plan cannot change what %s counts (%s)", name, b.Unit)
 			}
-			v.limit(key, name, Limit{Limit: l.Limit, Window: l.Window, By: b.By, Algorithm: l.Algorithm, Mode: l.Mode, Reserve: l.Reserve, ReserveTTL: l.ReserveTTL, EstimateMax: l.EstimateMax, History: l.History, Cutoff: l.Cutoff, Thresholds: l.Thresholds, Forecast: l.Forecast}, true)
+			v.limit(key, name, Limit{Limit: l.Limit, Window: l.Window, By: b.By, Algorithm: l.Algorithm, Mode: l.Mode, Reserve: l.Reserve, ReserveTTL: l.ReserveTTL, EstimateMax: l.EstimateMax, History: l.History, Cutoff: l.Cutoff, Thresholds: l.Thresholds, Forecast: l.Forecast, Events: l.Events}, true)
 		}
 	}
 	v.tokensLimits(c)

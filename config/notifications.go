@@ -72,6 +72,9 @@ const (
 // EventTypes are the types an endpoint's events: may list.
 var EventTypes = []string{EventThresholdCrossed, EventExhausted, EventForecast, EventOverrideExpired, EventKeyRevoked}
 
+// QuotaEventTypes are the events a limit's counters detect, those a limit's events: may list.
+var QuotaEventTypes = []string{EventThresholdCrossed, EventExhausted, EventForecast}
+
 // MaxThresholds bounds the thresholds of one limit: each is a mark in the tenant's counter.
 const MaxThresholds = 8
 
@@ -230,6 +233,7 @@ func (v *validator) notifications(c *Config) {
 				v.fail(key+".forecast", "only a fixed-window requests or tokens limit has a burn rate to forecast (%s)", describeLimit(s))
 			}
 		}
+		v.limitEvents(key, l, s, n.Enabled())
 	}
 	base := map[string]LimitSpec{}
 	for _, s := range c.ResolvedLimits() {
@@ -248,6 +252,42 @@ func (v *validator) notifications(c *Config) {
 				check("plans."+plan+"."+name, l, s)
 			}
 		}
+	}
+}
+
+// limitEvents checks a limit's (or a plan entry's) events against the resolved spec s: known
+// quota events, each once, and nothing set that would never be sent.
+func (v *validator) limitEvents(key string, l Limit, s LimitSpec, enabled bool) {
+	if l.Events != nil {
+		if !enabled {
+			v.fail(key+".events", "has no effect without notifications.webhooks")
+		}
+		for j, e := range *l.Events {
+			ek := indexKey(key+".events", j)
+			switch {
+			case !slices.Contains(QuotaEventTypes, e):
+				v.fail(ek, "%q is not one of %s", e, strings.Join(QuotaEventTypes, ", "))
+			case slices.Index(*l.Events, e) < j:
+				v.fail(ek, "%q is listed twice", e)
+			case !windowed(s):
+				v.fail(ek, "only a fixed-window requests or tokens limit sends quota events (%s)", describeLimit(s))
+			case enabled && e == EventForecast && !s.Forecast:
+				v.fail(ek, "quota.forecast is sent only with forecast: true")
+			case enabled && e == EventThresholdCrossed && len(s.Thresholds) == 0:
+				v.fail(ek, "quota.threshold_crossed needs thresholds (the limit's are [])")
+			}
+		}
+	}
+	if !enabled || !windowed(s) {
+		return // reported above
+	}
+	// A threshold or forecast set in this entry that the limit's events leave out would never
+	// be sent: the operator meant one or the other.
+	if l.Thresholds != nil && len(*l.Thresholds) > 0 && !s.Sends(EventThresholdCrossed) {
+		v.fail(key+".thresholds", "are never sent: the limit's events do not list %s", EventThresholdCrossed)
+	}
+	if l.Forecast != nil && *l.Forecast && !s.Sends(EventForecast) {
+		v.fail(key+".forecast", "is never sent: the limit's events do not list %s", EventForecast)
 	}
 }
 

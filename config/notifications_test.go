@@ -40,7 +40,11 @@ func TestNotificationsDefaults(t *testing.T) {
 		"  smooth: {limit: 10, window: hour, by: org, algorithm: gcra}\n"+
 		"  live: {limit: 10, by: org, unit: streams}\n"+
 		"  custom: {limit: 10, window: day, by: key, thresholds: [0.5, 0.9, 1], forecast: true}\n"+
-		"plans: {gold: {custom: {thresholds: [0.75]}, assistant_per_org: {forecast: true}}}\n", nil)
+		"  exhaust_only: {limit: 10, window: day, by: org, events: [quota.exhausted]}\n"+
+		"  visitor_set: {limit: 10, window: day, by: ip, thresholds: [0.5]}\n"+
+		"  visitor_events: {limit: 10, window: day, by: ip, events: [quota.threshold_crossed, quota.exhausted]}\n"+
+		"  visitor_forecast: {limit: 10, window: day, by: ip, forecast: true}\n"+
+		"plans: {gold: {custom: {thresholds: [0.75]}, assistant_per_org: {forecast: true}, assistant_per_ip: {thresholds: [0.9]}, visitor_events: {events: []}}}\n", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,22 +61,32 @@ func TestNotificationsDefaults(t *testing.T) {
 		t.Fatalf("no %s in plan %q", name, plan)
 		return LimitSpec{}
 	}
+	const th, ex, fc = EventThresholdCrossed, EventExhausted, EventForecast
 	for _, tc := range []struct {
 		plan, name string
 		thresholds []float64
 		forecast   bool
+		events     []string
 	}{
-		{"", "assistant_per_org", []float64{0.8, 1}, false},
-		{"gold", "assistant_per_org", []float64{0.8, 1}, true},
-		{"", "quiet", []float64{}, false},
-		{"", "smooth", nil, false},
-		{"", "live", nil, false},
-		{"", "custom", []float64{0.5, 0.9, 1}, true},
-		{"gold", "custom", []float64{0.75}, true},
+		{"", "assistant_per_org", []float64{0.8, 1}, false, []string{th, ex}},
+		{"gold", "assistant_per_org", []float64{0.8, 1}, true, []string{th, ex, fc}},
+		{"", "quiet", []float64{}, false, []string{ex}},
+		{"", "smooth", nil, false, nil},
+		{"", "live", nil, false, nil},
+		{"", "custom", []float64{0.5, 0.9, 1}, true, []string{th, ex, fc}},
+		{"gold", "custom", []float64{0.75}, true, []string{th, ex, fc}},
+		{"", "exhaust_only", nil, false, []string{ex}},
+		// A visitor's limit (by ip) sends only what it sets: the defaults make no events.
+		{"", "assistant_per_ip", nil, false, []string{}},
+		{"gold", "assistant_per_ip", []float64{0.9}, false, []string{th}},
+		{"", "visitor_set", []float64{0.5}, false, []string{th}},
+		{"", "visitor_events", []float64{0.8, 1}, false, []string{th, ex}},
+		{"gold", "visitor_events", nil, false, []string{}},
+		{"", "visitor_forecast", nil, true, []string{fc}},
 	} {
 		s := get(tc.plan, tc.name)
-		if !slices.Equal(s.Thresholds, tc.thresholds) || s.Forecast != tc.forecast {
-			t.Errorf("plan %q %s: thresholds %v forecast %v, want %v %v", tc.plan, tc.name, s.Thresholds, s.Forecast, tc.thresholds, tc.forecast)
+		if !slices.Equal(s.Thresholds, tc.thresholds) || s.Forecast != tc.forecast || !slices.Equal(s.Events, tc.events) {
+			t.Errorf("plan %q %s: thresholds %v forecast %v events %v, want %v %v %v", tc.plan, tc.name, s.Thresholds, s.Forecast, s.Events, tc.thresholds, tc.forecast, tc.events)
 		}
 	}
 }
@@ -121,6 +135,16 @@ func TestNotificationsRefused(t *testing.T) {
 		// A chat webhook's URL carries its token: never echoed.
 		{hookBase + "notifications: {webhooks: [{name: h, url: 'ftp://h/services/pw@x?token=pw@', secret: " + secretA + "}]}\n", "notifications.webhooks[0].url: must start with http:// or https://"},
 		{hook("secret: "+secretA) + "limits: {assistant_per_org: {thresholds: [0.8, 0.8000001]}}\n", "limits.assistant_per_org.thresholds[1]: 0.8000001: thresholds are listed in increasing order, each once (to a millionth)"},
+		{hookBase + "limits: {assistant_per_ip: {events: [quota.exhausted]}}\n", "limits.assistant_per_ip.events: has no effect without notifications.webhooks"},
+		{hook("secret: "+secretA) + "limits: {assistant_per_ip: {events: [key.revoked]}}\n", "limits.assistant_per_ip.events[0]: \"key.revoked\" is not one of quota.threshold_crossed, quota.exhausted, quota.forecast"},
+		{hook("secret: "+secretA) + "limits: {assistant_per_ip: {events: [quota.exhausted, quota.exhausted]}}\n", "limits.assistant_per_ip.events[1]: \"quota.exhausted\" is listed twice"},
+		{hook("secret: "+secretA) + "limits: {assistant_per_ip: {events: [quota.forecast]}}\n", "limits.assistant_per_ip.events[0]: quota.forecast is sent only with forecast: true"},
+		{hook("secret: "+secretA) + "limits: {assistant_per_ip: {events: [quota.threshold_crossed], thresholds: []}}\n", "limits.assistant_per_ip.events[0]: quota.threshold_crossed needs thresholds"},
+		{hook("secret: "+secretA) + "limits: {s: {limit: 5, by: ip, unit: streams, events: [quota.exhausted]}}\n", "limits.s.events[0]: only a fixed-window requests or tokens limit sends quota events (a streams limit counts answers in flight)"},
+		{hook("secret: "+secretA) + "limits: {assistant_per_org: {events: [quota.exhausted], thresholds: [0.5]}}\n", "limits.assistant_per_org.thresholds: are never sent: the limit's events do not list quota.threshold_crossed"},
+		{hook("secret: "+secretA) + "limits: {assistant_per_org: {events: [quota.exhausted], forecast: true}}\n", "limits.assistant_per_org.forecast: is never sent: the limit's events do not list quota.forecast"},
+		{hook("secret: "+secretA) + "limits: {assistant_per_org: {events: [quota.exhausted]}}\nplans: {gold: {assistant_per_org: {thresholds: [0.5]}}}\n", "plans.gold.assistant_per_org.thresholds: are never sent"},
+		{hook("secret: "+secretA) + "plans: {gold: {assistant_per_ip: {events: [quota.sold_out]}}}\n", "plans.gold.assistant_per_ip.events[0]: \"quota.sold_out\" is not one of"},
 	}
 	for _, c := range cases {
 		_, err := parse(t, c.yaml, nil)

@@ -10,7 +10,7 @@ import (
 func TestNotificationSeries(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m := New(reg)
-	m.NotificationSeries([]string{"quota.exhausted", "ping"}, []string{"billing"})
+	m.NotificationSeries([]string{"quota.exhausted", "ping"}, []string{"billing"}, []string{"assistant_per_ip"})
 	for _, r := range []string{"delivered", "failed", "dead", "dropped"} {
 		if got := value(t, reg, "gateway_notifications_total", "type", "ping", "result", r); got != 0 {
 			t.Errorf("%s: %v, want a series at 0", r, got)
@@ -30,6 +30,16 @@ func TestNotificationSeries(t *testing.T) {
 	}
 	if got := value(t, reg, "gateway_notifications_delivery_seconds", "endpoint", "billing"); got != 2 {
 		t.Errorf("attempts timed: %v, want 2 (a drop is no attempt)", got)
+	}
+	for _, r := range []string{"queue_full", "outbox_full", "outbox_down", "shutdown"} {
+		if got := value(t, reg, "gateway_notifications_dropped_total", "limit", "assistant_per_ip", "reason", r); got != 0 {
+			t.Errorf("dropped %s: %v, want a series at 0", r, got)
+		}
+	}
+	m.NotificationDropped("assistant_per_ip", DropOutboxFull, 3)
+	m.NotificationDropped("assistant_per_ip", DropOutboxFull, 2)
+	if got := value(t, reg, "gateway_notifications_dropped_total", "limit", "assistant_per_ip", "reason", "outbox_full"); got != 5 {
+		t.Errorf("dropped: %v, want 5", got)
 	}
 	m.NotificationOutbox(3, 1)
 	if p, d := value(t, reg, "gateway_notifications_pending"), value(t, reg, "gateway_notifications_dead_letters"); p != 3 || d != 1 {

@@ -31,6 +31,9 @@ type Event struct {
 	// the last SeenFor: for events that every replica detects (an override's end, a
 	// revocation), so that one delivered already is not delivered again.
 	Once bool `json:"-"`
+	// Share is whose the event is: the limit it is about ("" for none), which also chooses
+	// the endpoints that take it (Endpoint.Limits), and whether that limit counts visitors.
+	Share Share `json:"-"`
 }
 
 // Endpoint is one webhook: where events go, the keys that sign them, and which it takes.
@@ -58,7 +61,7 @@ const (
 	ResultDelivered = "delivered" // answered 2xx
 	ResultFailed    = "failed"    // an attempt failed; retried later
 	ResultDead      = "dead"      // retried for retry_for, or the endpoint answered 410: a dead letter
-	ResultDropped   = "dropped"   // the outbox was full: dropped, oldest first, unsent
+	ResultDropped   = "dropped"   // never sent: the outbox (or a queue to it) was full (Share's rule)
 )
 
 // Options tune a Notifier; zero values take the defaults noted.
@@ -163,44 +166,47 @@ func (n *Notifier) client(e *Endpoint) *http.Client {
 	return n.guarded
 }
 
-// Publish writes ev, bound for every endpoint that takes its type and limit (limit "" for an
-// event of no limit), into the outbox, and wakes the delivery loop. The event is durable in
-// the outbox's sense once Publish returns nil.
-func (n *Notifier) Publish(ctx context.Context, ev Event, limit string) error {
-	if ev.ID == "" {
-		ev.ID = NewID()
-	}
-	if ev.Time.IsZero() {
-		ev.Time = n.o.Now()
-	}
-	ev.Time = ev.Time.UTC()
-	body, err := json.Marshal(ev)
-	if err != nil {
-		return fmt.Errorf("notify: encoding %s: %w", ev.Type, err)
-	}
+// Publish writes evs, each bound for every endpoint that takes its type and limit (its
+// Share's), into the outbox in one write, and wakes the delivery loop. The events are durable
+// in the outbox's sense once Publish returns nil. What the outbox dropped to take them, or
+// refused (Outbox), is returned and reported to Options.OnResult as ResultDropped.
+func (n *Notifier) Publish(ctx context.Context, evs ...Event) (dropped []Delivery, err error) {
 	now := n.o.Now()
 	var ds []Delivery
-	for _, e := range n.order {
-		if e.takes(ev.Type, limit) {
-			ds = append(ds, Delivery{Key: DeliveryKey(ev.ID, e.Name), ID: ev.ID, Endpoint: e.Name, Type: ev.Type, Body: body, Created: now, Next: now, Once: ev.Once})
+	for _, ev := range evs {
+		if ev.ID == "" {
+			ev.ID = NewID()
+		}
+		if ev.Time.IsZero() {
+			ev.Time = now
+		}
+		ev.Time = ev.Time.UTC()
+		body, err := json.Marshal(ev)
+		if err != nil {
+			return nil, fmt.Errorf("notify: encoding %s: %w", ev.Type, err)
+		}
+		for _, e := range n.order {
+			if e.takes(ev.Type, ev.Share.Limit) {
+				ds = append(ds, Delivery{Key: DeliveryKey(ev.ID, e.Name), ID: ev.ID, Endpoint: e.Name, Type: ev.Type, Body: body,
+					Created: now, Next: now, Once: ev.Once, Limit: ev.Share.Limit, Visitor: ev.Share.Visitor})
+			}
 		}
 	}
 	if len(ds) == 0 {
-		return nil
+		return nil, nil
 	}
-	dropped, err := n.box.Add(ctx, ds)
+	dropped, err = n.box.Add(ctx, ds)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	for _, d := range dropped {
-		n.o.Log.Warn("notification dropped: the outbox is full", zap.String("endpoint", d.Endpoint), zap.String("type", d.Type), zap.String("id", d.ID))
 		n.report(d, ResultDropped, 0)
 	}
 	select {
 	case n.wake <- struct{}{}:
 	default:
 	}
-	return nil
+	return dropped, nil
 }
 
 func (n *Notifier) report(d Delivery, result string, latency time.Duration) {

@@ -144,13 +144,13 @@ func TestDeliveryRetriesUntilAccepted(t *testing.T) {
 		run(t, n)
 		ctx := context.Background()
 		ev := Event{Type: "quota.threshold_crossed", ID: "evt_1", Time: t0, Data: map[string]any{"limit": "assistant_per_org", "threshold": 0.8}}
-		if err := n.Publish(ctx, ev, "assistant_per_org"); err != nil {
+		if _, err := n.Publish(ctx, limited(ev, "assistant_per_org")); err != nil {
 			t.Fatal(err)
 		}
-		if err := n.Publish(ctx, Event{Type: "quota.exhausted", ID: "evt_2", Data: map[string]any{}}, "assistant_per_key"); err != nil {
+		if _, err := n.Publish(ctx, limited(Event{Type: "quota.exhausted", ID: "evt_2", Data: map[string]any{}}, "assistant_per_key")); err != nil {
 			t.Fatal(err)
 		}
-		if err := n.Publish(ctx, Event{Type: "quota.exhausted", ID: "evt_3", Data: map[string]any{}}, "assistant_per_org"); err != nil {
+		if _, err := n.Publish(ctx, limited(Event{Type: "quota.exhausted", ID: "evt_3", Data: map[string]any{}}, "assistant_per_org")); err != nil {
 			t.Fatal(err)
 		}
 		waitFor(t, 5*time.Second, "evt_1 accepted", func() bool { return rs.of("evt_1") == "failed,failed,delivered" })
@@ -190,11 +190,11 @@ func TestDeadLetters(t *testing.T) {
 		run(t, n)
 		ctx := context.Background()
 		for _, id := range []string{"evt_gone", "evt_down", "evt_slow"} {
-			if err := n.Publish(ctx, Event{Type: "quota.exhausted", ID: id, Data: map[string]any{}}, "l"); err != nil {
+			if _, err := n.Publish(ctx, limited(Event{Type: "quota.exhausted", ID: id, Data: map[string]any{}}, "l")); err != nil {
 				t.Fatal(err)
 			}
 		}
-		if err := n.Publish(ctx, Event{Type: "ping", ID: "evt_moved", Data: map[string]any{}}, ""); err != nil {
+		if _, err := n.Publish(ctx, limited(Event{Type: "ping", ID: "evt_moved", Data: map[string]any{}}, "")); err != nil {
 			t.Fatal(err)
 		}
 		waitFor(t, 5*time.Second, "four dead letters", func() bool { _, d, _ := box.Count(ctx); return d == 4 })
@@ -269,7 +269,7 @@ func TestTakeoverAndSharing(t *testing.T) {
 	dead := NewRedis(srv.Client(t), "gw", 1000)
 	gone := New(dead, eps, fast(Options{}))
 	for i := range 5 {
-		if err := gone.Publish(ctx, Event{Type: "ping", ID: fmt.Sprintf("evt_k%d", i), Data: map[string]any{}}, ""); err != nil {
+		if _, err := gone.Publish(ctx, limited(Event{Type: "ping", ID: fmt.Sprintf("evt_k%d", i), Data: map[string]any{}}, "")); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -291,7 +291,7 @@ func TestTakeoverAndSharing(t *testing.T) {
 		if i%2 == 1 {
 			p = b
 		}
-		if err := p.Publish(ctx, Event{Type: "ping", ID: fmt.Sprintf("evt_s%d", i), Data: map[string]any{}}, ""); err != nil {
+		if _, err := p.Publish(ctx, limited(Event{Type: "ping", ID: fmt.Sprintf("evt_s%d", i), Data: map[string]any{}}, "")); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -317,4 +317,10 @@ func TestSend(t *testing.T) {
 	if a.OK() || a.Err == nil || strings.Contains(a.Err.Error(), "http://") {
 		t.Fatalf("%+v", a)
 	}
+}
+
+// limited is ev about limit (its tenants').
+func limited(ev Event, limit string) Event {
+	ev.Share = Share{Limit: limit}
+	return ev
 }

@@ -149,15 +149,17 @@ func compileLimits(cfg *config.Config, routes []*route, refusals *refusalCounts,
 			c.rule.Reserve, c.rule.ReserveTTL = s.Reserve, s.ReserveTTL // holds (tokens with a reserve, streams)
 			c.rule.EstimateMax = s.EstimateMax
 			if notify != nil {
-				if notify.Wants(config.EventThresholdCrossed, s.Name) {
+				// What the limit sends (its events: a visitor's, by ip, only what it sets) and
+				// some endpoint takes.
+				if s.Sends(config.EventThresholdCrossed) && notify.Wants(config.EventThresholdCrossed, s.Name) {
 					th, err := limits.NewThresholds(s.Thresholds...)
 					if err != nil {
 						return nil, fmt.Errorf("limits.%s.thresholds: %w", s.Name, err)
 					}
 					c.rule.Thresholds = th
 				}
-				c.rule.Exhausted = !s.Shadow && notify.Wants(config.EventExhausted, s.Name)
-				c.rule.Forecast = s.Forecast && notify.Wants(config.EventForecast, s.Name)
+				c.rule.Exhausted = !s.Shadow && s.Sends(config.EventExhausted) && notify.Wants(config.EventExhausted, s.Name)
+				c.rule.Forecast = s.Sends(config.EventForecast) && notify.Wants(config.EventForecast, s.Name)
 			}
 			if s.Limit > 0 {
 				all[plan] = append(all[plan], routeLimit{rule: c.rule, by: b, shadow: c.shadow})

@@ -44,10 +44,7 @@ limits:
 	getsBefore := redistest.CommandCalls(t, stats, "get")
 	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 32}}
 	send := func(ip, key string) (int, string, time.Duration) {
-		req, _ := http.NewRequest("POST", "http://"+p.public+"/discovery/v1/assistant/acme-docs/message", strings.NewReader(`{"fp":"a","messages":[]}`))
-		req.Header.Set("Authorization", "Bearer "+key)
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("X-Forwarded-For", ip)
+		req := assistantFrom(p.public, "acme-docs", key, ip)
 		start := time.Now()
 		res, err := client.Do(req)
 		if err != nil {

@@ -2,9 +2,8 @@ package main
 
 import (
 	"context"
-	"maps"
-	"math"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -21,9 +20,14 @@ import (
 
 const (
 	// crossingQueue bounds the crossings waiting to be written into the outbox: the request
-	// path hands them over and never waits.
-	crossingQueue = 1024
-	// outboxMax bounds the outbox: beyond, its oldest deliveries are dropped (logged, counted).
+	// path hands them over and never waits. At the bound, notify.Share's rule drops one: a
+	// visitor's first, a tenant's never for a visitor's.
+	crossingQueue = 4096
+	// writeBatch bounds the events of one write into the outbox (one Redis script call): a
+	// flood costs a round trip per writeBatch events, and one call holds Redis, which the
+	// limits' decisions share, for about a millisecond.
+	writeBatch = 128
+	// outboxMax bounds the outbox: beyond, notify.Outbox's rule drops (logged, counted).
 	outboxMax = 100_000
 	// outboxPoll is how often the outbox's gauges are read.
 	outboxPoll = 5 * time.Second
@@ -36,7 +40,7 @@ const (
 	// announces the last hour's (each once, whatever the replicas: Event.Once).
 	revokedWithin = time.Hour
 	// maxUnwritten bounds the events whose write into the outbox failed (Redis unreachable),
-	// retried every retryWrites; beyond, the oldest are dropped (logged, counted).
+	// retried every retryWrites; beyond, notify.Share's rule drops (logged, counted).
 	maxUnwritten = 10_000
 	retryWrites  = time.Second
 	// writeTimeout bounds one write into the outbox.
@@ -44,39 +48,47 @@ const (
 )
 
 // notifier turns the limits' crossings into webhook events: written into the outbox (the
-// Redis the replicas share, else in process) off the request path, then delivered by any
-// replica. nil without notifications.webhooks.
+// Redis the replicas share, else in process) off the request path, in batches, then
+// delivered by any replica. nil without notifications.webhooks.
 type notifier struct {
 	n      *notify.Notifier
 	box    notify.Outbox
-	queue  chan proxy.Crossing
 	client redis.UniversalClient // the outbox's own client; nil in process
 	log    *zap.Logger
 	m      *metrics.Metrics
+	drops  *dropLog
+	// queue holds the crossings handed over by requests (crossed), guarded by mu; ready
+	// tells run there are some.
+	mu    sync.Mutex
+	queue *notify.Queue[proxy.Crossing]
+	ready chan struct{}
+	// events are the watch's events (override ends, revocations), for run to write.
+	events chan notify.Event
 	// by is what each limit of the config in force counts by (configure), for the crossings
 	// of charges, which know only the rule.
 	by atomic.Pointer[map[string]string]
 	// wants is the config's notifications: what some endpoint takes.
 	wants *config.Notifications
-	// unwritten are events whose write into the outbox failed, oldest first: the run
-	// goroutine's, then close's once run has returned (runDone).
-	unwritten []pendingEvent
+	// unwritten are events whose write into the outbox failed, oldest first by share: the
+	// run goroutine's, then close's once run has returned (runDone).
+	unwritten *notify.Queue[notify.Event]
 	running   atomic.Bool
 	runDone   chan struct{}
 }
 
-// pendingEvent is an event not yet written into the outbox, and the limit it is about.
-type pendingEvent struct {
-	ev    notify.Event
-	limit string
+// shareOf is whose a crossing's events are: a limit by ip counts visitors.
+func shareOf(c proxy.Crossing) notify.Share {
+	return notify.Share{Limit: c.Limit, Visitor: c.By == "ip"}
 }
 
 func newNotifier(cfg *config.Config, m *metrics.Metrics, log *zap.Logger) *notifier {
 	if !cfg.Notifications.Enabled() {
 		return nil
 	}
-	nt := &notifier{queue: make(chan proxy.Crossing, crossingQueue), log: log.Named("notifications"), m: m,
-		wants: &cfg.Notifications, runDone: make(chan struct{})}
+	nt := &notifier{log: log.Named("notifications"), m: m, wants: &cfg.Notifications, runDone: make(chan struct{}),
+		queue: notify.NewQueue(crossingQueue, shareOf), ready: make(chan struct{}, 1), events: make(chan notify.Event, 64),
+		unwritten: notify.NewQueue(maxUnwritten, func(ev notify.Event) notify.Share { return ev.Share })}
+	nt.drops = newDropLog(nt.log)
 	// A client of its own, with the operators' bounds: outbox scripts must not wait behind,
 	// nor be bounded like, the request path's calls.
 	if nt.client = newReaderClient(cfg.Redis); nt.client != nil {
@@ -95,9 +107,27 @@ func newNotifier(cfg *config.Config, m *metrics.Metrics, log *zap.Logger) *notif
 		OnResult: func(d notify.Delivery, result string, latency time.Duration) {
 			m.Notification(d.Type, d.Endpoint, result, latency)
 		}})
-	m.NotificationSeries(config.EventTypes, names)
+	m.NotificationSeries(config.EventTypes, names, sendingLimits(cfg))
 	nt.configure(cfg)
 	return nt
+}
+
+// sendingLimits are the limits that send quota events in some plan, and "" (events of no
+// limit): those whose events may be dropped.
+func sendingLimits(cfg *config.Config) []string {
+	names := []string{""}
+	plans := []string{""}
+	for p := range cfg.Plans {
+		plans = append(plans, p)
+	}
+	for _, p := range plans {
+		for _, s := range cfg.PlanLimits(p) {
+			if len(s.Events) > 0 && !slices.Contains(names, s.Name) {
+				names = append(names, s.Name)
+			}
+		}
+	}
+	return names
 }
 
 // configure records what the limits of cfg count by (at start and on every reload).
@@ -125,32 +155,25 @@ func (nt *notifier) charged(x limits.Crossed) {
 	nt.crossed(c)
 }
 
-// crossed is proxy.Options.Crossings: it queues the crossing, or drops it (logged, counted)
-// when the queue is full.
+// crossed is proxy.Options.Crossings, on the request's path: it queues the crossing for run,
+// never waiting. At the queue's bound one crossing is dropped by notify.Share's rule (logged
+// at most once a second, counted).
 func (nt *notifier) crossed(c proxy.Crossing) {
-	select {
-	case nt.queue <- c:
-	default:
-		nt.log.Warn("notification dropped: the queue to the outbox is full", zap.String("limit", c.Limit))
-		for _, typ := range typesOf(c) {
-			nt.m.Notification(typ, "", notify.ResultDropped, 0)
-		}
+	nt.mu.Lock()
+	dropped, ok := nt.queue.Push(c)
+	nt.mu.Unlock()
+	nt.wake()
+	if ok {
+		nt.dropCrossing(dropped, metrics.DropQueueFull)
 	}
 }
 
-// typesOf are the types of the events a crossing makes.
-func typesOf(c proxy.Crossing) []string {
-	var ts []string
-	for range c.Thresholds {
-		ts = append(ts, config.EventThresholdCrossed)
+// wake tells run that crossings are queued.
+func (nt *notifier) wake() {
+	select {
+	case nt.ready <- struct{}{}:
+	default:
 	}
-	if c.Exhausted {
-		ts = append(ts, config.EventExhausted)
-	}
-	if c.Forecast {
-		ts = append(ts, config.EventForecast)
-	}
-	return ts
 }
 
 // start runs the notifier until ctx ends: crossings written into the outbox, deliveries,
@@ -161,7 +184,8 @@ func (nt *notifier) start(ctx context.Context, quotas limits.QuotaStore, keys au
 	go nt.watch(ctx, quotas, keys)
 }
 
-// run writes queued crossings into the outbox and delivers from it until ctx ends.
+// run writes queued crossings and the watch's events into the outbox, and delivers from it,
+// until ctx ends; every retryWrites it retries the unwritten and logs what was dropped.
 func (nt *notifier) run(ctx context.Context) {
 	defer close(nt.runDone)
 	done := make(chan struct{})
@@ -175,108 +199,19 @@ func (nt *notifier) run(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return // close writes what the last requests crossed
-		case c := <-nt.queue:
-			nt.publish(ctx, c)
+		case <-nt.ready:
+			if nt.writeQueued(ctx) {
+				nt.wake()
+			}
+		case ev := <-nt.events:
+			nt.publish(ctx, []notify.Event{ev})
 		case <-retry.C:
 			nt.writeUnwritten(ctx)
+			nt.drops.flush()
 		case <-t.C:
 			if p, d, err := nt.box.Count(ctx); err == nil {
 				nt.m.NotificationOutbox(p, d)
 			}
-		}
-	}
-}
-
-// publish writes the events of one crossing. Each crossing is detected once (the limits mark
-// it in the tenant's counter), so each event gets an id of its own, kept across retries.
-func (nt *notifier) publish(ctx context.Context, c proxy.Crossing) {
-	ws := c.WindowStart.Format(time.RFC3339)
-	data := map[string]any{"limit": c.Limit, "tenant": c.Tenant, "by": c.By, "window_start": ws, "used": c.Used, "quota": c.Quota}
-	if c.Org != "" {
-		data["org"] = c.Org
-	}
-	if c.Label != "" {
-		data["label"] = c.Label
-	}
-	var evs []notify.Event
-	for _, th := range c.Thresholds {
-		d := maps.Clone(data)
-		d["threshold"] = th
-		evs = append(evs, notify.Event{Type: config.EventThresholdCrossed, Data: d})
-	}
-	if c.Exhausted {
-		evs = append(evs, notify.Event{Type: config.EventExhausted, Data: data})
-	}
-	if c.Forecast {
-		d := maps.Clone(data)
-		rate, at := burn(c)
-		d["rate_per_hour"], d["runs_out_at"] = rate, at.Format(time.RFC3339)
-		evs = append(evs, notify.Event{Type: config.EventForecast, Data: d})
-	}
-	for _, ev := range evs {
-		ev.Time = c.Time
-		nt.publishOne(ctx, ev, c.Limit)
-	}
-}
-
-// burn is a forecast's rate (units per hour of the window so far, to three decimals) and when
-// the tenant runs out at it.
-func burn(c proxy.Crossing) (perHour float64, runsOut time.Time) {
-	elapsed := max(c.Time.Sub(c.WindowStart), time.Second)
-	perHour = math.Round(float64(c.Used)/elapsed.Hours()*1000) / 1000
-	left := float64(max(c.Quota-c.Used, 0)) / float64(max(c.Used, 1)) * float64(elapsed)
-	return perHour, c.Time.Add(time.Duration(left)).UTC().Truncate(time.Second)
-}
-
-// publishOne writes ev into the outbox; when that fails (Redis unreachable) the event waits
-// among the unwritten, retried in order every retryWrites: its crossing is marked in the
-// counter already and will not be detected again. Only the run goroutine (and close, after
-// it) calls it.
-func (nt *notifier) publishOne(ctx context.Context, ev notify.Event, limit string) {
-	if ev.ID == "" {
-		ev.ID = notify.NewID() // before the first try, so every retry writes the same event
-	}
-	if len(nt.unwritten) > 0 || nt.write(ctx, ev, limit) != nil {
-		nt.keep(pendingEvent{ev, limit})
-	}
-}
-
-// write is one bounded write of ev into the outbox, cancelled by nothing but its bound: an
-// event taken off the queue is written even while the gateway stops.
-func (nt *notifier) write(ctx context.Context, ev notify.Event, limit string) error {
-	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), writeTimeout)
-	defer cancel()
-	return nt.n.Publish(wctx, ev, limit)
-}
-
-// keep adds p to the unwritten, dropping the oldest beyond maxUnwritten.
-func (nt *notifier) keep(p pendingEvent) {
-	if len(nt.unwritten) == 0 {
-		nt.log.Warn("notifications are not written into the outbox: kept in memory and retried", zap.String("type", p.ev.Type))
-	}
-	nt.unwritten = append(nt.unwritten, p)
-	if over := len(nt.unwritten) - maxUnwritten; over > 0 {
-		for _, d := range nt.unwritten[:over] {
-			nt.m.Notification(d.ev.Type, "", notify.ResultDropped, 0)
-		}
-		nt.log.Error("notifications dropped: too many not written into the outbox", zap.Int("count", over))
-		nt.unwritten = slices.Delete(nt.unwritten, 0, over)
-	}
-}
-
-// writeUnwritten retries the unwritten in order, until one fails again.
-func (nt *notifier) writeUnwritten(ctx context.Context) {
-	n := 0
-	for _, p := range nt.unwritten {
-		if nt.write(ctx, p.ev, p.limit) != nil {
-			break
-		}
-		n++
-	}
-	if n > 0 {
-		nt.unwritten = slices.Delete(nt.unwritten, 0, n)
-		if len(nt.unwritten) == 0 {
-			nt.log.Info("notifications kept in memory are written into the outbox", zap.Int("count", n))
 		}
 	}
 }
@@ -345,10 +280,11 @@ func (nt *notifier) overridesEnded(ctx context.Context, quotas limits.QuotaStore
 			continue // still in force, or ended (or replaced) before its expiry
 		}
 		exp := o.Expires.UTC().Format(time.RFC3339Nano)
-		nt.publishOne(ctx, notify.Event{Type: config.EventOverrideExpired, Time: o.Expires, Once: true,
-			ID: notify.StableID(config.EventOverrideExpired, o.Limit, o.ID, exp),
+		nt.submit(ctx, notify.Event{Type: config.EventOverrideExpired, Time: o.Expires, Once: true,
+			ID:    notify.StableID(config.EventOverrideExpired, o.Limit, o.ID, exp),
+			Share: notify.Share{Limit: o.Limit, Visitor: by[o.Limit] == "ip"},
 			Data: map[string]any{"limit": o.Limit, "tenant": o.ID, "by": by[o.Limit], "override": o.Value,
-				"expires": o.Expires.UTC().Format(time.RFC3339), "reason": o.Reason}}, o.Limit)
+				"expires": o.Expires.UTC().Format(time.RFC3339), "reason": o.Reason}})
 	}
 	return inForce, true
 }
@@ -381,7 +317,18 @@ func (nt *notifier) keysRevoked(ctx context.Context, keys auth.Registry, announc
 		if e.Label != "" {
 			data["label"] = e.Label
 		}
-		nt.publishOne(ctx, notify.Event{Type: config.EventKeyRevoked, ID: id, Time: *e.Revoked, Once: true, Data: data}, "")
+		nt.submit(ctx, notify.Event{Type: config.EventKeyRevoked, ID: id, Time: *e.Revoked, Once: true, Data: data})
+	}
+}
+
+// submit hands the watch's ev to run, waiting for room (the watch is on no request's path);
+// false when ctx ended first (the event is announced again by the next replica's read).
+func (nt *notifier) submit(ctx context.Context, ev notify.Event) bool {
+	select {
+	case nt.events <- ev:
+		return true
+	case <-ctx.Done():
+		return false
 	}
 }
 
@@ -390,8 +337,8 @@ const closeWrite = 3 * time.Second
 
 // close writes into the outbox what is still queued (the crossings of the requests that ended
 // while the gateway drained: serve calls it once they are all done) and what could not be
-// written yet, then releases the outbox's client. In process, what it writes is lost with the
-// process all the same.
+// written yet, counts what is left as dropped, then releases the outbox's client. In
+// process, what it writes is lost with the process all the same.
 func (nt *notifier) close() {
 	if nt == nil {
 		return
@@ -406,21 +353,21 @@ func (nt *notifier) close() {
 	}
 	ctx, cancel := context.WithDeadline(context.Background(), deadline.Add(closeWrite))
 	defer cancel()
-	for done := false; !done; {
+	for nt.writeQueued(ctx) {
+	}
+	for more := true; more; {
 		select {
-		case c := <-nt.queue:
-			nt.publish(ctx, c)
+		case ev := <-nt.events:
+			nt.publish(ctx, []notify.Event{ev})
 		default:
-			done = true
+			more = false
 		}
 	}
 	nt.writeUnwritten(ctx)
-	if n := len(nt.unwritten); n > 0 {
-		nt.log.Error("notifications lost at shutdown: not written into the outbox", zap.Int("count", n))
-		for _, p := range nt.unwritten {
-			nt.m.Notification(p.ev.Type, "", notify.ResultDropped, 0)
-		}
+	for _, ev := range nt.unwritten.Pop(nt.unwritten.Len()) {
+		nt.dropEvent(ev, metrics.DropShutdown)
 	}
+	nt.drops.flush()
 	if nt.client != nil {
 		_ = nt.client.Close()
 	}

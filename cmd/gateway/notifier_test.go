@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -14,6 +16,7 @@ import (
 	"github.com/docsgate/gateway/internal/redistest"
 	"github.com/docsgate/gateway/limits"
 	"github.com/docsgate/gateway/metrics"
+	"github.com/docsgate/gateway/notify"
 	"github.com/docsgate/gateway/proxy"
 )
 
@@ -39,15 +42,17 @@ func TestNotifierKeepsWhatItCannotWrite(t *testing.T) {
 	c := proxy.Crossing{Limit: "assistant_per_org", Tenant: "acme", By: "org", WindowStart: time.Now().Truncate(time.Hour),
 		Used: 8, Quota: 10, Thresholds: []float64{0.8}, Exhausted: true, Time: time.Now()}
 	srv.Stop(t)
-	nt.publish(ctx, c)
-	if len(nt.unwritten) != 2 {
-		t.Fatalf("%d events kept, want 2", len(nt.unwritten))
+	nt.publish(ctx, eventsOf(c))
+	if nt.unwritten.Len() != 2 {
+		t.Fatalf("%d events kept, want 2", nt.unwritten.Len())
 	}
-	ids := []string{nt.unwritten[0].ev.ID, nt.unwritten[1].ev.ID}
+	kept := nt.unwritten.Pop(2)
+	nt.unwritten.PushFront(kept)
+	ids := []string{kept[0].ID, kept[1].ID}
 	srv.Restart(t)
 	nt.writeUnwritten(ctx)
-	if len(nt.unwritten) != 0 {
-		t.Fatalf("%d events still kept after Redis came back", len(nt.unwritten))
+	if nt.unwritten.Len() != 0 {
+		t.Fatalf("%d events still kept after Redis came back", nt.unwritten.Len())
 	}
 	pending, err := nt.box.List(ctx, false, 10)
 	if err != nil || len(pending) != 2 || pending[0].ID == pending[1].ID || (pending[0].ID != ids[0] && pending[0].ID != ids[1]) {
@@ -87,5 +92,44 @@ func TestNotifierWatchNeverSpins(t *testing.T) {
 	<-done
 	if n := q.calls.Load(); n > 4 {
 		t.Fatalf("%d reads of the overrides in about 2 s", n)
+	}
+}
+
+// An outage of the outbox in the middle of a sustained flood ends while the flood goes on:
+// the tenant's event kept meanwhile (with the visitors' beyond the bound of the unwritten
+// dropped first) is written by the next retries, not once the flood stops.
+func TestNotifierRetriesDuringFlood(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	nt := testNotifier(t, fmt.Sprintf("redis: {addrs: [%q]}\nlimits: {assistant_per_ip: {thresholds: [1.0]}}\n", srv.Addr))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	nt.start(ctx, nil, nil)
+	var stop atomic.Bool
+	flooding := make(chan struct{})
+	go func() {
+		defer close(flooding)
+		// As fast as crossings come: faster than the writer takes them, so that its queue
+		// never runs empty while the flood lasts.
+		for i := 0; !stop.Load(); i++ {
+			nt.crossed(visitorCrossing(i))
+		}
+	}()
+	defer func() { stop.Store(true); <-flooding }()
+	srv.Stop(t)
+	nt.crossed(proxy.Crossing{Limit: "assistant_per_org", Tenant: "acme", By: "org", WindowStart: time.Now().Truncate(time.Hour),
+		Used: 8, Quota: 10, Thresholds: []float64{0.8}, Time: time.Now()})
+	time.Sleep(1500 * time.Millisecond) // written and failed, kept among the unwritten
+	srv.Restart(t)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		ds, err := nt.box.List(ctx, false, 100_000)
+		if err == nil && slices.ContainsFunc(ds, func(d notify.Delivery) bool { return strings.Contains(string(d.Body), `"tenant":"acme"`) }) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the tenant's event is not in the outbox 20 s after Redis came back, the flood going on (%d held, %v)", len(ds), err)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }

@@ -327,11 +327,7 @@ func TestQuotaOnRedisCluster(t *testing.T) {
 		}
 	}
 	ask := func(p *proc, ip string) *http.Response {
-		req, _ := http.NewRequest("POST", "http://"+p.public+"/discovery/v1/assistant/acme-docs/message", strings.NewReader(`{"fp":"a","messages":[]}`))
-		req.Header.Set("Authorization", "Bearer "+key)
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("X-Forwarded-For", ip)
-		res, err := http.DefaultClient.Do(req)
+		res, err := http.DefaultClient.Do(assistantFrom(p.public, "acme-docs", key, ip))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -42,6 +42,8 @@ import (
 	"time"
 
 	"github.com/docsgate/gateway/bench/internal/child"
+	"github.com/docsgate/gateway/bench/internal/floodkit"
+	"github.com/docsgate/gateway/bench/internal/resp"
 )
 
 type options struct {
@@ -90,10 +92,10 @@ func run(o options, procs *child.Group) error {
 		"--dir", dir, "--save", "", "--appendonly", "no", "--protected-mode", "no"); err != nil {
 		return err
 	}
-	if err := waitRedis(redisAddr); err != nil {
+	if err := resp.WaitReady(redisAddr, 10*time.Second); err != nil {
 		return err
 	}
-	up, err := upstream()
+	up, err := floodkit.Upstream()
 	if err != nil {
 		return err
 	}
@@ -110,7 +112,7 @@ func run(o options, procs *child.Group) error {
 	}
 
 	fmt.Printf("# Invented-key flood: %d random svc_dsc_ keys from %d client IPs, %d senders, one replica; the legitimate tenant: %d senders, %v apart\n\n", o.keys, o.ips, o.conc, o.legitConc, o.legitGap)
-	fmt.Printf("%s, GOMAXPROCS unset, %d CPUs, load average before: %s\n\n", time.Now().UTC().Format("2006-01-02 15:04 UTC"), runtime.NumCPU(), loadAvg())
+	fmt.Printf("%s, GOMAXPROCS unset, %d CPUs, load average before: %s\n\n", time.Now().UTC().Format("2006-01-02 15:04 UTC"), runtime.NumCPU(), floodkit.LoadAvg())
 	fmt.Println("| scenario | flood answers | flood time | Redis GETs (invented keys) | GETs per invented key | other Redis commands (the legitimate tenant's limits, new connections) | legitimate tenant: requests, answers | p50 | p99 | max |")
 	fmt.Println("|---|---|---|---|---|---|---|---|---|---|")
 	for _, sc := range []struct {
@@ -150,7 +152,7 @@ func scenario(o options, procs *child.Group, dir, up, redisAddr string, flood bo
 	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: o.conc + o.legitConc}}
 	// Warm-up: connections, the legitimate key cached, the limiter script loaded.
 	for range 5 {
-		if code, _ := send(client, base, "192.0.2.200", legitKey); code != 200 {
+		if code, _ := floodkit.Send(client, base, "acme-docs", "192.0.2.200", legitKey); code != 200 {
 			return "", fmt.Errorf("warm-up: legitimate key answered %d", code)
 		}
 	}
@@ -174,7 +176,7 @@ func scenario(o options, procs *child.Group, dir, up, redisAddr string, flood bo
 		go func() {
 			defer lwg.Done()
 			for !stop.Load() {
-				code, took := send(client, base, "192.0.2.200", legitKey)
+				code, took := floodkit.Send(client, base, "acme-docs", "192.0.2.200", legitKey)
 				lmu.Lock()
 				legitCodes[code]++
 				legit = append(legit, took)
@@ -198,7 +200,7 @@ func scenario(o options, procs *child.Group, dir, up, redisAddr string, flood bo
 					var b [12]byte
 					_, _ = rand.Read(b[:])
 					ip := fmt.Sprintf("198.51.%d.%d", 100+(i%o.ips)/250, (i%o.ips)%250+1)
-					code, _ := send(client, base, ip, "svc_dsc_"+hex.EncodeToString(b[:]))
+					code, _ := floodkit.Send(client, base, "acme-docs", ip, "svc_dsc_"+hex.EncodeToString(b[:]))
 					mu.Lock()
 					codes[code]++
 					mu.Unlock()
@@ -241,17 +243,17 @@ func scenario(o options, procs *child.Group, dir, up, redisAddr string, flood bo
 		if len(legit) == 0 {
 			return "-"
 		}
-		return fmtMS(legit[min(int(float64(len(legit))*p), len(legit)-1)])
+		return floodkit.MS(legit[min(int(float64(len(legit))*p), len(legit)-1)])
 	}
 	floodCol, timeCol, getsCol, perKey := "-", "-", "-", "-"
 	if flood {
-		floodCol = codesString(codes)
+		floodCol = floodkit.Codes(codes)
 		timeCol = fmt.Sprintf("%.1f s (%.0f req/s)", floodTime.Seconds(), float64(o.keys)/floodTime.Seconds())
 		getsCol = strconv.Itoa(inventedGets)
 		perKey = fmt.Sprintf("%.2f", float64(inventedGets)/float64(o.keys))
 	}
 	return fmt.Sprintf("%s | %s | %s | %s | %s | %d, %s | %s | %s | %s",
-		floodCol, timeCol, getsCol, perKey, otherString(other), len(legit), codesString(legitCodes), q(0.5), q(0.99), q(1)), nil
+		floodCol, timeCol, getsCol, perKey, otherString(other), len(legit), floodkit.Codes(legitCodes), q(0.5), q(0.99), q(1)), nil
 }
 
 func writeConfig(dir, name string, pub, adm int, up, redisAddr string, limit int) (string, error) {
@@ -274,38 +276,6 @@ limits:
 `, pub, adm, up, redisAddr, limit)
 	path := filepath.Join(dir, name)
 	return path, os.WriteFile(path, []byte(cfg), 0o644)
-}
-
-// send posts one assistant message as client ip with key and returns the status and the time
-// to the whole answer (0 and the time when there was none).
-func send(c *http.Client, base, ip, key string) (int, time.Duration) {
-	req, _ := http.NewRequest("POST", base+"/discovery/v1/assistant/acme-docs/message", strings.NewReader(`{"fp":"a","messages":[]}`))
-	req.Header.Set("Authorization", "Bearer "+key)
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("X-Forwarded-For", ip)
-	begin := time.Now()
-	res, err := c.Do(req)
-	if err != nil {
-		return 0, time.Since(begin)
-	}
-	_, _ = io.Copy(io.Discard, res.Body)
-	res.Body.Close()
-	return res.StatusCode, time.Since(begin)
-}
-
-// upstream serves a short streamed assistant answer.
-func upstream() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body)
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		fmt.Fprint(w, "0:\"hi\"\nd:{\"finishReason\":\"stop\"}\n")
-	})}
-	go func() { _ = srv.Serve(ln) }()
-	return "http://" + ln.Addr().String(), nil
 }
 
 // --- Redis over plain RESP: MONITOR and INFO commandstats.
@@ -362,45 +332,15 @@ func (m *monitorConn) stop() []command {
 var statLine = regexp.MustCompile(`(?m)^cmdstat_([a-z|_-]+):calls=(\d+)`)
 
 func commandStats(addr string) (map[string]int, error) {
-	c, err := net.DialTimeout("tcp", addr, time.Second)
+	body, err := resp.Info(addr, "commandstats")
 	if err != nil {
-		return nil, err
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(2 * time.Second))
-	if _, err := io.WriteString(c, "INFO commandstats\r\n"); err != nil {
-		return nil, err
-	}
-	br := bufio.NewReader(c)
-	head, err := br.ReadString('\n')
-	if err != nil || !strings.HasPrefix(head, "$") {
-		return nil, fmt.Errorf("INFO: %q %v", head, err)
-	}
-	n, err := strconv.Atoi(strings.TrimSpace(head[1:]))
-	if err != nil {
-		return nil, err
-	}
-	body := make([]byte, n)
-	if _, err := io.ReadFull(br, body); err != nil {
 		return nil, err
 	}
 	out := map[string]int{}
-	for _, m := range statLine.FindAllStringSubmatch(string(body), -1) {
+	for _, m := range statLine.FindAllStringSubmatch(body, -1) {
 		out[m[1]], _ = strconv.Atoi(m[2])
 	}
 	return out, nil
-}
-
-func waitRedis(addr string) error {
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if _, err := commandStats(addr); err == nil {
-			return nil
-		} else if time.Now().After(deadline) {
-			return fmt.Errorf("redis-server on %s not ready: %w", addr, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 // --- small helpers.
@@ -408,23 +348,6 @@ func waitRedis(addr string) error {
 func sha256hex(s string) string {
 	sum := sha256.Sum256([]byte(s))
 	return hex.EncodeToString(sum[:])
-}
-
-func fmtMS(d time.Duration) string {
-	return fmt.Sprintf("%.1f ms", float64(d)/float64(time.Millisecond))
-}
-
-func codesString(m map[int]int) string {
-	keys := make([]int, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Ints(keys)
-	parts := make([]string, len(keys))
-	for i, k := range keys {
-		parts[i] = fmt.Sprintf("%d× %d", m[k], k)
-	}
-	return strings.Join(parts, ", ")
 }
 
 func otherString(m map[string]int) string {
@@ -441,12 +364,4 @@ func otherString(m map[string]int) string {
 		parts[i] = fmt.Sprintf("%s %d", k, m[k])
 	}
 	return strings.Join(parts, ", ")
-}
-
-func loadAvg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "?"
-	}
-	return strings.Fields(string(b))[0]
 }
