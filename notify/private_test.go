@@ -43,7 +43,7 @@ func TestPrivateAddressesRefusedUnlessAllowed(t *testing.T) {
 		{Name: "guarded", URL: recv.srv.URL, Keys: keys},
 	}, fast(Options{OnResult: rs.on}))
 	run(t, loop)
-	if err := loop.Publish(ctx, Event{Type: "ping", ID: "evt_loop", Data: map[string]any{}}, ""); err != nil {
+	if _, err := loop.Publish(ctx, Event{Type: "ping", ID: "evt_loop", Data: map[string]any{}}); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, 5*time.Second, "the delivery to the open endpoint and a failed attempt to the other", func() bool {

@@ -73,7 +73,7 @@ func TestVisitorLimitsCrossOnlyWhatTheySet(t *testing.T) {
 			var mu sync.Mutex
 			var got []Crossing
 			notifications := func(c *cfgT) {
-				c.Notifications.Webhooks = []config.Webhook{{Name: "h", URL: "http://127.0.0.1:1/", Secret: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"}}
+				c.Notifications.Webhooks = []config.Webhook{{Name: "h", URL: "http://127.0.0.1:1/", Secret: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", AllowPrivateAddresses: true}}
 				l := tc.limit
 				l.Limit, l.Window = ptr(int64(2)), "hour"
 				c.Limits = map[string]config.Limit{"assistant_per_ip": l}

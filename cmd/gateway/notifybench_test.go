@@ -28,7 +28,7 @@ func benchNotifier(b *testing.B, store string) *notifier {
 	held := make(chan struct{})
 	url := "http://" + serveHeld(b, held)
 	body := fmt.Sprintf("upstream: {url: 'http://127.0.0.1:1'}\nlimits:\n  assistant_per_ip: {thresholds: [1.0]}\n"+
-		"notifications:\n  webhooks:\n    - {name: h, url: %q, secret: %q}\n", url, hookSecret)
+		"notifications:\n  webhooks:\n    - {name: h, url: %q, secret: %q, allow_private_addresses: true}\n", url, hookSecret)
 	if store == "redis" {
 		body = fmt.Sprintf("redis: {addrs: [%q]}\n", redistest.Start(b).Addr) + body
 	}

@@ -134,7 +134,7 @@ func TestVisitorFloodKeepsTenantEvents(t *testing.T) {
 func testVisitorFlood(t *testing.T, store string) {
 	recv := newGateReceiver(t)
 	body := "limits:\n  assistant_per_ip: {thresholds: [0.5, 1.0]}\n" +
-		fmt.Sprintf("notifications:\n  webhooks:\n    - {name: h, url: %q, secret: %q}\n", recv.url, hookSecret)
+		fmt.Sprintf("notifications:\n  webhooks:\n    - {name: h, url: %q, secret: %q, allow_private_addresses: true}\n", recv.url, hookSecret)
 	if store == "redis" {
 		body = fmt.Sprintf("redis: {addrs: [%q]}\n", redistest.Start(t).Addr) + body
 	}

@@ -114,7 +114,7 @@ func TestVisitorLimitsQuietByDefault(t *testing.T) {
 			recv := newGateReceiver(t)
 			recv.open.Store(true)
 			cfg := visitorsConfig + "  assistant_per_ip: {limit: 2}\n" +
-				fmt.Sprintf("notifications:\n  webhooks:\n    - {name: h, url: %q, secret: %q}\n", recv.url+"/h", hookSecret)
+				fmt.Sprintf("notifications:\n  webhooks:\n    - {name: h, url: %q, secret: %q, allow_private_addresses: true}\n", recv.url+"/h", hookSecret)
 			v := newVisitorClient(startReplicas(t, up, st, cfg))
 			codes := v.flood(t, 300, 3, func() { v.acme(t, 0, 21) })
 			if codes[200] != 600 || codes[429] != 300 {
@@ -159,7 +159,7 @@ func TestVisitorFloodThroughBinary(t *testing.T) {
 			recv := newGateReceiver(t)
 			var hooks strings.Builder
 			for i := range 10 {
-				fmt.Fprintf(&hooks, "    - {name: h%d, url: %q, secret: %q}\n", i, fmt.Sprintf("%s/h%d", recv.url, i), hookSecret)
+				fmt.Fprintf(&hooks, "    - {name: h%d, url: %q, secret: %q, allow_private_addresses: true}\n", i, fmt.Sprintf("%s/h%d", recv.url, i), hookSecret)
 			}
 			cfg := visitorsConfig + "  assistant_per_ip: {limit: 2, thresholds: [0.5, 1.0]}\nnotifications:\n  webhooks:\n" + hooks.String()
 			gws := startReplicas(t, up, st, cfg)

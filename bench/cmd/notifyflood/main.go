@@ -276,7 +276,7 @@ limits:
   assistant_per_key: {limit: 1000000000}
 notifications:
   webhooks:
-    - {name: h, url: %q, secret: %q}
+    - {name: h, url: %q, secret: %q, allow_private_addresses: true}
 `, ipLimit, hook, secret)
 	path := filepath.Join(dir, fmt.Sprintf("gw-%d.yaml", pub))
 	return path, os.WriteFile(path, []byte(b.String()), 0o644)
