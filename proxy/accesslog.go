@@ -85,8 +85,8 @@ func (g *Gateway) finish(s *scope, r *http.Request) {
 	if finish != "" {
 		fields = append(fields, zap.String("finish_reason", finish))
 	}
-	if s.encoding != "" {
-		fields = append(fields, zap.String("answer_encoding", s.encoding))
+	if s.encoding != 0 {
+		fields = append(fields, zap.String("answer_encoding", s.encoding.String()))
 	}
 	if s.span != nil {
 		if sc := s.span.SpanContext(); sc.IsValid() {

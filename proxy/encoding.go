@@ -41,23 +41,34 @@ const (
 	codingZstd
 )
 
-// Labels of gateway_stream_encoded_total's encoding: the codings the gateway decodes, and
-// codingOther for an answer it cannot.
-const codingOther = "other"
-
-// EncodingLabels are the values of gateway_stream_encoded_total's encoding label.
-var encodingLabels = [...]string{"gzip", "deflate", "br", "zstd", codingOther}
+// encodingLabels are the values of gateway_stream_encoded_total's encoding label: the codings
+// the gateway decodes, in contentCoding's order, and "other" for an answer it cannot.
+var encodingLabels = [...]string{"gzip", "deflate", "br", "zstd", "other"}
 
 func (c contentCoding) String() string { return encodingLabels[c-1] }
+
+// answerEncoding is an answer's encoding label (a byte, so the scope stays in its size
+// class): 0 for none, else encodingLabels[e-1].
+type answerEncoding uint8
+
+// encodingOther labels an answer in a coding the gateway cannot read.
+const encodingOther = answerEncoding(len(encodingLabels))
+
+func (e answerEncoding) String() string {
+	if e == 0 {
+		return ""
+	}
+	return encodingLabels[e-1]
+}
 
 // maxCodings bounds the codings of one answer the gateway undoes; an answer with more is
 // read as one it cannot decode.
 const maxCodings = 2
 
 // answerCodings reads a Content-Encoding: the codings applied, in the order they were, and the
-// label of the answer (its outermost coding, codingOther when one cannot be decoded, "" when
+// label of the answer (its outermost coding, encodingOther when one cannot be decoded, 0 when
 // it names none but identity). ok is false when the answer cannot be decoded.
-func answerCodings(values []string) (cs []contentCoding, label string, ok bool) {
+func answerCodings(values []string) (cs []contentCoding, label answerEncoding, ok bool) {
 	for _, v := range values {
 		for tok := range strings.SplitSeq(v, ",") {
 			var c contentCoding
@@ -73,18 +84,18 @@ func answerCodings(values []string) (cs []contentCoding, label string, ok bool) 
 			case strings.EqualFold(tok, "zstd"):
 				c = codingZstd
 			default:
-				return nil, codingOther, false
+				return nil, encodingOther, false
 			}
 			if len(cs) == maxCodings {
-				return nil, codingOther, false
+				return nil, encodingOther, false
 			}
 			cs = append(cs, c)
 		}
 	}
 	if len(cs) == 0 {
-		return nil, "", true
+		return nil, 0, true
 	}
-	return cs, cs[len(cs)-1].String(), true
+	return cs, answerEncoding(cs[len(cs)-1]), true
 }
 
 // decodeAnswer prepares a streamed answer that names a Content-Encoding for its tap: one in
@@ -93,8 +104,8 @@ func answerCodings(values []string) (cs []contentCoding, label string, ok bool) 
 // It reports whether the tap can read the answer.
 func (s *scope) decodeAnswer(res *http.Response) bool {
 	cs, label, ok := answerCodings(res.Header["Content-Encoding"])
-	if label != "" {
-		s.route.metrics.StreamEncoded(label)
+	if label != 0 {
+		s.route.metrics.StreamEncoded(label.String())
 		s.encoding = label
 	}
 	if !ok {

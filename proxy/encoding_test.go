@@ -32,7 +32,7 @@ func TestAnswerCodings(t *testing.T) {
 		{[]string{"gzip, gzip, gzip"}, nil, "other", false}, // past maxCodings
 	} {
 		cs, label, ok := answerCodings(tc.values)
-		if !slices.Equal(cs, tc.want) || label != tc.label || ok != tc.ok {
+		if !slices.Equal(cs, tc.want) || label.String() != tc.label || ok != tc.ok {
 			t.Errorf("%q: %v %q %v, want %v %q %v", tc.values, cs, label, ok, tc.want, tc.label, tc.ok)
 		}
 	}

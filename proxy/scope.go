@@ -56,10 +56,10 @@ type scope struct {
 	limited        bool   // the gateway decided limits and owns the rate-limit headers
 	limitErr       bool   // the limiter failed (the request was denied or let through per on_error)
 	upstreamStatus int
-	upstreamKind   string    // set when the upstream exchange failed
-	stalled        bool      // the stream was ended for its client's stall (server.write_stall_timeout)
-	tap            streamTap // streamed answers: reads the finish and usage (dataTap or uiTap)
-	encoding       string    // a streamed answer's content coding, as gateway_stream_encoded_total labels it
+	upstreamKind   string         // set when the upstream exchange failed
+	stalled        bool           // the stream was ended for its client's stall (server.write_stall_timeout)
+	encoding       answerEncoding // a streamed answer's content coding (gateway_stream_encoded_total)
+	tap            streamTap      // streamed answers: reads the finish and usage (dataTap or uiTap)
 	// tokenHits are the request's tokens limits, debited with its answer's tokens (backed by
 	// tokenHitsBuf: a route has a few at most).
 	tokenHits    []limits.Hit
