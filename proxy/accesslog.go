@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"github.com/docsgate/gateway/stream"
 	"net/http"
 	"time"
 
@@ -20,15 +21,18 @@ func (g *Gateway) finish(s *scope, r *http.Request) {
 	m.Request(status)
 	m.ObserveDuration(elapsed.Seconds(), s.traceID())
 	finish := ""
-	var out *streamOutcome
+	var out *stream.Outcome
 	if s.tap != nil {
-		out = s.tap.outcome()
-		finish = out.result()
+		out = s.tap.Outcome()
+		finish = out.Result()
 		m.StreamFinished(finish)
 		if !s.w.firstByte.IsZero() {
 			m.FirstByte.Observe(s.w.firstByte.Sub(s.start).Seconds())
 		}
 		m.StreamDuration.Observe(elapsed.Seconds())
+		if cut := s.cut.Limit(); cut != "" {
+			m.StreamCutoff(cut)
+		}
 	}
 	g.countTokens(s, out)
 	g.settleHolds(s, out)
@@ -79,8 +83,8 @@ func (g *Gateway) finish(s *scope, r *http.Request) {
 	if s.stalled {
 		fields = append(fields, zap.Bool("stalled", true))
 	}
-	if s.cut.by != nil {
-		fields = append(fields, zap.String("cutoff", s.cut.limit()))
+	if cut := s.cut.Limit(); cut != "" {
+		fields = append(fields, zap.String("cutoff", cut))
 	}
 	if finish != "" {
 		fields = append(fields, zap.String("finish_reason", finish))

@@ -270,3 +270,12 @@ func (g *gateway) counter(t *testing.T, name string, labels ...string) float64 {
 	}
 	return 0
 }
+
+// sse renders chunks as a UI message stream's events.
+func sse(chunks ...string) string {
+	var b strings.Builder
+	for _, c := range chunks {
+		b.WriteString("data: " + c + "\n\n")
+	}
+	return b.String()
+}

@@ -302,6 +302,9 @@ func (g *Gateway) limit(s *scope, r *http.Request) bool {
 	defer g.limitStates.Put(st)
 	dec, err := g.decide(s, r, set, st)
 	s.account(set, st.hits, dec, err)
+	if err == nil && dec.Allowed {
+		g.keepCutoffs(s, set)
+	}
 	if err == nil && g.crossings != nil {
 		g.reportCrossings(s, set, st.hits, dec)
 	}
@@ -374,7 +377,6 @@ func (s *scope) account(set *limitSet, hits []limits.Hit, dec *limits.Decision, 
 	if dec.Allowed {
 		s.keepTaken(hits, dec) // every enforced limit, and the shadow limits that had room
 		s.keepHeld(hits, dec)
-		s.keepCutoffs(set)
 		s.countOrg(orgAllowed)
 		return
 	}

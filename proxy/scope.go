@@ -16,6 +16,7 @@ import (
 
 	"github.com/docsgate/gateway/limits"
 	"github.com/docsgate/gateway/metrics"
+	"github.com/docsgate/gateway/stream"
 )
 
 // scope is everything the gateway learns about one request, in one typed value: the pipeline
@@ -56,10 +57,10 @@ type scope struct {
 	limited        bool   // the gateway decided limits and owns the rate-limit headers
 	limitErr       bool   // the limiter failed (the request was denied or let through per on_error)
 	upstreamStatus int
-	upstreamKind   string         // set when the upstream exchange failed
-	stalled        bool           // the stream was ended for its client's stall (server.write_stall_timeout)
-	encoding       answerEncoding // a streamed answer's content coding (gateway_stream_encoded_total)
-	tap            streamTap      // streamed answers: reads the finish and usage (dataTap or uiTap)
+	upstreamKind   string          // set when the upstream exchange failed
+	stalled        bool            // the stream was ended for its client's stall (server.write_stall_timeout)
+	encoding       stream.Encoding // a streamed answer's content coding (gateway_stream_encoded_total)
+	tap            stream.Tap      // streamed answers: reads the finish and usage (dataTap or uiTap)
 	// tokenHits are the request's tokens limits, debited with its answer's tokens (backed by
 	// tokenHitsBuf: a route has a few at most).
 	tokenHits    []limits.Hit
@@ -74,9 +75,9 @@ type scope struct {
 	held    []limits.Hit
 	heldBuf [4]limits.Hit // the example config's streamed routes hold three
 	hold    string
-	keeper  holdKeeper // refreshes held while the answer lives
-	cut     cutState   // the held limits with cutoff, and whether one ended the answer
-	span    trace.Span // the server span; nil when tracing is off
+	keeper  holdKeeper    // refreshes held while the answer lives
+	cut     stream.Cutoff // the held limits with cutoff, and whether one ended the answer
+	span    trace.Span    // the server span; nil when tracing is off
 	// traceIDStr caches the sampled span's trace id in hex (see traceID).
 	traceIDStr string
 
@@ -84,9 +85,9 @@ type scope struct {
 	// response writer wrapper, the header values, the replayed body and the log fields.
 	rw           responseWriter
 	upBody       upstreamBody
-	dataTap      dataStreamTap
-	uiTap        uiStreamTap
-	tapBody      tappedBody
+	dataTap      stream.DataStream
+	uiTap        stream.UIMessageStream
+	tapBody      stream.Body
 	hdrValues    [slotCount]string
 	body         replayBody   // a stream's request body
 	shortBody    bytes.Reader // the request body of other routes

@@ -4,6 +4,7 @@ import (
 	"slices"
 
 	"github.com/docsgate/gateway/auth"
+	"github.com/docsgate/gateway/stream"
 )
 
 // The label values the request path can give the metrics, created at 0 for a compiled config
@@ -13,9 +14,6 @@ import (
 
 // upstreamErrorKinds are the kinds upstreamErrorKind and forward give.
 var upstreamErrorKinds = []string{"unavailable", "timeout", "reset", "canceled"}
-
-// finishReasons are the reasons streamOutcome.result gives: reasonLabel's and "incomplete".
-var finishReasons = []string{"stop", "length", "content-filter", "tool-calls", "error", "other", "unknown", "incomplete"}
 
 // refundReasons are the reasons a refund gives back units for.
 var refundReasons = []string{refundUpstream401, refundUpstream403}
@@ -49,7 +47,7 @@ func (g *Gateway) knownSeries(sn *snapshot, routes []*route) {
 		m.AuthReasons(reasons...)
 		m.UpstreamKinds(upstreamErrorKinds...)
 		if rt.stream {
-			m.FinishReasons(finishReasons...)
+			m.FinishReasons(stream.Results()...)
 			m.StreamOrgs(orgs...)
 			for _, set := range rt.sets {
 				for _, l := range set.limits {

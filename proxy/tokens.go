@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"github.com/docsgate/gateway/stream"
 	"math"
 	"slices"
 	"time"
@@ -17,15 +18,15 @@ import (
 // Redis a write cut short would be lost.
 const debitTimeout = 5 * time.Second
 
-// countTokens records a streamed answer's tokens once it has ended (see tokenCharge): the
+// countTokens records a streamed answer's tokens once it has ended (see stream.Charge): the
 // metrics, and one debit of the request's tokens limits that hold nothing (those with a
 // reserve are settled by settleHolds). The debit is one store write made off the request
 // path, so it never delays a byte of the stream or the end of the request. out is nil when no
 // stream began.
-func (g *Gateway) countTokens(s *scope, out *streamOutcome) {
-	c := chargeOf(out, s.promptBytes)
+func (g *Gateway) countTokens(s *scope, out *stream.Outcome) {
+	c := stream.ChargeOf(out, s.promptBytes)
 	if out != nil {
-		prompt, completion, estimated := c.split(s.metricsEstimateMax(), 0)
+		prompt, completion, estimated := c.Split(s.metricsEstimateMax(), 0)
 		s.route.metrics.Tokens(s.snap.orgLabel(s.org), prompt, completion)
 		if estimated {
 			s.route.metrics.TokensEstimated(prompt, completion)
@@ -35,7 +36,7 @@ func (g *Gateway) countTokens(s *scope, out *streamOutcome) {
 		return
 	}
 	route := s.route.name
-	byAmount(s.tokenHits, func(h limits.Hit) int64 { return c.of(h.Rule.EstimateMax, 0) }, func(hits []limits.Hit, n int64) {
+	byAmount(s.tokenHits, func(h limits.Hit) int64 { return c.Of(h.Rule.EstimateMax, 0) }, func(hits []limits.Hit, n int64) {
 		if n <= 0 {
 			return
 		}
@@ -106,15 +107,15 @@ func (s *scope) metricsEstimateMax() int64 {
 // released says whether the request's answer costs nothing and its holds are released: the
 // upstream refused it (a 4xx or 5xx answer), never answered (the client did not go away: the
 // upstream failed), or broke off before any answer text or usage. A client that went away
-// pays for what passed (tokenCharge), whenever it left.
-func (s *scope) released(out *streamOutcome) bool {
+// pays for what passed (stream.Charge), whenever it left.
+func (s *scope) released(out *stream.Outcome) bool {
 	switch {
 	case s.upstreamKind == "canceled":
 		return false
 	case s.upstreamStatus >= 400 || s.upstreamStatus == 0:
 		return true
 	}
-	return s.upstreamKind != "" && out != nil && out.textBytes == 0 && !out.usage
+	return s.upstreamKind != "" && out != nil && out.TextBytes == 0 && !out.Usage
 }
 
 // afterAnswer runs a store write that follows an answer (a token debit, a settle, a refund)
@@ -145,15 +146,15 @@ func (g *Gateway) Close(ctx context.Context) error {
 
 // settleHolds ends the request's token holds and stream slots when its answer has ended, for
 // whatever reason (finish, cut, upstream error, client gone): a slot is given back; a hold
-// becomes the answer's tokens as tokenCharge has them (capped by the hold when no text
+// becomes the answer's tokens as stream.Charge has them (capped by the hold when no text
 // passed), or is released when the answer costs nothing (released). One store write off the
 // request path (one per amount when the held limits' caps give different ones); a hold
 // whose write fails comes back after reserve_ttl.
-func (g *Gateway) settleHolds(s *scope, out *streamOutcome) {
+func (g *Gateway) settleHolds(s *scope, out *stream.Outcome) {
 	if len(s.held) == 0 || g.limiter == nil {
 		return
 	}
-	c := chargeOf(out, s.promptBytes)
+	c := stream.ChargeOf(out, s.promptBytes)
 	released := s.released(out)
 	hold, route := s.hold, s.route.name
 	amount := func(h limits.Hit) int64 {
@@ -165,7 +166,7 @@ func (g *Gateway) settleHolds(s *scope, out *streamOutcome) {
 		case out == nil && s.upstreamKind != "canceled": // an answer that is no stream
 			return 0
 		}
-		return c.of(h.Rule.EstimateMax, h.Rule.Reserve)
+		return c.Of(h.Rule.EstimateMax, h.Rule.Reserve)
 	}
 	keeper := &s.keeper
 	byAmount(s.held, amount, func(held []limits.Hit, n int64) {

@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"fmt"
+	"github.com/docsgate/gateway/stream"
 	"io"
 	"net"
 	"net/http"
@@ -99,7 +100,7 @@ func (s *scope) traceID() string {
 // endSpan records the outcome on the server span and ends it: for a stream, when the stream
 // has ended.
 // out is the stream's outcome, nil for other answers.
-func (g *Gateway) endSpan(s *scope, status int, out *streamOutcome) {
+func (g *Gateway) endSpan(s *scope, status int, out *stream.Outcome) {
 	span := s.span
 	if !span.IsRecording() {
 		span.End() // not sampled: no attribute or event would be kept
@@ -115,8 +116,8 @@ func (g *Gateway) endSpan(s *scope, status int, out *streamOutcome) {
 	if s.deniedBy != "" {
 		attrs = append(attrs, attribute.String("gateway.denied_by", s.deniedBy))
 	}
-	if s.cut.by != nil {
-		attrs = append(attrs, attribute.String("gateway.cutoff", s.cut.limit()))
+	if cut := s.cut.Limit(); cut != "" {
+		attrs = append(attrs, attribute.String("gateway.cutoff", cut))
 	}
 	errType := s.code
 	if s.upstreamKind != "" {
@@ -134,12 +135,12 @@ func (g *Gateway) endSpan(s *scope, status int, out *streamOutcome) {
 			span.AddEvent("first_byte", trace.WithTimestamp(s.w.firstByte))
 		}
 		// The same event on both protocols: when a finish or an error passed, or usage.
-		if out.reason != "" || out.errored || out.usage {
-			ev := []attribute.KeyValue{attribute.String("finish_reason", out.result())}
-			if out.usage {
-				ev = append(ev, attribute.Int64("gen_ai.usage.input_tokens", out.prompt), attribute.Int64("gen_ai.usage.output_tokens", out.completion))
+		if out.Reason != "" || out.Errored || out.Usage {
+			ev := []attribute.KeyValue{attribute.String("finish_reason", out.Result())}
+			if out.Usage {
+				ev = append(ev, attribute.Int64("gen_ai.usage.input_tokens", out.Prompt), attribute.Int64("gen_ai.usage.output_tokens", out.Completion))
 			}
-			at := out.finishAt
+			at := out.FinishAt
 			if at.IsZero() {
 				at = time.Now()
 			}

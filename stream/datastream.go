@@ -1,4 +1,4 @@
-package proxy
+package stream
 
 import (
 	"bytes"
@@ -6,11 +6,11 @@ import (
 	"time"
 )
 
-// dataStreamTap reads the data stream protocol of AI SDK 4 (lines "<code>:<JSON>\n"): the finish reason
+// DataStream reads the data stream protocol of AI SDK 4 (lines "<code>:<JSON>\n"): the finish reason
 // and usage of its d: part (finish message), the usage of its e: parts (finish step), the
 // text of its 0: parts and whether a 3: part (error) passed. d: and e: lines are kept (up to
 // maxPartLine) until they end; 0: text is counted as it passes, without being kept.
-type dataStreamTap struct {
+type DataStream struct {
 	dataCounts
 	atLineStart bool
 	pending     byte   // a part's code began a line at the end of the previous read
@@ -21,16 +21,16 @@ type dataStreamTap struct {
 	// them; a longer line grows line on the heap for itself only (see endPart).
 	buf [256]byte
 
-	// check, when set, runs after each part it counts (see partCheck): mark is where the
+	// check, when set, runs after each part it counts (see Checker): mark is where the
 	// current read may be cut before the part that just ended, saved the counts there.
-	check partCheck
+	check Checker
 	mark  int
 	saved dataCounts
 }
 
-// dataCounts is what a dataStreamTap has counted.
+// dataCounts is what a DataStream has counted.
 type dataCounts struct {
-	out streamOutcome
+	out Outcome
 	// Usage: the d: part's (the answer's total) when it had one, else the sum of the e:
 	// parts that passed, because those tokens were spent upstream even if the stream broke.
 	dUsage, eUsage       bool
@@ -38,22 +38,24 @@ type dataCounts struct {
 	ePrompt, eCompletion int64
 }
 
-var _ streamTap = (*dataStreamTap)(nil)
+var _ Tap = (*DataStream)(nil)
 
 // maxPartLine caps what is kept of a d: or e: line; finishReason and usage come first in
 // practice, and a longer line is parsed as far as it was kept (it then fails as JSON).
 const maxPartLine = 4096
 
-// reset makes the tap watch a new stream from its first byte.
-func (t *dataStreamTap) reset() {
-	*t = dataStreamTap{atLineStart: true}
+// Reset makes the tap watch a new stream from its first byte; check, when not nil, runs after
+// each part it counts (see Checker).
+func (t *DataStream) Reset(check Checker) {
+	*t = DataStream{atLineStart: true, check: check}
 	t.line = t.buf[:0]
 }
 
 // isPart: the codes whose lines the tap reads.
 func isPart(c byte) bool { return c == 'd' || c == 'e' || c == '0' || c == '3' }
 
-func (t *dataStreamTap) feed(b []byte) int {
+// Feed reads the next bytes of the stream (see Tap).
+func (t *DataStream) Feed(b []byte) int {
 	n := len(b)
 	if t.check != nil {
 		t.mark = -1 // a part under way began in an earlier read: it is out already
@@ -70,7 +72,7 @@ func (t *dataStreamTap) feed(b []byte) int {
 			}
 			switch t.inPart {
 			case '0':
-				t.text.feed(b[:end])
+				t.text.Feed(b[:end])
 			case 'd', 'e':
 				if room := maxPartLine - len(t.line); room > 0 {
 					t.line = append(t.line, b[:min(end, room)]...)
@@ -120,7 +122,7 @@ func (t *dataStreamTap) feed(b []byte) int {
 	return n
 }
 
-func (t *dataStreamTap) beginPart(code byte) {
+func (t *DataStream) beginPart(code byte) {
 	t.inPart = code
 	if code == '0' {
 		t.text.reset()
@@ -128,15 +130,15 @@ func (t *dataStreamTap) beginPart(code byte) {
 }
 
 // endPart takes in a part whose line has ended.
-func (t *dataStreamTap) endPart() {
+func (t *DataStream) endPart() {
 	switch t.inPart {
 	case '0':
 		// Only a whole string counts: a client's parser drops a broken line.
 		if n, ok := t.text.done(); ok {
-			t.out.textBytes += n
+			t.out.TextBytes += n
 		}
 	case '3':
-		t.out.errored = true
+		t.out.Errored = true
 	case 'd', 'e':
 		t.part(t.inPart, t.line)
 	}
@@ -151,7 +153,7 @@ func (t *dataStreamTap) endPart() {
 // reads the members of the exact names, as the AI SDK's parser does, without decoding the
 // line into Go values. A line that is no JSON object makes the reason "unknown" and counts no
 // usage; a usage the gateway cannot trust (not whole numbers of tokens) is not counted.
-func (t *dataStreamTap) part(kind byte, line []byte) {
+func (t *DataStream) part(kind byte, line []byte) {
 	var reason, usage []byte
 	haveReason := false
 	whole := eachMember(line, func(key []byte, escaped bool, val []byte) {
@@ -163,13 +165,13 @@ func (t *dataStreamTap) part(kind byte, line []byte) {
 		}
 	})
 	if kind == 'd' {
-		t.out.finishAt = time.Now()
+		t.out.FinishAt = time.Now()
 		r, isString := stringContents(reason)
 		switch {
 		case !whole || (haveReason && !isString && string(reason) != "null"):
-			t.out.reason = "unknown"
+			t.out.Reason = "unknown"
 		default:
-			t.out.reason = reasonLabel(r) // "other" when absent, null or unknown
+			t.out.Reason = reasonLabel(r) // "other" when absent, null or unknown
 		}
 	}
 	if !whole || usage == nil || string(usage) == "null" {
@@ -188,14 +190,14 @@ func (t *dataStreamTap) part(kind byte, line []byte) {
 	t.eCompletion += completion
 }
 
-// outcome: the usage is the d: part's when it had one, else the sum of the e: parts seen.
-func (t *dataStreamTap) outcome() *streamOutcome {
+// Outcome: the usage is the d: part's when it had one, else the sum of the e: parts seen.
+func (t *DataStream) Outcome() *Outcome {
 	o := &t.out
 	switch {
 	case t.dUsage:
-		o.usage, o.prompt, o.completion = true, t.dPrompt, t.dCompletion
+		o.Usage, o.Prompt, o.Completion = true, t.dPrompt, t.dCompletion
 	case t.eUsage:
-		o.usage, o.prompt, o.completion = true, t.ePrompt, t.eCompletion
+		o.Usage, o.Prompt, o.Completion = true, t.ePrompt, t.eCompletion
 	}
 	return o
 }

@@ -1,4 +1,4 @@
-package proxy
+package stream
 
 import (
 	"bytes"
@@ -25,18 +25,19 @@ func (c *chunked) Read(p []byte) (int, error) {
 
 // tapEvery feeds body to a fresh tap in reads of every size from 1 to len(body), checks the
 // bytes pass unchanged and that every split gives the same outcome, and returns it.
-func tapEvery(t *testing.T, name string, newTap func() streamTap, body string) streamOutcome {
+func tapEvery(t *testing.T, name string, newTap func() Tap, body string) Outcome {
 	t.Helper()
-	var first streamOutcome
+	var first Outcome
 	for size := 1; size <= max(len(body), 1); size++ {
 		tap := newTap()
-		tb := &tappedBody{ReadCloser: io.NopCloser(&chunked{s: body, size: size}), tap: tap}
-		got, err := io.ReadAll(tb)
+		var tb Body
+		tb.Reset(io.NopCloser(&chunked{s: body, size: size}), tap, nil, 0, nil)
+		got, err := io.ReadAll(&tb)
 		if err != nil || string(got) != body {
 			t.Fatalf("%s: bytes changed: %q %v", name, got, err)
 		}
-		o := *tap.outcome()
-		o.finishAt = first.finishAt // a time, not a count
+		o := *tap.Outcome()
+		o.FinishAt = first.FinishAt // a time, not a count
 		if size == 1 {
 			first = o
 			continue
@@ -48,8 +49,8 @@ func tapEvery(t *testing.T, name string, newTap func() streamTap, body string) s
 	return first
 }
 
-func newDataTap() streamTap { t := new(dataStreamTap); t.reset(); return t }
-func newUITap() streamTap   { t := new(uiStreamTap); t.reset(); return t }
+func newDataTap() Tap { t := new(DataStream); t.Reset(nil); return t }
+func newUITap() Tap   { t := new(UIMessageStream); t.Reset(nil); return t }
 
 func TestDataStreamTapFinish(t *testing.T) {
 	stream := "f:{\"messageId\":\"m\"}\n0:\"d: not a finish\"\n0:\"x\"\ne:{\"finishReason\":\"stop\"}\nd:{\"finishReason\":\"length\",\"threadId\":\"t\"}\n"
@@ -70,7 +71,7 @@ func TestDataStreamTapFinish(t *testing.T) {
 	}
 	for _, c := range cases {
 		o := tapEvery(t, c.name, newDataTap, c.body)
-		if r := o.result(); r != c.want {
+		if r := o.Result(); r != c.want {
 			t.Fatalf("%s: reason %q, want %q", c.name, r, c.want)
 		}
 	}
@@ -103,8 +104,8 @@ func TestDataStreamTapTokens(t *testing.T) {
 	}
 	for _, c := range cases {
 		o := tapEvery(t, c.name, newDataTap, c.body)
-		if o.usage != c.ok || o.prompt != c.prompt || o.completion != c.comp || o.textBytes != c.text {
-			t.Fatalf("%s: usage %v %d/%d text %d, want %v %d/%d text %d", c.name, o.usage, o.prompt, o.completion, o.textBytes, c.ok, c.prompt, c.comp, c.text)
+		if o.Usage != c.ok || o.Prompt != c.prompt || o.Completion != c.comp || o.TextBytes != c.text {
+			t.Fatalf("%s: usage %v %d/%d text %d, want %v %d/%d text %d", c.name, o.Usage, o.Prompt, o.Completion, o.TextBytes, c.ok, c.prompt, c.comp, c.text)
 		}
 	}
 }
@@ -166,8 +167,8 @@ func TestUIStreamTap(t *testing.T) {
 		if want == "" {
 			want = "incomplete"
 		}
-		if o.result() != want || o.usage != c.usage || o.prompt != c.prompt || o.completion != c.comp || o.textBytes != c.text {
-			t.Fatalf("%s: %s usage %v %d/%d text %d, want %s %v %d/%d text %d", c.name, o.result(), o.usage, o.prompt, o.completion, o.textBytes,
+		if o.Result() != want || o.Usage != c.usage || o.Prompt != c.prompt || o.Completion != c.comp || o.TextBytes != c.text {
+			t.Fatalf("%s: %s usage %v %d/%d text %d, want %s %v %d/%d text %d", c.name, o.Result(), o.Usage, o.Prompt, o.Completion, o.TextBytes,
 				want, c.usage, c.prompt, c.comp, c.text)
 		}
 	}
@@ -179,13 +180,13 @@ func TestUIStreamTapLongEvent(t *testing.T) {
 	long := strings.Repeat("a", maxEventData)
 	body := sse(`{"type":"text-delta","id":"t","delta":"`+long+`"}`, `{"type":"data-x","data":"`+long+`"}`,
 		`{"type":"error","errorText":"`+long+`"}`, `{"type":"text-delta","delta":"ok"}`)
-	tap := new(uiStreamTap)
-	tap.reset()
-	tap.feed([]byte(body))
-	o := tap.outcome()
+	tap := new(UIMessageStream)
+	tap.Reset(nil)
+	tap.Feed([]byte(body))
+	o := tap.Outcome()
 	wantText := int64(len(`{"type":"text-delta","id":"t","delta":"`+long+`"}`)) + 2
-	if !o.errored || o.textBytes != wantText {
-		t.Fatalf("errored %v text %d, want true %d", o.errored, o.textBytes, wantText)
+	if !o.Errored || o.TextBytes != wantText {
+		t.Fatalf("errored %v text %d, want true %d", o.Errored, o.TextBytes, wantText)
 	}
 	if cap(tap.data) > len(tap.buf) {
 		t.Fatalf("the long event's buffer (%d bytes) is still held", cap(tap.data))
@@ -194,8 +195,8 @@ func TestUIStreamTapLongEvent(t *testing.T) {
 
 func TestStreamTokens(t *testing.T) {
 	// A stream whose finish passed with its usage costs that usage, whatever passed.
-	final := chargeOf(&streamOutcome{usage: true, reason: "stop", prompt: 3, completion: 0, textBytes: 400}, 1000)
-	if p, c, est := final.split(4096, 0); p != 3 || c != 0 || est {
+	final := ChargeOf(&Outcome{Usage: true, Reason: "stop", Prompt: 3, Completion: 0, TextBytes: 400}, 1000)
+	if p, c, est := final.Split(4096, 0); p != 3 || c != 0 || est {
 		t.Fatalf("final usage: %d %d %v", p, c, est)
 	}
 	// None reported: ⌈text/4⌉ and ⌈answer/4⌉, the prompt capped by estimate_max.
@@ -204,34 +205,34 @@ func TestStreamTokens(t *testing.T) {
 		text, p, q int64
 		max        int64
 	}{{1, 1, 1, 1, 4096}, {4, 1, 1, 1, 4096}, {5, 8, 2, 2, 4096}, {200_000, 9, 4096, 3, 4096}, {200_001, 13, 50_001, 4, 100_000}, {400, 4, 0, 1, 0}} {
-		o := chargeOf(&streamOutcome{textBytes: c.text}, c.prompt)
-		if p, q, est := o.split(c.max, 0); p != c.p || q != c.q || !est {
+		o := ChargeOf(&Outcome{TextBytes: c.text}, c.prompt)
+		if p, q, est := o.Split(c.max, 0); p != c.p || q != c.q || !est {
 			t.Fatalf("prompt %d text %d: %d %d %v, want %d %d", c.prompt, c.text, p, q, est, c.p, c.q)
 		}
 	}
 	// An early report never lowers the charge; a larger one than the estimate stands.
-	early := chargeOf(&streamOutcome{usage: true, prompt: 1, textBytes: 120_000}, 40)
-	if n := early.of(4096, 0); n != 10+30_000 {
+	early := ChargeOf(&Outcome{Usage: true, Prompt: 1, TextBytes: 120_000}, 40)
+	if n := early.Of(4096, 0); n != 10+30_000 {
 		t.Fatalf("early report of 1: charged %d, want the estimate %d", n, 10+30_000)
 	}
-	big := chargeOf(&streamOutcome{usage: true, prompt: 900, completion: 100, textBytes: 40}, 40)
-	if p, q, est := big.split(4096, 0); p != 900 || q != 100 || est {
+	big := ChargeOf(&Outcome{Usage: true, Prompt: 900, Completion: 100, TextBytes: 40}, 40)
+	if p, q, est := big.Split(4096, 0); p != 900 || q != 100 || est {
 		t.Fatalf("reported 1000 over an estimate of 20: %d %d %v", p, q, est)
 	}
 	// No answer text: the prompt alone, at most estimate_max, at most the reserve held.
 	for _, c := range []struct {
-		out          *streamOutcome
+		out          *Outcome
 		max, reserve int64
 		want         int64
 	}{
-		{nil, 4096, 0, 4096},                                       // gone before the headers
-		{&streamOutcome{}, 4096, 0, 4096},                          // headers, no text
-		{&streamOutcome{}, 4096, 100, 100},                         // the reserve bounds it
-		{&streamOutcome{}, 50, 100, 50},                            // and estimate_max
-		{&streamOutcome{usage: true, prompt: 7}, 4096, 100, 100},   // an early report below it
-		{&streamOutcome{usage: true, prompt: 700}, 4096, 100, 700}, // the upstream's word above it
+		{nil, 4096, 0, 4096},                                 // gone before the headers
+		{&Outcome{}, 4096, 0, 4096},                          // headers, no text
+		{&Outcome{}, 4096, 100, 100},                         // the reserve bounds it
+		{&Outcome{}, 50, 100, 50},                            // and estimate_max
+		{&Outcome{Usage: true, Prompt: 7}, 4096, 100, 100},   // an early report below it
+		{&Outcome{Usage: true, Prompt: 700}, 4096, 100, 700}, // the upstream's word above it
 	} {
-		if got := chargeOf(c.out, 1_000_000).of(c.max, c.reserve); got != c.want {
+		if got := ChargeOf(c.out, 1_000_000).Of(c.max, c.reserve); got != c.want {
 			t.Errorf("%+v max %d reserve %d: charged %d, want %d", c.out, c.max, c.reserve, got, c.want)
 		}
 	}
@@ -249,7 +250,7 @@ func TestTapChosenByResponse(t *testing.T) {
 		{http.Header{"Content-Type": {"text/event-streams"}}, false},
 		{http.Header{}, false},
 	} {
-		if got := isUIMessageStream(c.h); got != c.ui {
+		if got := IsUIMessageStream(c.h); got != c.ui {
 			t.Errorf("%v: UI stream %v, want %v", c.h, got, c.ui)
 		}
 	}
@@ -259,17 +260,17 @@ func TestTapChosenByResponse(t *testing.T) {
 func TestTapsAllocateNothingPerPart(t *testing.T) {
 	ui := []byte(sse(`{"type":"text-delta","id":"t","delta":"Start by creating an API key \u00e9. "}`))
 	data := []byte("0:\"Start by creating an API key \\u00e9. \"\n")
-	var u uiStreamTap
-	u.reset()
-	var d dataStreamTap
-	d.reset()
-	if a := testing.AllocsPerRun(100, func() { u.feed(ui) }); a != 0 {
+	var u UIMessageStream
+	u.Reset(nil)
+	var d DataStream
+	d.Reset(nil)
+	if a := testing.AllocsPerRun(100, func() { u.Feed(ui) }); a != 0 {
 		t.Errorf("UI stream text-delta: %v allocations", a)
 	}
-	if a := testing.AllocsPerRun(100, func() { d.feed(data) }); a != 0 {
+	if a := testing.AllocsPerRun(100, func() { d.Feed(data) }); a != 0 {
 		t.Errorf("data stream 0: part: %v allocations", a)
 	}
-	if !bytes.Contains(ui, []byte("delta")) || u.outcome().textBytes == 0 || d.outcome().textBytes == 0 {
+	if !bytes.Contains(ui, []byte("delta")) || u.Outcome().TextBytes == 0 || d.Outcome().TextBytes == 0 {
 		t.Fatal("nothing was counted")
 	}
 	// Whole streams, finish and usage included.
@@ -277,20 +278,20 @@ func TestTapsAllocateNothingPerPart(t *testing.T) {
 		`{"type":"finish","finishReason":"stop","messageMetadata":{"threadId":"t","usage":{"inputTokens":10,"outputTokens":17,"totalTokens":27}}}`, `[DONE]`))
 	dataAll := []byte("f:{\"messageId\":\"m\"}\n0:\"a\"\ne:{\"finishReason\":\"stop\",\"usage\":{\"promptTokens\":10,\"completionTokens\":17},\"isContinued\":false}\n" +
 		"d:{\"finishReason\":\"stop\",\"usage\":{\"promptTokens\":10,\"completionTokens\":17}}\n")
-	if a := testing.AllocsPerRun(100, func() { u.reset(); u.feed(uiAll) }); a != 0 {
+	if a := testing.AllocsPerRun(100, func() { u.Reset(nil); u.Feed(uiAll) }); a != 0 {
 		t.Errorf("a whole UI message stream: %v allocations", a)
 	}
-	if a := testing.AllocsPerRun(100, func() { d.reset(); d.feed(dataAll) }); a != 0 {
+	if a := testing.AllocsPerRun(100, func() { d.Reset(nil); d.Feed(dataAll) }); a != 0 {
 		t.Errorf("a whole data stream: %v allocations", a)
 	}
 	// A request's scope is new, and so is its tap: its d: and e: lines fit the tap's own buffer.
-	if a := testing.AllocsPerRun(100, func() { d = dataStreamTap{}; d.reset(); d.feed(dataAll) }); a != 0 {
+	if a := testing.AllocsPerRun(100, func() { d = DataStream{}; d.Reset(nil); d.Feed(dataAll) }); a != 0 {
 		t.Errorf("a whole data stream on a new tap: %v allocations", a)
 	}
-	if o := u.outcome(); !o.usage || o.prompt != 10 || o.completion != 17 || o.reason != "stop" {
+	if o := u.Outcome(); !o.Usage || o.Prompt != 10 || o.Completion != 17 || o.Reason != "stop" {
 		t.Fatalf("UI stream outcome %+v", *o)
 	}
-	if o := d.outcome(); !o.usage || o.prompt != 10 || o.completion != 17 || o.reason != "stop" {
+	if o := d.Outcome(); !o.Usage || o.Prompt != 10 || o.Completion != 17 || o.Reason != "stop" {
 		t.Fatalf("data stream outcome %+v", *o)
 	}
 }

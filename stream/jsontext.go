@@ -1,4 +1,4 @@
-package proxy
+package stream
 
 import (
 	"bytes"
@@ -38,7 +38,7 @@ func (c *jsonTextLen) reset() { *c = jsonTextLen{} }
 // done reports the count and whether a whole string literal went by.
 func (c *jsonTextLen) done() (int64, bool) { return c.n, c.st == textDone }
 
-func (c *jsonTextLen) feed(b []byte) {
+func (c *jsonTextLen) Feed(b []byte) {
 	for len(b) > 0 {
 		switch c.st {
 		case textBefore:
@@ -136,7 +136,7 @@ func hexDigit(c byte) rune {
 // textLen is the decoded length of a whole JSON string literal, or false when lit is none.
 func textLen(lit []byte) (int64, bool) {
 	var c jsonTextLen
-	c.feed(lit)
+	c.Feed(lit)
 	return c.done()
 }
 

@@ -1,4 +1,4 @@
-package proxy
+package stream
 
 import (
 	"bufio"
@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"net/textproto"
 	"strings"
 
@@ -18,43 +17,40 @@ import (
 
 // The gateway reads streamed answers (their finish, usage and text) to charge and cut them,
 // so it must see their bytes in clear: an answer in gzip would otherwise pass whole and cost
-// its prompt estimate alone, whatever the client's budget. The upstream request of a stream
-// route therefore asks for identity (the client's Accept-Encoding is not passed on), and an
-// answer that comes encoded all the same (an upstream, CDN or ingress that compresses
-// regardless) is decoded on its way: the tap reads the text, the client gets that same text
-// without the coding (every HTTP client takes identity), and a cut answer still ends as a
-// valid stream. An answer in a coding the gateway cannot decode passes as it came; its tap
-// counts every byte as answer text (opaqueTap). Answers of other routes are not read and
-// keep whatever coding the client and the upstream agree on.
+// its prompt estimate alone, whatever the client's budget. The gateway asks the upstream for
+// identity, and an answer that comes encoded all the same (an upstream, CDN or ingress that
+// compresses regardless) is decoded on its way (NewDecoder): the tap reads the text, the client
+// gets that same text without the coding (every HTTP client takes identity), and a cut answer
+// still ends as a valid stream. An answer in a coding the gateway cannot decode passes as it
+// came; its tap counts every byte as answer text (Opaque).
 
-// identityOnly is the Accept-Encoding of the upstream requests of stream routes; shared
-// read-only by all of them.
-var identityOnly = []string{"identity"}
-
-// contentCoding is a content coding the gateway decodes.
-type contentCoding uint8
+// Coding is a content coding the gateway decodes.
+type Coding uint8
 
 const (
-	codingGzip contentCoding = iota + 1
+	codingGzip Coding = iota + 1
 	codingDeflate
 	codingBrotli
 	codingZstd
 )
 
 // encodingLabels are the values of gateway_stream_encoded_total's encoding label: the codings
-// the gateway decodes, in contentCoding's order, and "other" for an answer it cannot.
+// the gateway decodes, in Coding's order, and "other" for an answer it cannot.
 var encodingLabels = [...]string{"gzip", "deflate", "br", "zstd", "other"}
 
-func (c contentCoding) String() string { return encodingLabels[c-1] }
+// EncodingLabels are the values an Encoding's String gives.
+func EncodingLabels() []string { return encodingLabels[:] }
 
-// answerEncoding is an answer's encoding label (a byte, so the scope stays in its size
-// class): 0 for none, else encodingLabels[e-1].
-type answerEncoding uint8
+func (c Coding) String() string { return encodingLabels[c-1] }
 
-// encodingOther labels an answer in a coding the gateway cannot read.
-const encodingOther = answerEncoding(len(encodingLabels))
+// Encoding is an answer's encoding label (a byte, so that a request's state keeps its size):
+// 0 for none, else encodingLabels[e-1].
+type Encoding uint8
 
-func (e answerEncoding) String() string {
+// EncodingOther labels an answer in a coding the gateway cannot read.
+const EncodingOther = Encoding(len(encodingLabels))
+
+func (e Encoding) String() string {
 	if e == 0 {
 		return ""
 	}
@@ -65,13 +61,13 @@ func (e answerEncoding) String() string {
 // read as one it cannot decode.
 const maxCodings = 2
 
-// answerCodings reads a Content-Encoding: the codings applied, in the order they were, and the
-// label of the answer (its outermost coding, encodingOther when one cannot be decoded, 0 when
-// it names none but identity). ok is false when the answer cannot be decoded.
-func answerCodings(values []string) (cs []contentCoding, label answerEncoding, ok bool) {
+// Codings reads the values of a Content-Encoding: the codings applied, in the order they were,
+// and the label of the answer (its outermost coding, EncodingOther when one cannot be decoded,
+// 0 when it names none but identity). ok is false when the answer cannot be decoded.
+func Codings(values []string) (cs []Coding, label Encoding, ok bool) {
 	for _, v := range values {
 		for tok := range strings.SplitSeq(v, ",") {
-			var c contentCoding
+			var c Coding
 			switch tok = textproto.TrimString(tok); {
 			case tok == "", strings.EqualFold(tok, "identity"):
 				continue
@@ -84,10 +80,10 @@ func answerCodings(values []string) (cs []contentCoding, label answerEncoding, o
 			case strings.EqualFold(tok, "zstd"):
 				c = codingZstd
 			default:
-				return nil, encodingOther, false
+				return nil, EncodingOther, false
 			}
 			if len(cs) == maxCodings {
-				return nil, encodingOther, false
+				return nil, EncodingOther, false
 			}
 			cs = append(cs, c)
 		}
@@ -95,30 +91,12 @@ func answerCodings(values []string) (cs []contentCoding, label answerEncoding, o
 	if len(cs) == 0 {
 		return nil, 0, true
 	}
-	return cs, answerEncoding(cs[len(cs)-1]), true
+	return cs, Encoding(cs[len(cs)-1]), true
 }
 
-// decodeAnswer prepares a streamed answer that names a Content-Encoding for its tap: one in
-// codings the gateway knows is decoded from its first read on (its coding headers removed,
-// since the client gets it in clear); the answer is counted in gateway_stream_encoded_total.
-// It reports whether the tap can read the answer.
-func (s *scope) decodeAnswer(res *http.Response) bool {
-	cs, label, ok := answerCodings(res.Header["Content-Encoding"])
-	if label != 0 {
-		s.route.metrics.StreamEncoded(label.String())
-		s.encoding = label
-	}
-	if !ok {
-		return false
-	}
-	delete(res.Header, "Content-Encoding")
-	if len(cs) > 0 {
-		// The length, if any, was the encoded one.
-		delete(res.Header, "Content-Length")
-		res.ContentLength = -1
-		s.upBody.ReadCloser = &decodingBody{raw: s.upBody.ReadCloser, codings: cs}
-	}
-	return true
+// NewDecoder is raw, an answer's body in codings cs, undone of them.
+func NewDecoder(raw io.ReadCloser, cs []Coding) io.ReadCloser {
+	return &decodingBody{raw: raw, codings: cs}
 }
 
 // decodingBody is an answer's body undone of its content codings. The decoders start at the
@@ -128,7 +106,7 @@ func (s *scope) decodeAnswer(res *http.Response) bool {
 // client as it would have in clear.
 type decodingBody struct {
 	raw     io.ReadCloser
-	codings []contentCoding
+	codings []Coding
 	r       io.Reader   // the decoded answer, once open
 	closers []io.Closer // the decoders that hold resources
 	err     error       // opening failed
@@ -231,28 +209,3 @@ func (d *decodingBody) Close() error {
 	}
 	return d.raw.Close()
 }
-
-// opaqueTap reads an answer in a content coding the gateway cannot decode. Nothing of it can
-// be read, so it is never charged a reported usage: every byte that passes counts as answer
-// text for the estimate (a token per 4 bytes, as for a client that left early), and with
-// cutoff each read is a part, dropped whole when it would take the tenant past its budget
-// (the answer then ends where the previous read did: nothing can be added in a coding the
-// gateway cannot write).
-type opaqueTap struct {
-	out   streamOutcome
-	check partCheck
-}
-
-var _ streamTap = (*opaqueTap)(nil)
-
-func (t *opaqueTap) feed(b []byte) int {
-	saved := t.out
-	t.out.textBytes += int64(len(b))
-	if t.check != nil && t.check(true) == cutBefore {
-		t.out = saved
-		return 0
-	}
-	return len(b)
-}
-
-func (t *opaqueTap) outcome() *streamOutcome { return &t.out }

@@ -1,11 +1,11 @@
-package proxy
+package stream
 
 import (
 	"strconv"
 	"time"
 )
 
-// uiStreamTap reads the UI message stream of AI SDK 5 and later: server-sent events, each
+// UIMessageStream reads the UI message stream of AI SDK 5 and later: server-sent events, each
 // "data: {JSON chunk}" and a blank line, ending with "data: [DONE]". It reads the events
 // as a client's SSE parser does (lines ending in LF, CRLF or CR; several data lines joined
 // by LF; comments and other fields ignored; a leading byte-order mark dropped; an event
@@ -20,8 +20,8 @@ import (
 // An event's data is kept until its blank line, up to maxEventData bytes; of a longer
 // event only the members wholly within that prefix are read (a text-delta cut there counts
 // its whole length as text).
-type uiStreamTap struct {
-	out streamOutcome
+type UIMessageStream struct {
+	out Outcome
 
 	// The line being read.
 	field    [8]byte // its field name so far (room for a byte-order mark and "data")
@@ -38,26 +38,30 @@ type uiStreamTap struct {
 	size    int    // its whole length
 	buf     [256]byte
 
-	// check, when set, runs after each event (see partCheck): mark is where the current read
+	// check, when set, runs after each event (see Checker): mark is where the current read
 	// may be cut before the event that just ended, saved the outcome there.
-	check partCheck
+	check Checker
 	mark  int
-	saved streamOutcome
+	saved Outcome
 }
 
-var _ streamTap = (*uiStreamTap)(nil)
+var _ Tap = (*UIMessageStream)(nil)
 
 // maxEventData bounds the data kept of one event.
 const maxEventData = 64 << 10
 
-func (t *uiStreamTap) reset() {
-	*t = uiStreamTap{}
+// Reset makes the tap watch a new stream from its first byte; check, when not nil, runs after
+// each event (see Checker).
+func (t *UIMessageStream) Reset(check Checker) {
+	*t = UIMessageStream{check: check}
 	t.data = t.buf[:0]
 }
 
-func (t *uiStreamTap) outcome() *streamOutcome { return &t.out }
+// Outcome is what the stream reported up to now.
+func (t *UIMessageStream) Outcome() *Outcome { return &t.out }
 
-func (t *uiStreamTap) feed(b []byte) int {
+// Feed reads the next bytes of the stream (see Tap).
+func (t *UIMessageStream) Feed(b []byte) int {
 	n := len(b)
 	if t.check != nil {
 		t.mark = -1 // an event under way began in an earlier read: it is out already
@@ -149,7 +153,7 @@ func lineEnd(b []byte) int {
 }
 
 // isData: the line's field is data (after the byte-order mark a stream may start with).
-func (t *uiStreamTap) isData() bool {
+func (t *UIMessageStream) isData() bool {
 	f := t.field[:t.fieldLen]
 	if !t.started && len(f) >= 3 && f[0] == 0xEF && f[1] == 0xBB && f[2] == 0xBF {
 		f = f[3:]
@@ -158,14 +162,14 @@ func (t *uiStreamTap) isData() bool {
 }
 
 // beginData starts a data line: joined to the event's earlier ones by an LF.
-func (t *uiStreamTap) beginData() {
+func (t *UIMessageStream) beginData() {
 	if t.hasData {
 		t.appendData([]byte{'\n'})
 	}
 	t.hasData = true
 }
 
-func (t *uiStreamTap) appendData(seg []byte) {
+func (t *UIMessageStream) appendData(seg []byte) {
 	if len(seg) == 0 {
 		return
 	}
@@ -175,14 +179,14 @@ func (t *uiStreamTap) appendData(seg []byte) {
 	}
 }
 
-func (t *uiStreamTap) endLine(c byte) {
+func (t *UIMessageStream) endLine(c byte) {
 	t.fieldLen, t.inValue, t.trimmed, t.skip = 0, false, false, false
 	t.afterCR = c == '\r'
 	t.started = true
 }
 
 // dispatch takes in the event whose blank line just passed.
-func (t *uiStreamTap) dispatch() {
+func (t *UIMessageStream) dispatch() {
 	if t.hasData {
 		t.event(t.data, t.size > len(t.data))
 	}
@@ -221,7 +225,7 @@ func chunkType(raw []byte) int {
 }
 
 // event reads one chunk; cut says data is only the event's first maxEventData bytes.
-func (t *uiStreamTap) event(data []byte, cut bool) {
+func (t *UIMessageStream) event(data []byte, cut bool) {
 	if string(data) == "[DONE]" {
 		return
 	}
@@ -249,17 +253,17 @@ func (t *uiStreamTap) event(data []byte, cut bool) {
 	switch typ {
 	case chunkTextDelta:
 		if n, ok := textLen(delta); haveDelta && ok {
-			t.out.textBytes += n
+			t.out.TextBytes += n
 		} else if cut {
-			t.out.textBytes += int64(t.size) // its delta ran past what was kept
+			t.out.TextBytes += int64(t.size) // its delta ran past what was kept
 		}
 	case chunkError:
-		t.out.errored = true
+		t.out.Errored = true
 	case chunkFinish:
-		t.out.finishAt = time.Now()
-		t.out.reason = "unknown" // the finish chunk's finishReason is optional (absent in SDK 5)
+		t.out.FinishAt = time.Now()
+		t.out.Reason = "unknown" // the finish chunk's finishReason is optional (absent in SDK 5)
 		if s, ok := stringContents(reason); haveReason && ok {
-			t.out.reason = reasonLabel(s)
+			t.out.Reason = reasonLabel(s)
 		}
 		t.usage(meta)
 	case chunkStart, chunkMetadata:
@@ -270,7 +274,7 @@ func (t *uiStreamTap) event(data []byte, cut bool) {
 // usage takes messageMetadata.usage when it is one the gateway can trust: an object whose
 // inputTokens and outputTokens, where present (not null), are whole numbers of tokens, at
 // least one of them present. Anything else leaves the usage seen before.
-func (t *uiStreamTap) usage(meta []byte) {
+func (t *UIMessageStream) usage(meta []byte) {
 	if meta == nil {
 		return
 	}
@@ -287,7 +291,7 @@ func (t *uiStreamTap) usage(meta []byte) {
 	if !ok || !present {
 		return
 	}
-	t.out.usage, t.out.prompt, t.out.completion = true, prompt, completion
+	t.out.Usage, t.out.Prompt, t.out.Completion = true, prompt, completion
 }
 
 // tokenPair reads the token counts named in and out of the JSON object usage (the last

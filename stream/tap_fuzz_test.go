@@ -1,4 +1,4 @@
-package proxy
+package stream
 
 import (
 	"encoding/json"
@@ -9,19 +9,19 @@ import (
 
 // feedCut feeds body to tap in pieces ending at the positions cuts chooses (each byte of
 // cuts is a piece's length, 0 meaning an empty read), then the rest in one piece.
-func feedCut(tap streamTap, body, cuts []byte) {
+func feedCut(tap Tap, body, cuts []byte) {
 	for _, c := range cuts {
 		n := min(int(c), len(body))
-		tap.feed(body[:n])
+		tap.Feed(body[:n])
 		body = body[n:]
 	}
-	tap.feed(body)
+	tap.Feed(body)
 }
 
 // sameOutcome: the counts agree (finishAt is a time, not a count).
-func sameOutcome(a, b *streamOutcome) bool {
+func sameOutcome(a, b *Outcome) bool {
 	x, y := *a, *b
-	x.finishAt = y.finishAt
+	x.FinishAt = y.FinishAt
 	return x == y
 }
 
@@ -42,14 +42,14 @@ func FuzzUIStreamTap(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, body, cuts []byte) {
 		whole := newUITap()
-		whole.feed(body)
+		whole.Feed(body)
 		split := newUITap()
 		feedCut(split, body, cuts)
-		if !sameOutcome(whole.outcome(), split.outcome()) {
-			t.Fatalf("%q in pieces %v: %+v, in one read %+v", body, cuts, *split.outcome(), *whole.outcome())
+		if !sameOutcome(whole.Outcome(), split.Outcome()) {
+			t.Fatalf("%q in pieces %v: %+v, in one read %+v", body, cuts, *split.Outcome(), *whole.Outcome())
 		}
-		if ref, ok := refUIStream(body); ok && !sameOutcome(&ref, whole.outcome()) {
-			t.Fatalf("%q: tap %+v, reference %+v", body, *whole.outcome(), ref)
+		if ref, ok := refUIStream(body); ok && !sameOutcome(&ref, whole.Outcome()) {
+			t.Fatalf("%q: tap %+v, reference %+v", body, *whole.Outcome(), ref)
 		}
 	})
 }
@@ -65,11 +65,11 @@ func FuzzDataStreamTap(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, body, cuts []byte) {
 		whole := newDataTap()
-		whole.feed(body)
+		whole.Feed(body)
 		split := newDataTap()
 		feedCut(split, body, cuts)
-		if !sameOutcome(whole.outcome(), split.outcome()) {
-			t.Fatalf("%q in pieces %v: %+v, in one read %+v", body, cuts, *split.outcome(), *whole.outcome())
+		if !sameOutcome(whole.Outcome(), split.Outcome()) {
+			t.Fatalf("%q in pieces %v: %+v, in one read %+v", body, cuts, *split.Outcome(), *whole.Outcome())
 		}
 	})
 }
@@ -77,8 +77,8 @@ func FuzzDataStreamTap(f *testing.F) {
 // refUIStream reads a UI message stream the plain way. ok is false when some event is not
 // valid JSON (or not UTF-8, or past maxEventData), where the tap's lenient reader may
 // differ and only the chunking property is checked.
-func refUIStream(body []byte) (streamOutcome, bool) {
-	var o streamOutcome
+func refUIStream(body []byte) (Outcome, bool) {
+	var o Outcome
 	s := strings.TrimPrefix(string(body), "\ufeff")
 	var lines []string
 	for {
@@ -112,15 +112,15 @@ func refUIStream(body []byte) (streamOutcome, bool) {
 		case "text-delta":
 			var delta string
 			if raw, has := m["delta"]; has && raw[0] == '"' && json.Unmarshal(raw, &delta) == nil {
-				o.textBytes += int64(len(delta))
+				o.TextBytes += int64(len(delta))
 			}
 		case "error":
-			o.errored = true
+			o.Errored = true
 		case "finish":
-			o.reason = "unknown"
+			o.Reason = "unknown"
 			var r string
 			if raw, has := m["finishReason"]; has && raw[0] == '"' && json.Unmarshal(raw, &r) == nil {
-				o.reason = reasonLabel([]byte(r))
+				o.Reason = reasonLabel([]byte(r))
 			}
 			refUsage(&o, m["messageMetadata"])
 		case "start", "message-metadata":
@@ -147,7 +147,7 @@ func refUIStream(body []byte) (streamOutcome, bool) {
 	return o, ok
 }
 
-func refUsage(o *streamOutcome, meta json.RawMessage) {
+func refUsage(o *Outcome, meta json.RawMessage) {
 	var m map[string]json.RawMessage
 	if json.Unmarshal(meta, &m) != nil || m == nil {
 		return
@@ -170,7 +170,7 @@ func refUsage(o *streamOutcome, meta json.RawMessage) {
 	p, ok1, has1 := count(u["inputTokens"])
 	c, ok2, has2 := count(u["outputTokens"])
 	if ok1 && ok2 && (has1 || has2) {
-		o.usage, o.prompt, o.completion = true, p, c
+		o.Usage, o.Prompt, o.Completion = true, p, c
 	}
 }
 
@@ -183,9 +183,9 @@ func TestUIStreamTapAgreesWithReference(t *testing.T) {
 	} {
 		ref, ok := refUIStream([]byte(body))
 		tap := newUITap()
-		tap.feed([]byte(body))
-		if !ok || !sameOutcome(&ref, tap.outcome()) {
-			t.Fatalf("%q: tap %+v, reference %+v (%v)", body, *tap.outcome(), ref, ok)
+		tap.Feed([]byte(body))
+		if !ok || !sameOutcome(&ref, tap.Outcome()) {
+			t.Fatalf("%q: tap %+v, reference %+v (%v)", body, *tap.Outcome(), ref, ok)
 		}
 	}
 }
