@@ -27,6 +27,7 @@ import (
 
 	"github.com/docsgate/gateway/auth"
 	"github.com/docsgate/gateway/config"
+	"github.com/docsgate/gateway/engine"
 	"github.com/docsgate/gateway/limits"
 	"github.com/docsgate/gateway/metrics"
 	"github.com/docsgate/gateway/notify"
@@ -224,7 +225,9 @@ func newOAServers(t *testing.T) *oaServers {
 	}
 	mem := limits.NewMemory()
 	reg := prometheus.NewRegistry()
-	gw, err := proxy.New(proxy.Options{Config: cfg, Logger: zap.NewNop(), Metrics: metrics.New(reg), Limiter: mem, Quotas: mem, History: mem})
+	m := metrics.New(reg)
+	eng := engine.New(engine.Options{Limiter: mem, Quotas: mem, History: mem, Metrics: m, Logger: zap.NewNop()})
+	gw, err := proxy.New(proxy.Options{Config: cfg, Logger: zap.NewNop(), Metrics: m, Engine: eng})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -244,14 +247,14 @@ func newOAServers(t *testing.T) *oaServers {
 			}
 			return true, "ready"
 		},
-		Metrics: metrics.Handler(reg), Usage: gw, Top: gw, TopTimeout: 10 * time.Second,
+		Metrics: metrics.Handler(reg), Usage: eng, Top: eng, TopTimeout: 10 * time.Second,
 		Reload: func() error {
 			if s.reloadFails.Load() {
 				return errors.New("limits.x: unknown key")
 			}
 			return nil
 		},
-		Keys: keys, KnownPlan: func(p string) bool { return p == "gold" }, Quotas: gw, History: gw,
+		Keys: keys, KnownPlan: func(p string) bool { return p == "gold" }, Quotas: eng, History: eng,
 		Notifications: s.box, Token: oaToken, UsageTimeout: 5 * time.Second, Logger: zap.NewNop(),
 	}
 	start := func(o Options) *httptest.Server {

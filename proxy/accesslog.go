@@ -1,11 +1,12 @@
 package proxy
 
 import (
-	"github.com/docsgate/gateway/stream"
 	"net/http"
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/docsgate/gateway/stream"
 )
 
 // finish writes the access-log line and the metrics of a request; it also runs when a stream
@@ -34,8 +35,7 @@ func (g *Gateway) finish(s *scope, r *http.Request) {
 			m.StreamCutoff(cut)
 		}
 	}
-	g.countTokens(s, out)
-	g.settleHolds(s, out)
+	g.settle(s, out)
 	if s.span != nil {
 		g.endSpan(s, status, out)
 	}
@@ -46,7 +46,7 @@ func (g *Gateway) finish(s *scope, r *http.Request) {
 	fp := g.logFields.Get().(*[]zap.Field)
 	defer g.logFields.Put(fp)
 	fields := append((*fp)[:0],
-		zap.String("route", s.route.name),
+		zap.String("route", s.route.Name),
 		zap.String("method", r.Method),
 		zap.String("path", r.URL.Path),
 		zap.Int("status", status),

@@ -22,7 +22,7 @@ func (sn *snapshot) failureClient(s *scope) netip.Addr {
 	if a.Is4() || !a.IsValid() {
 		return a
 	}
-	p, err := a.Prefix(sn.ipv6Bits)
+	p, err := a.Prefix(sn.pol.IPv6Prefix())
 	if err != nil {
 		return a
 	}

@@ -31,21 +31,17 @@ func (g *Gateway) authenticate(s *scope, r *http.Request) bool {
 		// Which one would the upstream believe? Refuse rather than guess.
 		header = "malformed"
 	}
-	id, reason := auth.Check(header, rt.key)
+	id, reason := auth.Check(header, rt.Key)
 	if reason != 0 {
 		g.rejectAuth(s, reason.String(), reason)
 		return false
 	}
 	s.digest = id.Digest
 	if g.registry == nil {
-		if rt.hasDomain {
-			domain := r.PathValue("domain")
-			s.org = s.snap.orgOf[domain]
-			if s.org == "" {
-				s.org = safeID(domain) // an unmapped domain is an org of its own
-			}
+		if rt.HasDomain {
+			s.org = s.snap.pol.OrgOf(r.PathValue("domain")) // an unmapped domain is an org of its own
 		}
-		s.plan = s.snap.orgPlan[s.org]
+		s.plan = s.snap.pol.PlanOf(s.org)
 		return true
 	}
 	return g.authenticateRegistered(s, r, id.Digest)
@@ -101,7 +97,7 @@ func (g *Gateway) authenticateRegistered(s *scope, r *http.Request, digest strin
 	case !e.Active():
 		g.rejectAuth(s, "revoked", auth.UnknownFamily)
 		return false
-	case e.Kind != rt.key.String():
+	case e.Kind != rt.Key.String():
 		// An entry registered by digest carries the kind its registrant said; the prefix is
 		// what the platform goes by. Never read one family's grants as the other's (domains
 		// as projects).
@@ -111,7 +107,7 @@ func (g *Gateway) authenticateRegistered(s *scope, r *http.Request, digest strin
 	if resource := grantedResource(rt, r); resource != "" && !e.Allows(resource) {
 		s.route.metrics.AuthRejected("forbidden")
 		what := "project"
-		if rt.key == auth.Assistant {
+		if rt.Key == auth.Assistant {
 			what = "documentation site"
 		}
 		s.fail(http.StatusForbidden, errorBody{Error: "This API key is not allowed for this " + what + ".", Code: codeForbidden})
@@ -121,7 +117,7 @@ func (g *Gateway) authenticateRegistered(s *scope, r *http.Request, digest strin
 	s.plan = e.Plan
 	s.label = e.Label
 	if s.plan == "" {
-		s.plan = s.snap.orgPlan[s.org]
+		s.plan = s.snap.pol.PlanOf(s.org)
 	}
 	return true
 }
@@ -129,7 +125,7 @@ func (g *Gateway) authenticateRegistered(s *scope, r *http.Request, digest strin
 // grantedResource is what a registered key must be granted for this request: the project of
 // admin routes, the domain of assistant routes ("" when the path names neither).
 func grantedResource(rt *route, r *http.Request) string {
-	if rt.key == auth.Admin {
+	if rt.Key == auth.Admin {
 		return r.PathValue("projectId")
 	}
 	return r.PathValue("domain")
@@ -145,7 +141,7 @@ func (g *Gateway) rejectAuth(s *scope, label string, reason auth.Reason) {
 	switch reason {
 	case auth.WrongKind:
 		msg := "This endpoint needs an admin API key (svc_...); assistant keys (svc_dsc_...) cannot be used here."
-		if s.route.key == auth.Assistant {
+		if s.route.Key == auth.Assistant {
 			msg = "This endpoint needs an assistant API key (svc_dsc_...); admin keys must never be used from browsers."
 		}
 		s.fail(http.StatusForbidden, errorBody{Error: msg, Code: codeWrongKeyType})

@@ -11,9 +11,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"go.opentelemetry.io/otel/propagation"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/trace"
 	"io"
 	"net/http"
 	"net/http/httputil"
@@ -24,10 +21,14 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/propagation"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
 	"github.com/docsgate/gateway/config"
+	"github.com/docsgate/gateway/engine"
 	"github.com/docsgate/gateway/limits"
 	"github.com/docsgate/gateway/metrics"
 	"github.com/docsgate/gateway/proxy"
@@ -124,12 +125,13 @@ func benchGatewayTraced(b testing.TB, tr http.RoundTripper, tracing *proxy.Traci
 	// in production, without the write.
 	enc := zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig())
 	log := zap.New(zapcore.NewCore(enc, zapcore.AddSync(io.Discard), zapcore.InfoLevel))
+	m := metrics.New(prometheus.NewRegistry())
 	gw, err := proxy.New(proxy.Options{
 		Config:    &cfg,
 		Logger:    log,
-		Metrics:   metrics.New(prometheus.NewRegistry()),
+		Metrics:   m,
 		Transport: tr,
-		Limiter:   limits.NewMemory(),
+		Engine:    engine.New(engine.Options{Limiter: limits.NewMemory(), Metrics: m, Logger: log}),
 		Tracing:   tracing,
 		WrapTransport: func(rt http.RoundTripper) http.RoundTripper {
 			if tracing == nil {
@@ -370,17 +372,19 @@ func benchGatewayExample(b *testing.B, tr http.RoundTripper) *proxy.Gateway {
 	}
 	enc := zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig())
 	log := zap.New(zapcore.NewCore(enc, zapcore.AddSync(io.Discard), zapcore.InfoLevel))
+	m := metrics.New(prometheus.NewRegistry())
+	eng := engine.New(engine.Options{Limiter: limits.NewMemory(), Metrics: m, Logger: log})
 	gw, err := proxy.New(proxy.Options{
 		Config:    cfg,
 		Logger:    log,
-		Metrics:   metrics.New(prometheus.NewRegistry()),
+		Metrics:   m,
 		Transport: tr,
-		Limiter:   limits.NewMemory(),
+		Engine:    eng,
 	})
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.Cleanup(func() { _ = gw.Close(context.Background()) })
+	b.Cleanup(func() { _ = eng.Close(context.Background()) })
 	return gw
 }
 

@@ -67,7 +67,7 @@ func (g *Gateway) readWhole(s *scope, r *http.Request) (body []byte, ok bool) {
 	}
 	s.inBody = nil // read here: a refusal from now on closes the connection, no second drain
 	var buf []byte
-	if s.route.stream {
+	if s.route.Stream {
 		buf = g.streamBodies.get(bodyBufferSize(r.ContentLength, s.snap.maxBody))
 	}
 	body, err := readAll(r.Body, r.ContentLength, s.snap.maxBody, buf)
@@ -97,7 +97,7 @@ func (g *Gateway) readWhole(s *scope, r *http.Request) (body []byte, ok bool) {
 
 // replaceBody makes the body read into memory the one the upstream request sends.
 func (g *Gateway) replaceBody(s *scope, r *http.Request, body []byte) {
-	if s.route.stream {
+	if s.route.Stream {
 		s.body.reset(body, &g.streamBodies)
 		r.Body = &s.body
 	} else {

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/docsgate/gateway/config"
+	"github.com/docsgate/gateway/engine"
 	"github.com/docsgate/gateway/internal/redistest"
 )
 
@@ -16,13 +17,13 @@ func TestCrossingsHandedOver(t *testing.T) {
 	stores(t, func(t *testing.T, withStore gatewayOpt, _ *redistest.Server) {
 		up := newUpstream(t, func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(201) })
 		var mu sync.Mutex
-		var got []Crossing
+		var got []engine.Crossing
 		notifications := func(c *cfgT) {
 			c.Notifications.Webhooks = []config.Webhook{{Name: "h", URL: "http://127.0.0.1:1/", Secret: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", AllowPrivateAddresses: true}}
 			c.Limits["assistant_per_org"] = config.Limit{Limit: ptr(int64(5)), Window: "hour", Thresholds: &[]float64{0.6, 1}}
 		}
-		g := newGatewayOptions(t, up, nil, func(o *Options) {
-			o.Crossings = func(c Crossing) { mu.Lock(); got = append(got, c); mu.Unlock() }
+		g := newGatewayOptions(t, up, nil, func(o *engine.Options) {
+			o.Crossings = func(c engine.Crossing) { mu.Lock(); got = append(got, c); mu.Unlock() }
 		}, withStore, setLimit("assistant_per_org", 5, "hour"), notifications)
 		h := jsonHdr(assistantKey)
 		for i := 1; i <= 7; i++ {
@@ -71,15 +72,15 @@ func TestVisitorLimitsCrossOnlyWhatTheySet(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			up := newUpstream(t, func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(201) })
 			var mu sync.Mutex
-			var got []Crossing
+			var got []engine.Crossing
 			notifications := func(c *cfgT) {
 				c.Notifications.Webhooks = []config.Webhook{{Name: "h", URL: "http://127.0.0.1:1/", Secret: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", AllowPrivateAddresses: true}}
 				l := tc.limit
 				l.Limit, l.Window = ptr(int64(2)), "hour"
 				c.Limits = map[string]config.Limit{"assistant_per_ip": l}
 			}
-			g := newGatewayOptions(t, up, nil, func(o *Options) {
-				o.Crossings = func(c Crossing) {
+			g := newGatewayOptions(t, up, nil, func(o *engine.Options) {
+				o.Crossings = func(c engine.Crossing) {
 					if c.Limit == "assistant_per_ip" {
 						mu.Lock()
 						got = append(got, c)

@@ -49,7 +49,7 @@ func TestCutoffWhenTheStoreFails(t *testing.T) {
 				t.Fatal(err)
 			}
 			core, logs := observer.New(zap.DebugLevel)
-			gw, err := New(Options{Config: &cfg, Logger: zap.New(core), Metrics: metrics.New(prometheus.NewRegistry()), Limiter: failingGrow{limits.NewMemory()}})
+			gw, err := newTestGateway(&cfg, failingGrow{limits.NewMemory()}, metrics.New(prometheus.NewRegistry()), zap.New(core), nil)
 			if err != nil {
 				t.Fatal(err)
 			}

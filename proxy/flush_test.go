@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"go.uber.org/zap"
 
 	"github.com/docsgate/gateway/config"
 	"github.com/docsgate/gateway/limits"
@@ -80,8 +79,7 @@ func serveStream(t *testing.T, body func() io.ReadCloser, w http.ResponseWriter)
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	gw, err := New(Options{Config: &cfg, Logger: zap.NewNop(), Metrics: metrics.New(prometheus.NewRegistry()),
-		Transport: streamTransport{body}, Limiter: limits.NewMemory()})
+	gw, err := newTestGateway(&cfg, limits.NewMemory(), metrics.New(prometheus.NewRegistry()), nil, streamTransport{body})
 	if err != nil {
 		t.Fatal(err)
 	}

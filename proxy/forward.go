@@ -86,11 +86,11 @@ func (g *Gateway) newReverseProxy(t http.RoundTripper, stream bool) *httputil.Re
 // forward hands a validated request to the reverse proxy.
 func (g *Gateway) forward(s *scope, r *http.Request) {
 	s.forwarded = time.Now()
-	if len(s.held) > 0 {
-		g.keepHolds(s)
+	if len(s.adm.Held()) > 0 {
+		g.engine.KeepHolds(&s.adm, s.route.Name)
 	}
 	p := g.proxy
-	if s.route.stream {
+	if s.route.Stream {
 		p = g.streamProxy
 		s.rw.watch.start(g.writeStall, s.rw.ResponseWriter)
 		defer s.rw.watch.stop() // after bodyBroke, before the handler returns
@@ -128,7 +128,7 @@ func (g *Gateway) bodyBroke(s *scope, r *http.Request) {
 		s.upstreamKind = "reset"
 	}
 	s.route.metrics.UpstreamError(s.upstreamKind)
-	if !s.route.stream {
+	if !s.route.Stream {
 		panic(p)
 	}
 }
@@ -141,7 +141,7 @@ func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
 	pr.SetURL(g.upstream)
 	cleanOutgoing(pr.Out.Header)
 	s.setXForwarded(pr)
-	if !s.route.stream {
+	if !s.route.Stream {
 		// ReverseProxy wraps the outgoing body in its own no-op closer, which hides from
 		// net/http that readBody's body is in memory: the headers would then be flushed in a
 		// write of their own before the body. The body's Close already does nothing, so it
@@ -149,7 +149,7 @@ func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
 		pr.Out.Body = pr.In.Body
 	}
 	pr.Out.Header[requestIDHeader] = s.hdrValues[slotRequestID : slotRequestID+1 : slotRequestID+1]
-	if s.route.stream {
+	if s.route.Stream {
 		// The gateway reads these answers: in clear (encoding.go).
 		pr.Out.Header["Accept-Encoding"] = identityOnly
 	}
@@ -185,7 +185,7 @@ var accelBufferingNo = []string{"no"}
 
 func (g *Gateway) modifyResponse(res *http.Response) error {
 	s := scopeFrom(res.Request.Context())
-	if s.route.stream {
+	if s.route.Stream {
 		// Whether the first part came with the headers (h1's bodies know; others are taken
 		// as not yet there): see responseWriter.FlushError.
 		rb, ok := res.Body.(interface{ Ready() bool })
@@ -217,12 +217,12 @@ func (g *Gateway) modifyResponse(res *http.Response) error {
 			delete(res.Header, k) // canonical keys: no need for Header.Del's canonicalization
 		}
 	}
-	if !s.route.stream && readWhole(res) {
+	if !s.route.Stream && readWhole(res) {
 		if err := s.readAnswer(res); err != nil {
 			return err
 		}
 	}
-	if s.route.stream {
+	if s.route.Stream {
 		res.Header["X-Accel-Buffering"] = accelBufferingNo // Set would allocate its slice
 		if res.StatusCode/100 == 2 {
 			s.rw.firstFlushAside = true

@@ -10,7 +10,6 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"go.uber.org/zap"
 
 	"github.com/docsgate/gateway/config"
 	"github.com/docsgate/gateway/h1"
@@ -72,8 +71,7 @@ func testShortRequestInOneWrite(t *testing.T, transport string) {
 		t.Cleanup(p.Close)
 		tr = p
 	}
-	gw, err := New(Options{Config: &cfg, Logger: zap.NewNop(), Metrics: metrics.New(prometheus.NewRegistry()),
-		Limiter: limits.NewMemory(), Transport: tr})
+	gw, err := newTestGateway(&cfg, limits.NewMemory(), metrics.New(prometheus.NewRegistry()), nil, tr)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,26 +17,19 @@ import (
 
 	"github.com/docsgate/gateway/auth"
 	"github.com/docsgate/gateway/config"
-	"github.com/docsgate/gateway/limits"
+	"github.com/docsgate/gateway/engine"
 	"github.com/docsgate/gateway/metrics"
 )
 
-// Options wires a Gateway. Config, Logger and Metrics are required.
+// Options wires a Gateway. Config, Logger, Metrics and Engine are required.
 type Options struct {
 	Config  *config.Config
 	Logger  *zap.Logger
 	Metrics *metrics.Metrics
+	// Engine decides the routes' limits and keeps the tenants' accounts.
+	Engine *engine.Engine
 	// Transport reaches the upstream; nil builds one tuned from Config.Upstream.
 	Transport http.RoundTripper
-	// Limiter decides the routes' limits (required when any route applies one).
-	Limiter Limiter
-	// Quotas changes tenants' quotas at run time (grants, overrides, resets) and keeps their
-	// audit trail: the store behind Limiter, unguarded (operators' calls are bounded by
-	// their own deadlines). nil: the quota actions fail.
-	Quotas limits.QuotaStore
-	// History reads the windows kept for usage history and exports: the store behind Limiter,
-	// unguarded like Quotas. nil: /usage/history and /usage/export know no limit.
-	History limits.HistoryStore
 	// Registry, when set, is the key registry every key must be found in (auth.mode:
 	// registry); nil checks keys by prefix alone.
 	Registry KeyLookup
@@ -45,23 +38,16 @@ type Options struct {
 	Tracing *Tracing
 	// WrapTransport, when set, wraps the upstream transport (Tracing.UpstreamTransport).
 	WrapTransport func(http.RoundTripper) http.RoundTripper
-	// Crossings, when set, is told of what a decision was the first in its window to reach
-	// (thresholds of a limit's allowance, the first refusal), with notifications on. It is
-	// called on the request's path: it must only hand the crossing over, never wait.
-	Crossings func(Crossing)
 }
 
-// Gateway is the public handler.
+// Gateway is the public handler: the HTTP pipeline of every route, in front of the engine.
 type Gateway struct {
 	log *zap.Logger
-	// crossings is Options.Crossings; notify, the notifications of the config the gateway
-	// started with when it is set (what the limits mark: compileLimits).
-	crossings func(Crossing)
-	notify    *config.Notifications
 	// accessLog is log without the caller: every access line comes from the same place, and
 	// finding it (runtime.Callers) was a tenth of the line's cost.
 	accessLog *zap.Logger
 	metrics   *metrics.Metrics
+	engine    *engine.Engine
 	proxy     *httputil.ReverseProxy // routes answering in one piece
 	// streamProxy serves stream: true routes, flushing every write.
 	streamProxy *httputil.ReverseProxy
@@ -71,26 +57,19 @@ type Gateway struct {
 	upstream            *url.URL
 	readTimeout         time.Duration
 	writeStall          time.Duration // server.write_stall_timeout; 0: off
-	growTimeout         time.Duration // redis.timeout: bounds the growth of a hold (cutoff.go)
-	limiter             Limiter
-	quotas              limits.QuotaStore
-	history             limits.HistoryStore
 	registry            KeyLookup
 	allowOnLimiterError bool
 	limitStates         sync.Pool           // *limitState
 	logFields           sync.Pool           // *[]zap.Field for access-log lines
 	streamBodies        bodyBuffers         // streamed requests' bodies, until the upstream has them
-	debits              sync.WaitGroup      // token debits and refunds under way (see Close)
 	authFailures        *auth.FailureBudget // failed authentications per client IP (auth.failure_limit)
 	tracing             *Tracing            // nil: off
-	dataErrors          dataErrorLog        // limiter replies about one key's data, logged once a minute
-	refusals            *refusalCounts      // each limit's refusals, for the usage page
-	selfUsageBound      *selfUsageBound     // answers of the tenants' usage endpoint per address and key
+	selfUsageBound      *selfUsageBound     // answers of the tenants' usage endpoint, per address and per key
 }
 
 var _ http.Handler = (*Gateway)(nil)
 
-// New compiles the config into a ready handler.
+// New compiles the config into a ready handler, and puts its policy in force in the engine.
 func New(o Options) (*Gateway, error) {
 	cfg := o.Config
 	up, err := url.Parse(cfg.Upstream.URL)
@@ -98,23 +77,17 @@ func New(o Options) (*Gateway, error) {
 		return nil, fmt.Errorf("proxy: upstream url: %w", err)
 	}
 	g := &Gateway{
-		crossings:           o.Crossings,
-		notify:              notificationsOf(o),
 		log:                 o.Logger,
 		accessLog:           o.Logger.WithOptions(zap.WithCaller(false)),
 		metrics:             o.Metrics,
+		engine:              o.Engine,
 		upstream:            up,
 		readTimeout:         cfg.Server.ReadBodyTimeout,
 		writeStall:          cfg.Server.WriteStallTimeout,
-		growTimeout:         cfg.Redis.Timeout,
-		limiter:             o.Limiter,
-		quotas:              o.Quotas,
-		history:             o.History,
 		registry:            o.Registry,
 		allowOnLimiterError: cfg.Redis.OnError == "allow",
 		limitStates:         sync.Pool{New: func() any { return new(limitState) }},
 		authFailures:        auth.NewFailureBudget(time.Now),
-		refusals:            newRefusalCounts(time.Now()),
 		selfUsageBound:      newSelfUsageBound(),
 		tracing:             o.Tracing,
 		logFields:           sync.Pool{New: func() any { f := make([]zap.Field, 0, 20); return &f }},
@@ -126,9 +99,6 @@ func New(o Options) (*Gateway, error) {
 	if o.WrapTransport != nil {
 		transport = o.WrapTransport(transport)
 	}
-	for _, k := range limits.ErrorKinds() {
-		g.metrics.LimiterErrorKinds(string(k))
-	}
 	g.proxy = g.newReverseProxy(transport, false)
 	g.streamProxy = g.newReverseProxy(transport, true)
 	if err := g.Reload(cfg); err != nil {
@@ -137,14 +107,20 @@ func New(o Options) (*Gateway, error) {
 	return g, nil
 }
 
-// Reload compiles cfg and swaps it in for the requests that start from now on; requests in
-// flight finish with the config they started with. On error the running config is kept.
-// Listeners, upstream, Redis and timeouts are fixed at start and not changed here.
+// Reload compiles cfg and swaps it in, in the engine and here, for the requests that start
+// from now on; requests in flight finish with the config they started with. On error the
+// running config is kept. Listeners, upstream, Redis and timeouts are fixed at start and not
+// changed here.
 func (g *Gateway) Reload(cfg *config.Config) error {
-	sn, err := g.compile(cfg)
+	pol, err := g.engine.Compile(cfg)
 	if err != nil {
 		return err
 	}
+	sn, err := g.compile(cfg, pol)
+	if err != nil {
+		return err
+	}
+	g.engine.Use(pol)
 	g.snap.Store(sn)
 	return nil
 }
@@ -182,9 +158,9 @@ func (g *Gateway) serve(sn *snapshot, rt *route, w http.ResponseWriter, r *http.
 	if rt.cors {
 		sn.cors.decorate(s.w.Header(), r)
 	}
-	if r.Method != rt.method {
+	if r.Method != rt.Method {
 		// ServeMux lets HEAD into GET routes; only the configured method reaches the upstream.
-		methodNotAllowed(s, r.Method, rt.method)
+		methodNotAllowed(s, r.Method, rt.Method)
 		return
 	}
 	if upgradeRefused(s, r) {
@@ -284,14 +260,4 @@ func safeMethod(m string) string {
 		return "this method"
 	}
 	return m
-}
-
-// notificationsOf is what the limits mark for: the starting config's notifications, when
-// someone is told of the crossings.
-func notificationsOf(o Options) *config.Notifications {
-	if o.Crossings == nil || !o.Config.Notifications.Enabled() {
-		return nil
-	}
-	n := o.Config.Notifications
-	return &n
 }

@@ -12,12 +12,12 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/docsgate/gateway/config"
+	"github.com/docsgate/gateway/engine"
 	"github.com/docsgate/gateway/limits"
 	"github.com/docsgate/gateway/metrics"
 )
@@ -77,6 +77,7 @@ type gateway struct {
 	logs *observer.ObservedLogs
 	reg  *prometheus.Registry
 	gw   *Gateway
+	eng  *engine.Engine
 }
 
 type gatewayOpt func(*config.Config)
@@ -92,8 +93,9 @@ func newGatewayWith(t *testing.T, up *upstream, reg KeyLookup, opts ...gatewayOp
 	return newGatewayOptions(t, up, reg, nil, opts...)
 }
 
-// newGatewayOptions is newGatewayWith with Options changed by mod (when not nil) before New.
-func newGatewayOptions(t *testing.T, up *upstream, reg KeyLookup, mod func(*Options), opts ...gatewayOpt) *gateway {
+// newGatewayOptions is newGatewayWith with the engine's options changed by mod (when not nil)
+// before it is built.
+func newGatewayOptions(t *testing.T, up *upstream, reg KeyLookup, mod func(*engine.Options), opts ...gatewayOpt) *gateway {
 	t.Helper()
 	cfg := config.Defaults()
 	cfg.Upstream.URL = up.URL
@@ -114,11 +116,16 @@ func newGatewayOptions(t *testing.T, up *upstream, reg KeyLookup, mod func(*Opti
 	}
 	core, logs := observer.New(zap.DebugLevel)
 	promReg := prometheus.NewRegistry()
-	o := Options{Config: &cfg, Logger: zap.New(core), Metrics: metrics.New(promReg), Limiter: testLimiter(t, &cfg), Registry: reg}
-	if mod != nil {
-		mod(&o)
+	m, log := metrics.New(promReg), zap.New(core)
+	eo := engineOptions(&cfg, testLimiter(t, &cfg), m, log)
+	if reg != nil {
+		eo.Registry = reg
 	}
-	gw, err := New(o)
+	if mod != nil {
+		mod(&eo)
+	}
+	eng := engine.New(eo)
+	gw, err := New(Options{Config: &cfg, Logger: log, Metrics: m, Engine: eng, Registry: reg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,14 +136,40 @@ func newGatewayOptions(t *testing.T, up *upstream, reg KeyLookup, mod func(*Opti
 	srv.Config.Protocols = &p
 	srv.Start()
 	t.Cleanup(srv.Close)
-	return &gateway{Server: srv, up: up, logs: logs, reg: promReg, gw: gw}
+	return &gateway{Server: srv, up: up, logs: logs, reg: promReg, gw: gw, eng: eng}
+}
+
+// engineOptions are the engine's options as the gateway's process sets them for cfg, on the
+// store lim; notifications, when cfg has them, are marked for a Crossings the test sets.
+func engineOptions(cfg *config.Config, lim engine.Limiter, m *metrics.Metrics, log *zap.Logger) engine.Options {
+	eo := engine.Options{Limiter: lim, AllowOnError: cfg.Redis.OnError == "allow", GrowTimeout: cfg.Redis.Timeout, Metrics: m, Logger: log}
+	if q, ok := lim.(limits.QuotaStore); ok {
+		eo.Quotas = q
+	}
+	if h, ok := lim.(limits.HistoryStore); ok {
+		eo.History = h
+	}
+	if cfg.Notifications.Enabled() {
+		n := cfg.Notifications
+		eo.Notify = &n
+	}
+	return eo
+}
+
+// newTestGateway builds a Gateway for cfg on the store lim (a nil Logger: none).
+func newTestGateway(cfg *config.Config, lim engine.Limiter, m *metrics.Metrics, log *zap.Logger, transport http.RoundTripper) (*Gateway, error) {
+	if log == nil {
+		log = zap.NewNop()
+	}
+	eng := engine.New(engineOptions(cfg, lim, m, log))
+	return New(Options{Config: cfg, Logger: log, Metrics: m, Engine: eng, Transport: transport})
 }
 
 func ptr[T any](v T) *T { return &v }
 
 // testLimiter is the store the config asks for: Redis (behind a Guard, as in production) when
 // redis.addrs is set, else in process.
-func testLimiter(t *testing.T, cfg *config.Config) Limiter {
+func testLimiter(t *testing.T, cfg *config.Config) engine.Limiter {
 	t.Helper()
 	if len(cfg.Redis.Addrs) == 0 {
 		return limits.NewMemory()

@@ -61,7 +61,7 @@ func TestHoldsSettledByHowTheAnswerEnded(t *testing.T) {
 			}
 			// The settle runs once the request has ended, after the client has its answer.
 			for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-				us, err := g.gw.Usage(context.Background(), "org", c.org)
+				us, err := g.eng.Usage(context.Background(), "org", c.org)
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -1,12 +1,9 @@
 package proxy
 
 import (
-	"context"
 	"net/http"
 
-	"go.uber.org/zap"
-
-	"github.com/docsgate/gateway/limits"
+	"github.com/docsgate/gateway/engine"
 )
 
 // The upstream has the last word on keys: in prefix mode the gateway only checks a key's
@@ -23,40 +20,17 @@ import (
 // the refund has run, so attackers with enough requests in flight at once still hold that
 // much quota while they are in flight.
 
-// keepTaken records the units the admitting decision took for hits, for a refund.
-func (s *scope) keepTaken(hits []limits.Hit, d *limits.Decision) {
-	s.taken = d.Taken(hits, s.takenBuf[:0])
-}
-
-// Reasons of gateway_ratelimit_refunds_total.
-const (
-	refundUpstream401 = "upstream_401"
-	refundUpstream403 = "upstream_403"
-)
-
 // upstreamRefusedKey handles an upstream 401 or 403: the failure counts against the client's
-// budget, and what the request took is given back.
+// budget, and what the request took is given back (engine.Refund).
 func (g *Gateway) upstreamRefusedKey(s *scope, status int) {
 	if s.snap.authFailLimit > 0 {
 		g.authFailures.Fail(s.snap.failureClient(s))
 	}
-	if len(s.taken) == 0 || g.limiter == nil {
-		return
-	}
-	s.refund = refundUpstream401
+	reason := engine.RefundUpstream401
 	if status == http.StatusForbidden {
-		s.refund = refundUpstream403
+		reason = engine.RefundUpstream403
 	}
-	taken, reason, route := s.taken, s.refund, s.route.name
-	g.afterAnswer(func(ctx context.Context) {
-		if err := g.limiter.Refund(ctx, taken); err != nil {
-			// The units stay taken: the tenant is under-served until the window ends, never
-			// over it.
-			g.log.Warn("refund failed", zap.String("route", route), zap.String("reason", reason), zap.Int("limits", len(taken)), zap.Error(err))
-			return
-		}
-		for i := range taken {
-			g.metrics.Refunded(taken[i].Rule.Name, reason)
-		}
-	})
+	if g.engine.Refund(&s.adm, reason, s.route.Name) {
+		s.refund = reason
+	}
 }

@@ -40,7 +40,7 @@ func keyCheckingUpstream(t *testing.T, status int, good ...string) *upstream {
 // usedOf reads a counter through the gateway's usage read-back.
 func usedOf(t *testing.T, g *gateway, what, subject, limit string) int64 {
 	t.Helper()
-	us, err := g.gw.Usage(context.Background(), what, subject)
+	us, err := g.eng.Usage(context.Background(), what, subject)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,28 +6,25 @@ import (
 	"slices"
 	"strings"
 
+	"go.opentelemetry.io/otel/attribute"
+
 	"github.com/docsgate/gateway/auth"
 	"github.com/docsgate/gateway/config"
+	"github.com/docsgate/gateway/limits"
 	"github.com/docsgate/gateway/metrics"
+	"github.com/docsgate/gateway/policy"
 	"github.com/docsgate/gateway/validate"
 )
 
-// route is one compiled entry of the route table.
+// route is one entry of the policy's route table as the HTTP pipeline serves it: its body's
+// rules, its metrics, its limit sets' series, its headers.
 type route struct {
-	name   string
-	method string
-	path   string
-	key    auth.Kind
-	stream bool
-	cors   bool // assistant routes: keys are public, browsers call them
+	*policy.Route
+	cors bool // assistant routes: keys are public, browsers call them
 	// validate checks a body and returns the length of its conversation text, what a
 	// prompt's tokens are estimated from; nil: the body is forwarded unchecked (size cap
 	// only), and its whole length counts as text.
 	validate func([]byte) (text int, err error)
-	// conversation is the validator of an assistant route, which bounds caps (its entry's
-	// max_messages and max_parts_per_message); compileRoutes makes validate of them.
-	conversation func(validate.Bounds, []byte) (int, error)
-	bounds       validate.Bounds
 	// bodyCode is the error code of a refused body: invalid_request on the routes that had
 	// it before invalid_body existed (agent_job, assistant_message: their clients rely on
 	// it; a case-folded field is invalid_body there too), invalid_body on the others.
@@ -35,32 +32,35 @@ type route struct {
 	metrics  *metrics.Route
 	// sets holds the limits applied in one decision after the body is validated, by plan
 	// name; "" is the default set.
-	sets map[string]*limitSet
-	// hasDomain: the path names an assistant {domain}, so requests count per org.
-	hasDomain bool
+	sets map[string]*routeSet
 	// deprecation holds Deprecation, Sunset and Link headers for every response; nil when
 	// the route is not deprecated.
 	deprecation http.Header
-	// cfgKey names the config entry that added the route ("routes[3]"), for errors.
-	cfgKey string
 	// span is spanName's, made once when tracing is on ("" elsewhere).
 	span string
 }
 
-// builtin is the platform's operations: the spec's two and the v2 assistant route of AI SDK
-// 5 and later. Their method, path, key family and validators are fixed, and config entries
-// with their names may only adjust the rest (limits, deprecation, the assistant routes'
-// conversation bounds).
-func builtin() []route {
-	bounds := validate.Bounds{Messages: config.DefaultMaxMessages, PartsPerMessage: config.DefaultMaxPartsPerMessage}
-	return []route{
-		{name: "agent_job", method: http.MethodPost, path: "/v2/agent/{projectId}/job",
-			key: auth.Admin, validate: agentJob, bodyCode: codeInvalidRequest},
-		{name: "assistant_message", method: http.MethodPost, path: "/discovery/v1/assistant/{domain}/message",
-			key: auth.Assistant, stream: true, conversation: validate.Bounds.AssistantMessageText, bounds: bounds, bodyCode: codeInvalidRequest},
-		{name: "assistant_message_v2", method: http.MethodPost, path: "/discovery/v2/assistant/{domain}/message",
-			key: auth.Assistant, stream: true, conversation: validate.Bounds.AssistantMessageV2Text, bounds: bounds, bodyCode: codeInvalidBody},
+// routeSet is one plan's limits of a route (policy.LimitSet) with each limit's series of the
+// route, and the ratelimit span's attributes.
+type routeSet struct {
+	*policy.LimitSet
+	metrics []*metrics.Limit // in the set's order
+	// spanAttrs are the ratelimit span's attributes (tracing on), the same for every request
+	// of the set: made once when the config is compiled (see limitSpanAttrs).
+	spanAttrs []attribute.KeyValue
+}
+
+// setFor is the route's limits for a tenant on plan: the plan's, else the default set.
+func (rt *route) setFor(plan string) *routeSet {
+	if set := rt.sets[plan]; set != nil {
+		return set
 	}
+	return rt.sets[""]
+}
+
+// pseudoRoute is a route that names requests no route takes, for logs and metrics.
+func pseudoRoute(name string, m *metrics.Metrics) *route {
+	return &route{Route: &policy.Route{Name: name}, metrics: m.Route(name)}
 }
 
 // agentJob validates an agent job; its answer is no stream, so no tokens are estimated.
@@ -72,95 +72,47 @@ const (
 	preflightRoute = "cors_preflight"
 )
 
-// compileRoutes merges the built-in routes with the config's entries. Problems are reported
-// with the config key they concern.
-func compileRoutes(entries []config.Route) ([]*route, error) {
-	routes := builtin()
-	nBuiltin := len(routes)
-	var problems []config.Problem
-	fail := func(key, format string, args ...any) {
-		problems = append(problems, config.Problem{Key: key, Msg: fmt.Sprintf(format, args...)})
+// compileRoute serves the policy's route pr: its body's rules (a built-in route's: the agent
+// job's fields, an assistant conversation within its bounds), its series.
+func (g *Gateway) compileRoute(pr *policy.Route) *route {
+	rt := &route{Route: pr, cors: pr.Key == auth.Assistant, metrics: g.metrics.Route(pr.Name), bodyCode: codeInvalidBody}
+	switch {
+	case pr.Name == "agent_job":
+		rt.validate, rt.bodyCode = agentJob, codeInvalidRequest
+	case pr.Conversation && pr.BodyV2:
+		bounds := pr.Bounds
+		rt.validate = func(body []byte) (int, error) { return bounds.AssistantMessageV2Text(body) }
+	case pr.Conversation:
+		bounds := pr.Bounds
+		rt.validate, rt.bodyCode = func(body []byte) (int, error) { return bounds.AssistantMessageText(body) }, codeInvalidRequest
 	}
-	for i, e := range entries {
-		key := fmt.Sprintf("routes[%d]", i)
-		if j := slices.IndexFunc(routes[:nBuiltin], func(r route) bool { return r.name == e.Name }); j >= 0 {
-			b := &routes[j]
-			if e.Method != "" && e.Method != b.method {
-				fail(key+".method", "the built-in route %s is always %s", b.name, b.method)
-			}
-			if e.Path != "" && e.Path != b.path {
-				fail(key+".path", "the built-in route %s is always %s", b.name, b.path)
-			}
-			if k, _ := auth.ParseKind(e.Key); e.Key != "" && k != b.key {
-				fail(key+".key", "the built-in route %s always takes %s keys", b.name, b.key)
-			}
-			if e.Stream != nil && *e.Stream != b.stream {
-				fail(key+".stream", "the built-in route %s is always stream: %t", b.name, b.stream)
-			}
-			var err error
-			if b.deprecation, err = deprecationHeaders(e.Deprecation); err != nil {
-				fail(key+".deprecation", "%v", err)
-			}
-			conversationBounds(b, e, key, fail)
-			continue
+	rt.deprecation = deprecationHeaders(pr.Deprecation)
+	rt.sets = map[string]*routeSet{}
+	pr.Sets(func(plan string, set *policy.LimitSet) {
+		rs := &routeSet{LimitSet: set, metrics: make([]*metrics.Limit, len(set.Limits))}
+		for i, l := range set.Limits {
+			rs.metrics[i] = rt.metrics.Limit(l.Rule.Name, l.Rule.Unit == limits.Tokens)
 		}
-		if j := slices.IndexFunc(routes[:nBuiltin], func(r route) bool { return r.method == e.Method && r.path == e.Path }); j >= 0 {
-			// Before assistant_message_v2 was built in, configs added it as a pass-through
-			// route; under its own name such an entry now adjusts the built-in one (above).
-			fail(key+".name", "%s %s is the built-in route %s: name the entry %s to adjust it (its limits, deprecation), or remove it",
-				e.Method, e.Path, routes[j].name, routes[j].name)
-			continue
-		}
-		r := route{name: e.Name, method: e.Method, path: e.Path, stream: e.Stream != nil && *e.Stream, cfgKey: key}
-		var err error
-		if r.deprecation, err = deprecationHeaders(e.Deprecation); err != nil {
-			fail(key+".deprecation", "%v", err)
-		}
-		if e.Method == "" {
-			fail(key+".method", "is required")
-		}
-		if e.Path == "" {
-			fail(key+".path", "is required")
-		}
-		var ok bool
-		if r.key, ok = auth.ParseKind(e.Key); !ok {
-			fail(key+".key", "is required: admin or assistant")
-		}
-		conversationBounds(&r, e, key, fail)
-		routes = append(routes, r)
-	}
-	if len(problems) > 0 {
-		return nil, &config.Error{Problems: problems}
-	}
-	out := make([]*route, len(routes))
-	for i := range routes {
-		routes[i].cors = routes[i].key == auth.Assistant
-		routes[i].hasDomain = strings.Contains(routes[i].path, "{domain}")
-		if conv := routes[i].conversation; conv != nil {
-			bounds := routes[i].bounds
-			routes[i].validate = func(body []byte) (int, error) { return conv(bounds, body) }
-		}
-		out[i] = &routes[i]
-	}
-	return out, nil
+		rt.sets[plan] = rs
+	})
+	return rt
 }
 
-// conversationBounds applies an entry's max_messages and max_parts_per_message to r, which
-// only the assistant routes have (the other routes' bodies hold no conversation).
-func conversationBounds(r *route, e config.Route, key string, fail func(key, format string, args ...any)) {
-	for _, b := range []struct {
-		name string
-		set  *int
-		dst  *int
-	}{{"max_messages", e.MaxMessages, &r.bounds.Messages}, {"max_parts_per_message", e.MaxPartsPerMessage, &r.bounds.PartsPerMessage}} {
-		switch {
-		case b.set == nil:
-		case r.conversation == nil:
-			fail(key+"."+b.name, "applies only to the assistant routes (assistant_message, assistant_message_v2), whose bodies hold a conversation")
-		default:
-			*b.dst = *b.set
-		}
+// deprecationHeaders renders a route's Deprecation (RFC 9745), Sunset (RFC 8594) and Link
+// headers once.
+func deprecationHeaders(d *policy.Deprecation) http.Header {
+	if d == nil {
+		return nil
 	}
+	h := http.Header{}
+	h.Set("Deprecation", fmt.Sprintf("@%d", d.Since.Unix()))
+	if !d.Sunset.IsZero() {
+		h.Set("Sunset", d.Sunset.UTC().Format(http.TimeFormat))
+	}
+	if d.Link != "" {
+		h.Set("Link", "<"+d.Link+`>; rel="deprecation"`)
+	}
+	return h
 }
 
 // table is the compiled route table: a ServeMux for matching, and a twin without the
@@ -190,21 +142,21 @@ func (g *Gateway) buildTable(sn *snapshot, routes []*route) (t *table, err error
 	preflights := map[string][]string{} // path -> methods of assistant routes
 	var paths []string
 	for _, rt := range routes {
-		current = "routes (" + rt.name + ")"
-		if rt.cfgKey != "" {
-			current = rt.cfgKey + ".path"
+		current = "routes (" + rt.Name + ")"
+		if rt.CfgKey != "" {
+			current = rt.CfgKey + ".path"
 		}
-		pattern := rt.method + " " + rt.path
+		pattern := rt.Method + " " + rt.Path
 		t.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) { g.serve(sn, rt, w, r) })
 		t.probe.Handle(pattern, nop)
 		if rt.cors {
-			if _, ok := preflights[rt.path]; !ok {
-				paths = append(paths, rt.path)
+			if _, ok := preflights[rt.Path]; !ok {
+				paths = append(paths, rt.Path)
 			}
-			preflights[rt.path] = append(preflights[rt.path], rt.method)
+			preflights[rt.Path] = append(preflights[rt.Path], rt.Method)
 		}
 	}
-	pre := &route{name: preflightRoute, metrics: g.metrics.Route(preflightRoute)}
+	pre := pseudoRoute(preflightRoute, g.metrics)
 	for _, p := range paths {
 		current = "routes (OPTIONS " + p + ")"
 		methods := strings.Join(preflights[p], ", ")
@@ -265,8 +217,8 @@ func (rt *route) spanName() string {
 	if rt.span != "" {
 		return rt.span
 	}
-	if rt.method == "" {
-		return rt.name // the pseudo-route of unmatched requests
+	if rt.Method == "" {
+		return rt.Name // the pseudo-route of unmatched requests
 	}
-	return rt.method + " " + rt.path
+	return rt.Method + " " + rt.Path
 }

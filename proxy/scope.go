@@ -14,7 +14,7 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/docsgate/gateway/limits"
+	"github.com/docsgate/gateway/engine"
 	"github.com/docsgate/gateway/metrics"
 	"github.com/docsgate/gateway/stream"
 )
@@ -61,23 +61,12 @@ type scope struct {
 	stalled        bool            // the stream was ended for its client's stall (server.write_stall_timeout)
 	encoding       stream.Encoding // a streamed answer's content coding (gateway_stream_encoded_total)
 	tap            stream.Tap      // streamed answers: reads the finish and usage (dataTap or uiTap)
-	// tokenHits are the request's tokens limits, debited with its answer's tokens (backed by
-	// tokenHitsBuf: a route has a few at most).
-	tokenHits    []limits.Hit
-	tokenHitsBuf [4]limits.Hit
-	// taken are the units the request's admitting decision took (backed by takenBuf), given
-	// back when the upstream refuses its key; refund names why, once that happened.
-	taken    []limits.Taken
-	takenBuf [4]limits.Taken
-	refund   string
-	// held are the limits whose token holds or stream slots the admitting decision took
-	// (backed by heldBuf), under the decision's hold name: settled when the request ends.
-	held    []limits.Hit
-	heldBuf [4]limits.Hit // the example config's streamed routes hold three
-	hold    string
-	keeper  holdKeeper    // refreshes held while the answer lives
-	cut     stream.Cutoff // the held limits with cutoff, and whether one ended the answer
-	span    trace.Span    // the server span; nil when tracing is off
+	// adm is what the request owes and holds once admitted (tokens to debit, units a refund
+	// gives back, holds and slots to settle); refund names why units were given back.
+	adm    engine.Admission
+	refund string
+	cut    stream.Cutoff // the held limits with cutoff, and whether one ended the answer
+	span   trace.Span    // the server span; nil when tracing is off
 	// traceIDStr caches the sampled span's trace id in hex (see traceID).
 	traceIDStr string
 

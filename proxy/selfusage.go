@@ -3,7 +3,6 @@ package proxy
 import (
 	"encoding/json"
 	"fmt"
-	"math"
 	"net/http"
 	"net/url"
 	"slices"
@@ -12,8 +11,11 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/docsgate/gateway/auth"
 	"github.com/docsgate/gateway/config"
+	"github.com/docsgate/gateway/engine"
 	"github.com/docsgate/gateway/limits"
+	"github.com/docsgate/gateway/policy"
 )
 
 // The tenants' own usage endpoint (self_usage.path, GET /gateway/usage by default): a key
@@ -50,9 +52,9 @@ type selfUsage struct {
 	path       string
 	perAddress int
 	perKey     int
-	// shown has bit 1<<b set for each by b whose limits the answers list: all in registry
-	// mode; in prefix mode ip and what self_usage.prefix_mode_exposes names.
-	shown   uint8
+	// shown is what the answers list the limits counting by: all in registry mode; in prefix
+	// mode ip and what self_usage.prefix_mode_exposes names.
+	shown   policy.Bys
 	route   *route            // the pseudo-route of its requests (logs, metrics)
 	byName  map[string]*route // the routes a caller may name
 	params  map[string][]string
@@ -70,7 +72,7 @@ func probeOf(routes []*route) (probe *http.ServeMux, ok bool) {
 	probe = http.NewServeMux()
 	nop := http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})
 	for _, rt := range routes {
-		probe.Handle(rt.method+" "+rt.path, nop)
+		probe.Handle(rt.Method+" "+rt.Path, nop)
 	}
 	return probe, true
 }
@@ -87,35 +89,35 @@ func (g *Gateway) compileSelfUsage(cfg *config.Config, routes []*route) (*selfUs
 		return nil, nil // routes that conflict: buildTable says which, as a config error
 	}
 	for _, rt := range routes {
-		req := &http.Request{Method: rt.method, URL: &url.URL{Path: c.Path}, Host: "gateway"}
-		if _, pattern := probe.Handler(req); pattern == rt.method+" "+rt.path {
+		req := &http.Request{Method: rt.Method, URL: &url.URL{Path: c.Path}, Host: "gateway"}
+		if _, pattern := probe.Handler(req); pattern == rt.Method+" "+rt.Path {
 			return nil, &config.Error{Problems: []config.Problem{{Key: "self_usage.path", Msg: fmt.Sprintf(
-				"%s is matched by the route %s (%s %s): choose another path, or change the route", c.Path, rt.name, rt.method, rt.path)}}}
+				"%s is matched by the route %s (%s %s): choose another path, or change the route", c.Path, rt.Name, rt.Method, rt.Path)}}}
 		}
 	}
 	su := &selfUsage{
 		path: c.Path, perAddress: c.PerAddressPerMinute, perKey: c.PerKeyPerMinute, methods: http.MethodGet,
 		shown:  shownInPrefixMode(c.PrefixModeExposes),
-		route:  &route{name: selfUsageRoute, method: http.MethodGet, path: c.Path, metrics: g.metrics.Route(selfUsageRoute)},
+		route:  &route{Route: &policy.Route{Name: selfUsageRoute, Method: http.MethodGet, Path: c.Path}, metrics: g.metrics.Route(selfUsageRoute)},
 		byName: map[string]*route{}, params: map[string][]string{},
 	}
 	if g.registry != nil {
-		su.shown = math.MaxUint8
+		su.shown = policy.AllBys
 	}
 	for _, rt := range routes {
-		su.byName[rt.name] = rt
-		su.params[rt.name] = pathParams(rt.path)
+		su.byName[rt.Name] = rt
+		su.params[rt.Name] = pathParams(rt.Path)
 	}
 	return su, nil
 }
 
 // shownInPrefixMode is selfUsage.shown in prefix mode: ip, and the exposed (checked by
 // config.Validate).
-func shownInPrefixMode(exposed []string) uint8 {
-	shown := uint8(1) << byIP
+func shownInPrefixMode(exposed []string) policy.Bys {
+	shown := policy.Bys(0).With(policy.ByIP)
 	for _, name := range exposed {
-		if b, ok := parseBy(name); ok {
-			shown |= 1 << b
+		if b, ok := policy.ParseBy(name); ok {
+			shown = shown.With(b)
 		}
 	}
 	return shown
@@ -173,8 +175,11 @@ func (g *Gateway) serveSelfUsage(sn *snapshot, su *selfUsage, w http.ResponseWri
 		return
 	}
 	// The route's own authentication, its refusals counted under this endpoint.
-	as := *rt
-	as.name, as.metrics = su.route.name, su.route.metrics
+	// (A copy of the route and of its policy, named as this endpoint: the policy's route is
+	// shared by every request and never written.)
+	as, pr := *rt, *rt.Route
+	pr.Name = su.route.Name
+	as.Route, as.metrics = &pr, su.route.metrics
 	s.route = &as
 	ok := g.authenticate(s, r)
 	s.route = su.route
@@ -185,7 +190,7 @@ func (g *Gateway) serveSelfUsage(sn *snapshot, su *selfUsage, w http.ResponseWri
 		selfUsageRefused(s, "self_usage.per_key_per_minute", "for this key", su.perKey, retry)
 		return
 	}
-	views, err := g.views(r.Context(), selfUsageHits(s, su.shown, rt, r))
+	views, err := g.engine.SelfUsage(r.Context(), selfUsageRequest(s, rt, r), su.shown)
 	if err != nil {
 		s.limitErr = true
 		s.w.Header()[hdrRetryAfter] = retryAfterOne
@@ -195,13 +200,10 @@ func (g *Gateway) serveSelfUsage(sn *snapshot, su *selfUsage, w http.ResponseWri
 		})
 		return
 	}
-	for i := range views { // the operators' terms of a tenant's quota stay theirs
-		views[i].Granted, views[i].Override = 0, nil
-	}
 	data, err := json.Marshal(struct {
 		Route  string        `json:"route"`
 		Limits []limits.View `json:"limits"`
-	}{rt.name, views})
+	}{rt.Name, views})
 	if err != nil { // cannot happen for these types
 		s.fail(http.StatusInternalServerError, errorBody{Error: "Internal error.", Code: "internal"})
 		return
@@ -229,21 +231,18 @@ func selfUsageRefused(s *scope, bound, whose string, limit int, retry int64) {
 	})
 }
 
-// selfUsageHits are the hits a request of s's key and address to rt would take: the enforced
-// limits of its plan's set that count by what shown has, each counting what the request's
-// decision would count.
-func selfUsageHits(s *scope, shown uint8, rt *route, r *http.Request) []limits.Hit {
-	set := rt.sets[s.plan]
-	if set == nil {
-		set = rt.sets[""]
+// selfUsageRequest is what a request of s's key and address to rt would be decided as: its
+// plan's set of rt's limits, and the ids the request's decision would count.
+func selfUsageRequest(s *scope, rt *route, r *http.Request) *engine.Request {
+	set := rt.setFor(s.plan)
+	req := &engine.Request{Set: set.LimitSet, Digest: s.digest, Org: s.org}
+	if rt.Key == auth.Admin {
+		req.Project = r.PathValue("projectId")
 	}
-	hits := make([]limits.Hit, 0, len(set.limits))
-	for _, l := range set.limits {
-		if !l.shadow && shown&(1<<l.by) != 0 {
-			hits = append(hits, limits.Hit{Rule: l.rule, ID: s.limitID(l.by, r)})
-		}
+	if set.Counts(policy.ByIP) {
+		req.ClientID = s.snap.ipID(s)
 	}
-	return hits
+	return req
 }
 
 // parse reads the query: route= and the route's path parameters by name, each exactly once,
@@ -282,16 +281,16 @@ func (su *selfUsage) parse(r *http.Request) (*route, string, string) {
 	if rt == nil {
 		return nil, "route", "route names no route of this gateway."
 	}
-	params := su.params[rt.name]
+	params := su.params[rt.Name]
 	for _, n := range names {
 		if n != "route" && !slices.Contains(params, n) {
-			return nil, n, fmt.Sprintf("%s is no path parameter of %s (its path is %s).", n, rt.name, rt.path)
+			return nil, n, fmt.Sprintf("%s is no path parameter of %s (its path is %s).", n, rt.Name, rt.Path)
 		}
 	}
 	for _, p := range params {
 		v, ok := q[p]
 		if !ok {
-			return nil, p, fmt.Sprintf("%s is required: %s's path is %s.", p, rt.name, rt.path)
+			return nil, p, fmt.Sprintf("%s is required: %s's path is %s.", p, rt.Name, rt.Path)
 		}
 		r.SetPathValue(p, v[0])
 	}

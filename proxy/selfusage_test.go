@@ -90,7 +90,7 @@ func TestSelfUsageAnswersWhatTheRouteCounts(t *testing.T) {
 			}
 		}
 		// The admin listener's answer for the org is the same view of the same counter.
-		views, err := g.gw.UsageViews(context.Background(), "org", "acme")
+		views, err := g.eng.UsageViews(context.Background(), "org", "acme")
 		if err != nil || len(views) != 1 || views[0].Used != 3 || views[0].Limit != 80 || views[0].Forecast == nil {
 			t.Fatalf("admin views: %+v %v", views, err)
 		}
@@ -300,13 +300,13 @@ func TestSelfUsagePathConfig(t *testing.T) {
 	cfg := config.Defaults()
 	cfg.Upstream.URL = "http://127.0.0.1:1"
 	cfg.Routes = []config.Route{{Name: "catch_all", Method: "GET", Path: "/gateway/{what}", Key: "admin"}}
-	_, err := New(Options{Config: &cfg, Logger: zap.NewNop(), Metrics: metrics.New(prometheus.NewRegistry()), Limiter: limits.NewMemory()})
+	_, err := newTestGateway(&cfg, limits.NewMemory(), metrics.New(prometheus.NewRegistry()), nil, nil)
 	var ce *config.Error
 	if !errors.As(err, &ce) || ce.Problems[0].Key != "self_usage.path" || !strings.Contains(err.Error(), "catch_all") {
 		t.Fatalf("a route matching the path: %v", err)
 	}
 	cfg.SelfUsage.Path = "/tenant/usage"
-	if _, err := New(Options{Config: &cfg, Logger: zap.NewNop(), Metrics: metrics.New(prometheus.NewRegistry()), Limiter: limits.NewMemory()}); err != nil {
+	if _, err := newTestGateway(&cfg, limits.NewMemory(), metrics.New(prometheus.NewRegistry()), nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	g := newGateway(t, newUpstream(t, nil), func(c *cfgT) { c.SelfUsage.Enabled = false })

@@ -4,6 +4,7 @@ import (
 	"slices"
 
 	"github.com/docsgate/gateway/auth"
+	"github.com/docsgate/gateway/engine"
 	"github.com/docsgate/gateway/stream"
 )
 
@@ -14,9 +15,6 @@ import (
 
 // upstreamErrorKinds are the kinds upstreamErrorKind and forward give.
 var upstreamErrorKinds = []string{"unavailable", "timeout", "reset", "canceled"}
-
-// refundReasons are the reasons a refund gives back units for.
-var refundReasons = []string{refundUpstream401, refundUpstream403}
 
 // authReasons are the auth rejection reasons of the mode: auth.Check's, too_many_failures
 // (auth.failure_limit) and, in registry mode, the registry's.
@@ -46,13 +44,13 @@ func (g *Gateway) knownSeries(sn *snapshot, routes []*route) {
 		m := rt.metrics
 		m.AuthReasons(reasons...)
 		m.UpstreamKinds(upstreamErrorKinds...)
-		if rt.stream {
+		if rt.Stream {
 			m.FinishReasons(stream.Results()...)
 			m.StreamOrgs(orgs...)
 			for _, set := range rt.sets {
-				for _, l := range set.limits {
-					if l.cutoff {
-						g.metrics.CutoffSeries(rt.name, l.rule.Name)
+				for _, l := range set.Limits {
+					if l.Cutoff {
+						g.metrics.CutoffSeries(rt.Name, l.Rule.Name)
 					}
 				}
 			}
@@ -61,7 +59,7 @@ func (g *Gateway) knownSeries(sn *snapshot, routes []*route) {
 			m.DeprecatedOrgs(orgs...)
 		}
 	}
-	for _, name := range sn.enabledLimits() {
-		g.metrics.RefundReasons(name, refundReasons...)
+	for _, name := range sn.pol.EnabledLimits() {
+		g.metrics.RefundReasons(name, engine.RefundReasons()...)
 	}
 }

@@ -2,27 +2,23 @@ package proxy
 
 import (
 	"fmt"
-	"maps"
-	"net/http"
-	"slices"
 
 	"github.com/docsgate/gateway/config"
 	"github.com/docsgate/gateway/metrics"
+	"github.com/docsgate/gateway/policy"
 )
 
 // snapshot is everything the config decides that a reload may change, compiled once and
-// swapped atomically: a request reads the pointer once and sees one consistent config.
+// swapped atomically: a request reads the pointer once and sees one consistent config, its
+// policy (routes, limits, plans, orgs) and the HTTP pipeline's own settings.
 type snapshot struct {
+	pol       *policy.Policy
 	table     *table
 	unmatched *route // pseudo-route for requests no route takes
 	maxBody   int64
 	clientIPs clientIPs
 	cors      *cors
-	ipv6Bits  int
 
-	limits     map[string][]routeLimit // every enabled limit by plan ("" for the defaults), for usage read-back
-	orgOf      map[string]string       // assistant domain -> configured org
-	orgPlan    map[string]string       // configured org -> its plan
 	orgMetrics map[string]*metrics.Org // configured org (and "other") -> series
 	// authFailLimit is auth.failure_limit; 0 when off. The upstream's 401s and 403s count in
 	// both modes, the gateway's own 401s in registry mode (see countAuthFailure).
@@ -31,16 +27,15 @@ type snapshot struct {
 	selfUsage *selfUsage
 }
 
-// compile turns a validated config into a snapshot, reporting problems with config keys.
-func (g *Gateway) compile(cfg *config.Config) (*snapshot, error) {
+// compile turns a validated config, and the policy compiled from it, into a snapshot,
+// reporting problems with config keys.
+func (g *Gateway) compile(cfg *config.Config, pol *policy.Policy) (*snapshot, error) {
 	sn := &snapshot{
+		pol:        pol,
 		maxBody:    cfg.MaxBodyBytes,
 		cors:       newCORS(cfg.CORS.AllowedOrigins, cfg.CORS.MaxAge),
-		ipv6Bits:   cfg.ClientIP.IPv6Prefix,
-		orgOf:      cfg.OrgOf(),
-		orgPlan:    map[string]string{},
 		orgMetrics: map[string]*metrics.Org{otherOrg: g.metrics.Org(otherOrg)},
-		unmatched:  &route{name: unmatchedRoute, metrics: g.metrics.Route(unmatchedRoute)},
+		unmatched:  pseudoRoute(unmatchedRoute, g.metrics),
 	}
 	sn.authFailLimit = cfg.Auth.FailureLimit
 	for _, p := range cfg.ClientIP.TrustedProxies {
@@ -50,25 +45,15 @@ func (g *Gateway) compile(cfg *config.Config) (*snapshot, error) {
 		}
 		sn.clientIPs.trusted = append(sn.clientIPs.trusted, prefix)
 	}
-	for org, o := range cfg.Orgs {
+	for _, org := range pol.Orgs() {
 		sn.orgMetrics[org] = g.metrics.Org(org)
-		if o.Plan != "" {
-			sn.orgPlan[org] = o.Plan
+	}
+	routes := make([]*route, len(pol.Routes()))
+	for i, pr := range pol.Routes() {
+		routes[i] = g.compileRoute(pr)
+		if pr.Stream {
+			g.metrics.StreamRoutes(pr.Name)
 		}
-	}
-
-	routes, err := compileRoutes(cfg.Routes)
-	if err != nil {
-		return nil, err
-	}
-	for _, rt := range routes {
-		rt.metrics = g.metrics.Route(rt.name)
-		if rt.stream {
-			g.metrics.StreamRoutes(rt.name)
-		}
-	}
-	if sn.limits, err = compileLimits(cfg, routes, g.refusals, g.notify); err != nil {
-		return nil, err
 	}
 	if g.tracing != nil {
 		for _, rt := range routes {
@@ -78,18 +63,7 @@ func (g *Gateway) compile(cfg *config.Config) (*snapshot, error) {
 			}
 		}
 	}
-	for _, plan := range append([]string{""}, slices.Collect(maps.Keys(cfg.Plans))...) {
-		for _, s := range cfg.PlanLimits(plan) {
-			if s.Unit == "tokens" && s.Reserve > 0 {
-				g.metrics.HoldLimits(s.Name)
-			}
-		}
-	}
-	for _, rt := range routes {
-		if len(rt.sets[""].limits) > 0 && g.limiter == nil {
-			return nil, fmt.Errorf("proxy: route %s applies limits but no limiter is configured", rt.name)
-		}
-	}
+	var err error
 	if sn.selfUsage, err = g.compileSelfUsage(cfg, routes); err != nil {
 		return nil, err
 	}
@@ -98,29 +72,4 @@ func (g *Gateway) compile(cfg *config.Config) (*snapshot, error) {
 	}
 	g.knownSeries(sn, routes)
 	return sn, nil
-}
-
-// deprecationHeaders renders a route's Deprecation (RFC 9745), Sunset (RFC 8594) and Link
-// headers once.
-func deprecationHeaders(d *config.Deprecation) (http.Header, error) {
-	if d == nil {
-		return nil, nil
-	}
-	since, err := config.ParseDate(d.Since)
-	if err != nil {
-		return nil, fmt.Errorf("deprecation.since: %w", err)
-	}
-	h := http.Header{}
-	h.Set("Deprecation", fmt.Sprintf("@%d", since.Unix()))
-	if d.Sunset != "" {
-		sunset, err := config.ParseDate(d.Sunset)
-		if err != nil {
-			return nil, fmt.Errorf("deprecation.sunset: %w", err)
-		}
-		h.Set("Sunset", sunset.UTC().Format(http.TimeFormat))
-	}
-	if d.Link != "" {
-		h.Set("Link", "<"+d.Link+`>; rel="deprecation"`)
-	}
-	return h, nil
 }

@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"context"
 	"io"
 	"net/http"
 
@@ -68,13 +67,13 @@ func (s *scope) decodeAnswer(res *http.Response) bool {
 
 // keepCutoffs records, for a streamed answer, the held tokens limits that have cutoff. Call it
 // after keepHeld.
-func (g *Gateway) keepCutoffs(s *scope, set *limitSet) {
-	if !s.route.stream {
+func (g *Gateway) keepCutoffs(s *scope, set *routeSet) {
+	if !s.route.Stream {
 		return
 	}
-	for _, h := range s.held {
-		for _, l := range set.limits {
-			if l.cutoff && l.rule == h.Rule {
+	for _, h := range s.adm.Held() {
+		for _, l := range set.Limits {
+			if l.Cutoff && l.Rule == h.Rule {
 				if s.cut.Len() == 0 { // the scope is new: its cutoff was empty
 					s.cut.Reset(cutGrower{g, s}, g.allowOnLimiterError)
 				}
@@ -85,19 +84,17 @@ func (g *Gateway) keepCutoffs(s *scope, set *limitSet) {
 	}
 }
 
-// cutGrower grows the holds of one answer with cutoff limits (stream.Grower): one store call,
-// bounded by redis.timeout, atomic with every other decision and hold on the limit.
+// cutGrower grows the holds of one answer with cutoff limits (stream.Grower) through the
+// engine, and logs a growth the store could not make.
 type cutGrower struct {
 	g *Gateway
 	s *scope
 }
 
 func (c cutGrower) Grow(h limits.Hit, want int64) (int64, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), c.g.growTimeout)
-	defer cancel()
-	got, err := c.g.limiter.Grow(ctx, c.s.hold, h, want)
+	got, err := c.g.engine.Grow(&c.s.adm, h, want)
 	if err != nil {
-		c.g.log.Warn("growing the token hold of an answer in flight failed", zap.String("route", c.s.route.name),
+		c.g.log.Warn("growing the token hold of an answer in flight failed", zap.String("route", c.s.route.Name),
 			zap.String("limit", h.Rule.Name), zap.String("request_id", c.s.requestID), zap.Error(err))
 	}
 	return got, err

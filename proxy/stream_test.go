@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"go.uber.org/zap"
 
 	"github.com/docsgate/gateway/config"
 	"github.com/docsgate/gateway/limits"
@@ -153,7 +152,7 @@ func TestStreamOverHTTPS(t *testing.T) {
 	up := newUpstream(t, handle)
 	cfg := config.Defaults()
 	cfg.Upstream.URL = up.URL
-	gw, err := New(Options{Config: &cfg, Logger: zap.NewNop(), Metrics: metrics.New(prometheus.NewRegistry()), Limiter: limits.NewMemory()})
+	gw, err := newTestGateway(&cfg, limits.NewMemory(), metrics.New(prometheus.NewRegistry()), nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

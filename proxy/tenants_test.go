@@ -188,7 +188,7 @@ func TestRegistryMode(t *testing.T) {
 		t.Fatalf("upstream saw %d requests, want the 3 admitted", n)
 	}
 	// Invented and revoked keys consumed nothing.
-	usages, err := g.Config.Handler.(*Gateway).Usage(context.Background(), "key", "svc_dsc_inventedSECRET")
+	usages, err := g.eng.Usage(context.Background(), "key", "svc_dsc_inventedSECRET")
 	if err != nil || usages[0].Used != 0 {
 		t.Fatalf("an invented key consumed quota: %+v %v", usages, err)
 	}
@@ -205,11 +205,11 @@ func TestUsageFollowsPlans(t *testing.T) {
 		g.do(t, "POST", "/discovery/v1/assistant/acme-docs/message", jsonHdr(assistantKey), assistantBody)
 	}
 	gw := g.Config.Handler.(*Gateway)
-	u, err := gw.Usage(context.Background(), "org", "acme")
+	u, err := gw.engine.Usage(context.Background(), "org", "acme")
 	if err != nil || len(u) != 1 || u[0].Limit != 5 || u[0].Used != 3 || u[0].Remaining != 2 {
 		t.Fatalf("usage of a plan's org: %+v %v", u, err)
 	}
-	u, err = gw.Usage(context.Background(), "org", "beta")
+	u, err = gw.engine.Usage(context.Background(), "org", "beta")
 	if err != nil || len(u) != 1 || u[0].Limit != 2 || u[0].Used != 0 {
 		t.Fatalf("usage of a default org: %+v %v", u, err)
 	}

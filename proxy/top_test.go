@@ -34,7 +34,7 @@ func TestTopRegisteredKeys(t *testing.T) {
 		for range 4 {
 			g.do(t, "POST", "/discovery/v1/assistant/b/message", jsonHdr(plainKey), assistantBody)
 		}
-		lists, err := g.gw.Top(t.Context(), "assistant_per_key", 10)
+		lists, err := g.eng.Top(t.Context(), "assistant_per_key", 10)
 		if err != nil || len(lists) != 1 {
 			t.Fatal(lists, err)
 		}
@@ -51,14 +51,14 @@ func TestTopRegisteredKeys(t *testing.T) {
 			gold.Used != 6 || gold.Limit != 100 || gold.Remaining != 94 {
 			t.Fatalf("gold key: %+v", gold)
 		}
-		ip, err := g.gw.Top(t.Context(), "assistant_per_ip", 10)
+		ip, err := g.eng.Top(t.Context(), "assistant_per_ip", 10)
 		if err != nil || len(ip[0].Tenants) != 1 || ip[0].Tenants[0].Used != 10 || ip[0].Tenants[0].Limit != 50 {
 			t.Fatalf("gcra top: %+v %v", ip, err)
 		}
-		if _, err := g.gw.Top(t.Context(), "nope", 10); !errors.Is(err, limits.ErrUnknownLimit) {
+		if _, err := g.eng.Top(t.Context(), "nope", 10); !errors.Is(err, limits.ErrUnknownLimit) {
 			t.Fatalf("unknown limit: %v", err)
 		}
-		all, err := g.gw.Top(t.Context(), "", 1)
+		all, err := g.eng.Top(t.Context(), "", 1)
 		if err != nil || len(all) != 4 || all[2].Limit != "assistant_per_key" || len(all[2].Tenants) != 1 || all[2].Tenants[0].Label != "widget" {
 			t.Fatalf("every limit, n=1: %+v %v", all, err)
 		}

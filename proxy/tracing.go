@@ -3,7 +3,6 @@ package proxy
 import (
 	"context"
 	"fmt"
-	"github.com/docsgate/gateway/stream"
 	"io"
 	"net"
 	"net/http"
@@ -14,6 +13,8 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/docsgate/gateway/stream"
 )
 
 // Tracing is what the proxy needs to trace requests; nil Options.Tracing turns it off, and
@@ -61,10 +62,10 @@ func (g *Gateway) startSpan(s *scope, r *http.Request) *http.Request {
 		}
 	}
 	name := s.route.spanName()
-	if s.route.method == "" || r.Method == http.MethodOptions {
+	if s.route.Method == "" || r.Method == http.MethodOptions {
 		name = safeMethod(r.Method) // no route: the method alone, as the conventions say
-		if s.route.method != "" {
-			name += " " + s.route.path // a preflight of a known route
+		if s.route.Method != "" {
+			name += " " + s.route.Path // a preflight of a known route
 		}
 	}
 	ctx, s.span = t.Tracer.Start(ctx, name, opts...)
@@ -72,11 +73,11 @@ func (g *Gateway) startSpan(s *scope, r *http.Request) *http.Request {
 		// In one call of one slice: a call per attribute group grew the span's list once each.
 		attrs := append(make([]attribute.KeyValue, 0, 7),
 			attribute.String("http.request.method", r.Method),
-			attribute.String("http.route", s.route.path),
+			attribute.String("http.route", s.route.Path),
 			attribute.String("url.scheme", scheme(r)),
 			attribute.String("client.address", s.clientIPString()),
 			attribute.String("server.address", hostOnly(r.Host)),
-			attribute.String("gateway.route", s.route.name),
+			attribute.String("gateway.route", s.route.Name),
 		)
 		if ua := r.UserAgent(); ua != "" {
 			attrs = append(attrs, attribute.String("user_agent.original", ua))

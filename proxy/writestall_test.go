@@ -260,7 +260,7 @@ func TestLiveStreamOutlivesReserveTTL(t *testing.T) {
 func waitSettled(t *testing.T, g *gateway) {
 	t.Helper()
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		us, err := g.gw.Usage(context.Background(), "org", "acme")
+		us, err := g.eng.Usage(context.Background(), "org", "acme")
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -11,9 +11,9 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/docsgate/gateway/config"
+	"github.com/docsgate/gateway/engine"
 	"github.com/docsgate/gateway/limits"
 	"github.com/docsgate/gateway/metrics"
-	"github.com/docsgate/gateway/proxy"
 )
 
 // newRedisClient builds the one Redis client of the process (standalone, Sentinel or Cluster
@@ -79,7 +79,7 @@ func redisOptions(c config.Redis) *redis.UniversalOptions {
 // limiter is the store behind the limits: Redis behind a timeout and circuit breaker, or the
 // in-process store.
 type limiter struct {
-	proxy.Limiter
+	engine.Limiter
 	// quotas is the same store without the guard: operators' quota actions are bounded by
 	// their own deadlines and must not move the request path's breaker.
 	quotas limits.QuotaStore

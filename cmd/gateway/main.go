@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
+	"github.com/docsgate/gateway/engine"
 	"github.com/docsgate/gateway/limits"
 	"github.com/docsgate/gateway/metrics"
 	"github.com/docsgate/gateway/proxy"
@@ -89,7 +90,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if f.checkConfig {
 		// Compile the routes and limits too, as a start would (route conflicts are found
 		// there), without touching Redis or the network.
-		if _, err := proxy.New(proxy.Options{Config: cfg, Logger: zap.NewNop(), Metrics: metrics.New(prometheus.NewRegistry()), Limiter: limits.NewMemory()}); err != nil {
+		m := metrics.New(prometheus.NewRegistry())
+		eng := engine.New(engine.Options{Limiter: limits.NewMemory(), Metrics: m, Logger: zap.NewNop()})
+		if _, err := proxy.New(proxy.Options{Config: cfg, Logger: zap.NewNop(), Metrics: m, Engine: eng}); err != nil {
 			fmt.Fprintf(stderr, "gateway: %v\n", redacted(err, cfg))
 			return exitUsage
 		}

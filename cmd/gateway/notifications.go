@@ -12,10 +12,10 @@ import (
 
 	"github.com/docsgate/gateway/auth"
 	"github.com/docsgate/gateway/config"
+	"github.com/docsgate/gateway/engine"
 	"github.com/docsgate/gateway/limits"
 	"github.com/docsgate/gateway/metrics"
 	"github.com/docsgate/gateway/notify"
-	"github.com/docsgate/gateway/proxy"
 )
 
 const (
@@ -60,7 +60,7 @@ type notifier struct {
 	// queue holds the crossings handed over by requests (crossed), guarded by mu; ready
 	// tells run there are some.
 	mu    sync.Mutex
-	queue *notify.Queue[proxy.Crossing]
+	queue *notify.Queue[engine.Crossing]
 	ready chan struct{}
 	// events are the watch's events (override ends, revocations), for run to write.
 	events chan notify.Event
@@ -77,7 +77,7 @@ type notifier struct {
 }
 
 // shareOf is whose a crossing's events are: a limit by ip counts visitors.
-func shareOf(c proxy.Crossing) notify.Share {
+func shareOf(c engine.Crossing) notify.Share {
 	return notify.Share{Limit: c.Limit, Visitor: c.By == "ip"}
 }
 
@@ -146,7 +146,7 @@ func (nt *notifier) configure(cfg *config.Config) {
 // queues a decision's. A charge knows no request: the org is the tenant's own when the limit
 // counts by org, else unknown.
 func (nt *notifier) charged(x limits.Crossed) {
-	c := proxy.CrossingOf(x.Rule, x.Bits)
+	c := engine.CrossingOf(x.Rule, x.Bits)
 	c.Tenant, c.By = x.ID, (*nt.by.Load())[x.Rule.Name]
 	if c.By == "org" {
 		c.Org = x.ID
@@ -158,7 +158,7 @@ func (nt *notifier) charged(x limits.Crossed) {
 // crossed is proxy.Options.Crossings, on the request's path: it queues the crossing for run,
 // never waiting. At the queue's bound one crossing is dropped by notify.Share's rule (logged
 // at most once a second, counted).
-func (nt *notifier) crossed(c proxy.Crossing) {
+func (nt *notifier) crossed(c engine.Crossing) {
 	nt.mu.Lock()
 	dropped, ok := nt.queue.Push(c)
 	nt.mu.Unlock()

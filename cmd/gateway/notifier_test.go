@@ -13,11 +13,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
+	"github.com/docsgate/gateway/engine"
 	"github.com/docsgate/gateway/internal/redistest"
 	"github.com/docsgate/gateway/limits"
 	"github.com/docsgate/gateway/metrics"
 	"github.com/docsgate/gateway/notify"
-	"github.com/docsgate/gateway/proxy"
 )
 
 func testNotifier(t *testing.T, body string) *notifier {
@@ -39,7 +39,7 @@ func TestNotifierKeepsWhatItCannotWrite(t *testing.T) {
 	srv := redistest.Start(t)
 	nt := testNotifier(t, fmt.Sprintf("redis: {addrs: [%q]}\n", srv.Addr))
 	ctx := context.Background()
-	c := proxy.Crossing{Limit: "assistant_per_org", Tenant: "acme", By: "org", WindowStart: time.Now().Truncate(time.Hour),
+	c := engine.Crossing{Limit: "assistant_per_org", Tenant: "acme", By: "org", WindowStart: time.Now().Truncate(time.Hour),
 		Used: 8, Quota: 10, Thresholds: []float64{0.8}, Exhausted: true, Time: time.Now()}
 	srv.Stop(t)
 	nt.publish(ctx, eventsOf(c))
@@ -117,7 +117,7 @@ func TestNotifierRetriesDuringFlood(t *testing.T) {
 	}()
 	defer func() { stop.Store(true); <-flooding }()
 	srv.Stop(t)
-	nt.crossed(proxy.Crossing{Limit: "assistant_per_org", Tenant: "acme", By: "org", WindowStart: time.Now().Truncate(time.Hour),
+	nt.crossed(engine.Crossing{Limit: "assistant_per_org", Tenant: "acme", By: "org", WindowStart: time.Now().Truncate(time.Hour),
 		Used: 8, Quota: 10, Thresholds: []float64{0.8}, Time: time.Now()})
 	time.Sleep(1500 * time.Millisecond) // written and failed, kept among the unwritten
 	srv.Restart(t)

@@ -15,10 +15,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
+	"github.com/docsgate/gateway/engine"
 	"github.com/docsgate/gateway/internal/redistest"
 	"github.com/docsgate/gateway/metrics"
 	"github.com/docsgate/gateway/notify"
-	"github.com/docsgate/gateway/proxy"
 )
 
 // benchNotifier is a started notifier on store ("memory" or "redis") whose one endpoint
@@ -60,8 +60,8 @@ func serveHeld(b *testing.B, held chan struct{}) string {
 }
 
 // visitorCrossing is the i-th visitor's crossing of one threshold: one event.
-func visitorCrossing(i int) proxy.Crossing {
-	return proxy.Crossing{Limit: "assistant_per_ip", Tenant: fmt.Sprintf("10.%d.%d.%d", i>>16&255, i>>8&255, i&255), By: "ip",
+func visitorCrossing(i int) engine.Crossing {
+	return engine.Crossing{Limit: "assistant_per_ip", Tenant: fmt.Sprintf("10.%d.%d.%d", i>>16&255, i>>8&255, i&255), By: "ip",
 		WindowStart: time.Now().Truncate(24 * time.Hour), Used: 10, Quota: 10, Thresholds: []float64{1}, Time: time.Now()}
 }
 
@@ -131,7 +131,7 @@ func redisCPU(b *testing.B, nt *notifier) float64 {
 func BenchmarkCrossingHandOver(b *testing.B) {
 	c := visitorCrossing(1)
 	b.Run("channel", func(b *testing.B) {
-		ch := make(chan proxy.Crossing, crossingQueue)
+		ch := make(chan engine.Crossing, crossingQueue)
 		b.ReportAllocs()
 		i := 0
 		for b.Loop() {

@@ -8,9 +8,9 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/docsgate/gateway/engine"
 	"github.com/docsgate/gateway/metrics"
 	"github.com/docsgate/gateway/notify"
-	"github.com/docsgate/gateway/proxy"
 )
 
 // dropLogTenants bounds the tenants one drop log line names.
@@ -73,7 +73,7 @@ func (l *dropLog) flush() {
 }
 
 // dropCrossing counts the events of a crossing dropped for reason.
-func (nt *notifier) dropCrossing(c proxy.Crossing, reason string) {
+func (nt *notifier) dropCrossing(c engine.Crossing, reason string) {
 	types := typesOf(c)
 	for _, typ := range types {
 		nt.m.Notification(typ, "", notify.ResultDropped, 0)

@@ -9,9 +9,9 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/docsgate/gateway/config"
+	"github.com/docsgate/gateway/engine"
 	"github.com/docsgate/gateway/metrics"
 	"github.com/docsgate/gateway/notify"
-	"github.com/docsgate/gateway/proxy"
 )
 
 // writeQueued writes the events of writeBatch queued crossings (the tenants' first:
@@ -33,7 +33,7 @@ func (nt *notifier) writeQueued(ctx context.Context) (more bool) {
 
 // eventsOf are the events of one crossing. Each crossing is detected once (the limits mark
 // it in the tenant's counter), so each event gets an id of its own, kept across retries.
-func eventsOf(c proxy.Crossing) []notify.Event {
+func eventsOf(c engine.Crossing) []notify.Event {
 	ws := c.WindowStart.Format(time.RFC3339)
 	data := map[string]any{"limit": c.Limit, "tenant": c.Tenant, "by": c.By, "window_start": ws, "used": c.Used, "quota": c.Quota}
 	if c.Org != "" {
@@ -64,7 +64,7 @@ func eventsOf(c proxy.Crossing) []notify.Event {
 }
 
 // typesOf are the types of the events a crossing makes.
-func typesOf(c proxy.Crossing) []string {
+func typesOf(c engine.Crossing) []string {
 	var ts []string
 	for range c.Thresholds {
 		ts = append(ts, config.EventThresholdCrossed)
@@ -80,7 +80,7 @@ func typesOf(c proxy.Crossing) []string {
 
 // burn is a forecast's rate (units per hour of the window so far, to three decimals) and when
 // the tenant runs out at it.
-func burn(c proxy.Crossing) (perHour float64, runsOut time.Time) {
+func burn(c engine.Crossing) (perHour float64, runsOut time.Time) {
 	elapsed := max(c.Time.Sub(c.WindowStart), time.Second)
 	perHour = math.Round(float64(c.Used)/elapsed.Hours()*1000) / 1000
 	left := float64(max(c.Quota-c.Used, 0)) / float64(max(c.Used, 1)) * float64(elapsed)

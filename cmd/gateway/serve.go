@@ -21,6 +21,7 @@ import (
 	"github.com/docsgate/gateway/admin"
 	"github.com/docsgate/gateway/auth"
 	"github.com/docsgate/gateway/config"
+	"github.com/docsgate/gateway/engine"
 	"github.com/docsgate/gateway/limits"
 	"github.com/docsgate/gateway/metrics"
 	"github.com/docsgate/gateway/proxy"
@@ -165,7 +166,7 @@ func serve(ctx context.Context, path string, cfg *config.Config, dev bool) error
 		_ = admin.Close()
 		return err
 	}
-	return drain(cfg.Server, pub, admin, p.gw, stopTracing, &p.draining, log)
+	return drain(cfg.Server, pub, admin, p.eng, stopTracing, &p.draining, log)
 }
 
 // process is what one running gateway is made of, built by serve.
@@ -176,6 +177,7 @@ type process struct {
 	m        *metrics.Metrics
 	lim      *limiter
 	notes    *notifier // nil without notifications.webhooks
+	eng      *engine.Engine
 	gw       *proxy.Gateway
 	rl       *reloader
 	started  time.Time
@@ -185,16 +187,22 @@ type process struct {
 // buildGateway builds the public handler on the limiter and the key registry (nil in prefix
 // mode), with tracing when configured; it returns the function that stops tracing (or nil).
 func (p *process) buildGateway(ctx context.Context, keys auth.Registry) (stopTracing func(context.Context) error, err error) {
-	opts := proxy.Options{Config: p.cfg, Logger: p.log, Metrics: p.m, Limiter: p.lim, Quotas: p.lim.quotas, History: p.lim.history}
+	eo := engine.Options{Limiter: p.lim, Quotas: p.lim.quotas, History: p.lim.history, AllowOnError: p.cfg.Redis.OnError == "allow",
+		GrowTimeout: p.cfg.Redis.Timeout, Metrics: p.m, Logger: p.log}
+	opts := proxy.Options{Config: p.cfg, Logger: p.log, Metrics: p.m}
 	if keys != nil {
-		opts.Registry = keys
+		opts.Registry, eo.Registry = keys, keys
 	}
 	if stopTracing, err = newTracing(ctx, p.cfg, p.m, &opts, p.log); err != nil {
 		return nil, err
 	}
-	if p.notes != nil {
-		opts.Crossings = p.notes.crossed
+	if p.notes != nil && p.cfg.Notifications.Enabled() {
+		// The limits mark what the notifications the gateway starts with take.
+		n := p.cfg.Notifications
+		eo.Crossings, eo.Notify = p.notes.crossed, &n
 	}
+	p.eng = engine.New(eo)
+	opts.Engine = p.eng
 	if p.gw, err = proxy.New(opts); err != nil {
 		return nil, configError{err}
 	}
@@ -260,16 +268,16 @@ func (p *process) adminServer(keys admin.KeyManager, cert *tls.Certificate) *htt
 		Handler: admin.Handler(admin.Options{
 			Ready:        p.ready,
 			Metrics:      metrics.Handler(p.reg),
-			Usage:        p.gw,
-			Top:          p.gw,
+			Usage:        p.eng,
+			Top:          p.eng,
 			TopTimeout:   30 * time.Second,
 			State:        p.state,
 			UIRefresh:    cfg.AdminUIRefresh,
 			Reload:       p.rl.reload,
 			Keys:         keys,
 			KnownPlan:    p.rl.knownPlan,
-			Quotas:       p.gw,
-			History:      p.gw,
+			Quotas:       p.eng,
+			History:      p.eng,
 			MaxExports:   cfg.AdminMaxExports,
 			Token:        cfg.AdminToken,
 			Hosts:        cfg.AdminHosts,
@@ -318,7 +326,7 @@ func (p *process) wait(ctx context.Context, errc <-chan error) error {
 // drain turns /readyz to 503, waits shutdown_delay for load balancers to notice, then closes
 // the listeners and gives in-flight requests and streams shutdown_grace to finish, and the
 // token debits of the last answers the rest of it.
-func drain(sc config.Server, pub, admin *http.Server, gw *proxy.Gateway, stopTracing func(context.Context) error, draining *atomic.Bool, log *zap.Logger) error {
+func drain(sc config.Server, pub, admin *http.Server, eng *engine.Engine, stopTracing func(context.Context) error, draining *atomic.Bool, log *zap.Logger) error {
 	draining.Store(true)
 	log.Info("shutting down", zap.Duration("delay", sc.ShutdownDelay), zap.Duration("grace", sc.ShutdownGrace))
 	time.Sleep(sc.ShutdownDelay)
@@ -333,7 +341,7 @@ func drain(sc config.Server, pub, admin *http.Server, gw *proxy.Gateway, stopTra
 		log.Warn("shutdown", zap.Error(err))
 	}
 	_ = admin.Close()
-	if err := gw.Close(ctx); err != nil {
+	if err := eng.Close(ctx); err != nil {
 		log.Warn("token debits and refunds still under way at the end of the grace period were dropped")
 	}
 	if stopTracing != nil {

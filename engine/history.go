@@ -1,4 +1,4 @@
-package proxy
+package engine
 
 import (
 	"context"
@@ -18,20 +18,20 @@ import (
 // unit ("" for the limit's own: another reads what the limit counted before a change of its
 // unit). An unknown limit wraps limits.ErrUnknownLimit, a bad id or unit is a
 // *limits.InvalidError of field "id" or "unit", a GCRA limit wraps limits.ErrNoHistory.
-func (g *Gateway) History(ctx context.Context, name, id, unit string) (limits.TenantHistory, error) {
-	if g.history == nil {
-		return limits.TenantHistory{}, fmt.Errorf("proxy: history: %w: %q", limits.ErrUnknownLimit, name)
+func (e *Engine) History(ctx context.Context, name, id, unit string) (limits.TenantHistory, error) {
+	if e.o.History == nil {
+		return limits.TenantHistory{}, fmt.Errorf("engine: history: %w: %q", limits.ErrUnknownLimit, name)
 	}
-	rule, id, err := g.quotaRule(ctx, name, id)
+	rule, id, err := e.quotaRule(ctx, name, id)
 	if err != nil {
 		return limits.TenantHistory{}, err
 	}
 	if rule, err = inUnit(rule, unit); err != nil {
 		return limits.TenantHistory{}, err
 	}
-	ws, err := g.history.History(ctx, rule, id)
+	ws, err := e.o.History.History(ctx, rule, id)
 	if err != nil {
-		return limits.TenantHistory{}, fmt.Errorf("proxy: history: %w", err)
+		return limits.TenantHistory{}, fmt.Errorf("engine: history: %w", err)
 	}
 	for i := range ws {
 		ws[i].Limit = rule.Limit
@@ -51,26 +51,26 @@ func (g *Gateway) History(ctx context.Context, name, id, unit string) (limits.Te
 // The store is read whole before Export returns (so a failing store is an error, not a cut
 // answer) and sorts the tenants by id where it keeps them (limits.Tenants); plans, labels and
 // orgs are looked up as the rows are yielded.
-func (g *Gateway) Export(ctx context.Context, name, window, unit string) (limits.Export, error) {
-	sn := g.snap.Load()
-	if g.history == nil || !slices.Contains(sn.enabledLimits(), name) {
-		return limits.Export{}, fmt.Errorf("proxy: export: %w: %q", limits.ErrUnknownLimit, name)
+func (e *Engine) Export(ctx context.Context, name, window, unit string) (limits.Export, error) {
+	p := e.pol.Load()
+	if e.o.History == nil || !slices.Contains(p.EnabledLimits(), name) {
+		return limits.Export{}, fmt.Errorf("engine: export: %w: %q", limits.ErrUnknownLimit, name)
 	}
-	pl := sn.planLimits(name)
-	ref, err := inUnit(pl.reference(), unit)
+	pl := p.PlanLimits(name)
+	ref, err := inUnit(pl.Reference(), unit)
 	if err != nil {
 		return limits.Export{}, err
 	}
 	if ref.Algorithm != limits.Fixed {
-		return limits.Export{}, fmt.Errorf("proxy: export %s: %w", name, limits.ErrNoHistory)
+		return limits.Export{}, fmt.Errorf("engine: export %s: %w", name, limits.ErrNoHistory)
 	}
 	start, back, err := exportStart(ref.Window, window)
 	if err != nil { // before the store is asked: a bad window is refused even with it down
 		return limits.Export{}, err
 	}
-	now, err := g.history.Clock(ctx)
+	now, err := e.o.History.Clock(ctx)
 	if err != nil {
-		return limits.Export{}, fmt.Errorf("proxy: export: %w", err)
+		return limits.Export{}, fmt.Errorf("engine: export: %w", err)
 	}
 	cur, _ := ref.Window.Bounds(now)
 	if back >= 0 {
@@ -85,12 +85,12 @@ func (g *Gateway) Export(ctx context.Context, name, window, unit string) (limits
 		oldest := r.Window.Shift(rCur.Unix(), -r.History)
 		return start <= cur.Unix() && ref.Window.Shift(start, 1) > oldest
 	}
-	if !slices.ContainsFunc(pl.rules(), kept) {
-		return limits.Export{}, fmt.Errorf("proxy: export %s: %w: %s", name, limits.ErrUnknownWindow, window)
+	if !slices.ContainsFunc(pl.Rules(), kept) {
+		return limits.Export{}, fmt.Errorf("engine: export %s: %w: %s", name, limits.ErrUnknownWindow, window)
 	}
-	ts, err := g.history.ExportSorted(ctx, ref, start, func(string) bool { return true })
+	ts, err := e.o.History.ExportSorted(ctx, ref, start, func(string) bool { return true })
 	if err != nil {
-		return limits.Export{}, fmt.Errorf("proxy: export %s: %w", name, err)
+		return limits.Export{}, fmt.Errorf("engine: export %s: %w", name, err)
 	}
 	out := limits.Export{
 		Limit: name, Unit: ref.Unit.String(), Tenants: ts.Len(),
@@ -101,15 +101,15 @@ func (g *Gateway) Export(ctx context.Context, name, window, unit string) (limits
 		for {
 			id, used, ok, err := ts.Next(ctx)
 			if err != nil {
-				yield(limits.ExportRow{}, fmt.Errorf("proxy: export %s: %w", name, err))
+				yield(limits.ExportRow{}, fmt.Errorf("engine: export %s: %w", name, err))
 				return
 			}
 			if !ok {
 				return
 			}
-			t := g.tenantOf(ctx, sn, pl.by, id)
+			t := e.tenantOf(ctx, p, pl.By, id)
 			row := limits.ExportRow{ID: id, Used: used, Plan: t.plan, Label: t.label, Org: t.org}
-			if r := pl.ruleFor(t); r != nil && r.Unit == ref.Unit {
+			if r := pl.RuleFor(t.plan); r != nil && r.Unit == ref.Unit {
 				row.Limit = r.Limit // a limit of another unit is no bound on these counts
 			}
 			if !yield(row, nil) {
@@ -157,62 +157,4 @@ func exportStart(w limits.Window, window string) (start int64, back int, err err
 		return 0, 0, &limits.InvalidError{Field: "window", Reason: "not the start of a window of this limit (" + w.String() + ", in UTC)"}
 	}
 	return t.Unix(), -1, nil
-}
-
-// planLimits is one limit as each plan applies it ("" for the defaults).
-type planLimits struct {
-	name   string
-	by     by
-	byPlan map[string]routeLimit
-	plans  map[string]bool // every plan of the config, with or without the limit
-}
-
-func (sn *snapshot) planLimits(name string) planLimits {
-	pl := planLimits{name: name, by: sn.limitBy(name), byPlan: map[string]routeLimit{}, plans: map[string]bool{}}
-	for p, ls := range sn.limits {
-		pl.plans[p] = true
-		for _, l := range ls {
-			if l.rule.Name == name {
-				pl.byPlan[p] = l
-			}
-		}
-	}
-	return pl
-}
-
-// reference is the rule whose window an export names: the defaults', else the first plan's.
-func (pl planLimits) reference() *limits.Rule {
-	if l, ok := pl.byPlan[""]; ok {
-		return l.rule
-	}
-	return pl.rules()[0]
-}
-
-// rules lists the rule of every plan that enables the limit, sorted by plan.
-func (pl planLimits) rules() []*limits.Rule {
-	plans := make([]string, 0, len(pl.byPlan))
-	for p := range pl.byPlan {
-		plans = append(plans, p)
-	}
-	slices.Sort(plans)
-	out := make([]*limits.Rule, len(plans))
-	for i, p := range plans {
-		out[i] = pl.byPlan[p].rule
-	}
-	return out
-}
-
-// ruleFor is the rule that applies to a tenant: its plan's, nil when its plan disables the
-// limit; a plan unknown to the config means the defaults (as in top).
-func (pl planLimits) ruleFor(t tenant) *limits.Rule {
-	if l, ok := pl.byPlan[t.plan]; ok {
-		return l.rule
-	}
-	if pl.plans[t.plan] {
-		return nil
-	}
-	if l, ok := pl.byPlan[""]; ok {
-		return l.rule
-	}
-	return nil
 }

@@ -1,4 +1,4 @@
-package proxy
+package engine
 
 import (
 	"sync"
@@ -9,13 +9,13 @@ import (
 
 // The refusals of each limit, counted by this process as its decisions are accounted (no
 // store write on the request path): in the limit's current window and since the process
-// started. The usage page shows them beside each limit. The counters belong to the Gateway
+// started. The usage page shows them beside each limit. The counters belong to the Engine
 // and outlive reloads; a reload sets the window they count in (the limit's, as its default
 // limits count it).
 
 type refusalCounts struct {
 	since time.Time
-	mu    sync.Mutex
+	mu    sync.RWMutex
 	by    map[string]*refusalCount // limit name -> its count
 }
 
@@ -38,11 +38,20 @@ func (rc *refusalCounts) of(name string, window limits.Window) *refusalCount {
 	return c
 }
 
+// add counts one refusal of limit name at now (shadow: one a shadow limit would have made).
+// A limit no policy put in force counts nothing.
+func (rc *refusalCounts) add(name string, shadow bool, now time.Time) {
+	rc.mu.RLock()
+	c := rc.by[name]
+	rc.mu.RUnlock()
+	c.add(shadow, now)
+}
+
 // read is limit name's counts as of now.
 func (rc *refusalCounts) read(name string, now time.Time) limits.Refusals {
-	rc.mu.Lock()
+	rc.mu.RLock()
 	c := rc.by[name]
-	rc.mu.Unlock()
+	rc.mu.RUnlock()
 	out := limits.Refusals{Since: rc.since}
 	if c == nil {
 		return out

@@ -1,10 +1,11 @@
-package proxy
+package engine
 
 import (
 	"testing"
 	"time"
 
 	"github.com/docsgate/gateway/limits"
+	"github.com/docsgate/gateway/policy"
 )
 
 func TestRefusalCounts(t *testing.T) {
@@ -43,18 +44,22 @@ func TestRefusalCounts(t *testing.T) {
 		t.Fatalf("a limit never counted: %+v", got)
 	}
 	var none *refusalCount
-	none.add(false, at(10, 0)) // a routeLimit built without a counter counts nothing
+	none.add(false, at(10, 0)) // no counter: nothing counted
+	rc.add("never put in force", false, at(10, 0))
+	if got := rc.read("never put in force", at(10, 0)); got.Total != 0 {
+		t.Fatalf("a limit no policy put in force: %+v", got)
+	}
 }
 
 func TestModeOf(t *testing.T) {
-	enforced, shadow := routeLimit{}, routeLimit{shadow: true}
+	enforced, shadow := policy.Limit{}, policy.Limit{Shadow: true}
 	for _, c := range []struct {
-		byPlan map[string]routeLimit
+		byPlan map[string]policy.Limit
 		want   string
 	}{
-		{map[string]routeLimit{"": enforced, "gold": enforced}, "enforce"},
-		{map[string]routeLimit{"": shadow, "gold": shadow}, "shadow"},
-		{map[string]routeLimit{"": shadow, "gold": enforced}, "mixed"},
+		{map[string]policy.Limit{"": enforced, "gold": enforced}, "enforce"},
+		{map[string]policy.Limit{"": shadow, "gold": shadow}, "shadow"},
+		{map[string]policy.Limit{"": shadow, "gold": enforced}, "mixed"},
 	} {
 		if got := modeOf(c.byPlan); got != c.want {
 			t.Errorf("modeOf(%v) = %q, want %q", c.byPlan, got, c.want)

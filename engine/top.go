@@ -1,4 +1,4 @@
-package proxy
+package engine
 
 import (
 	"container/heap"
@@ -8,23 +8,24 @@ import (
 	"time"
 
 	"github.com/docsgate/gateway/limits"
+	"github.com/docsgate/gateway/policy"
 )
 
 // Top answers, for the limit named (or every enabled limit when name is ""), the n tenants
 // with the highest use in the current window, highest fraction first. It reads the store with
 // Scan: the cost falls on this call, none on the request path. A tenant's limit is its plan's.
-func (g *Gateway) Top(ctx context.Context, name string, n int) ([]limits.TopList, error) {
-	sn := g.snap.Load()
-	names := sn.enabledLimits()
+func (e *Engine) Top(ctx context.Context, name string, n int) ([]limits.TopList, error) {
+	p := e.pol.Load()
+	names := p.EnabledLimits()
 	if name != "" {
 		if !slices.Contains(names, name) {
-			return nil, fmt.Errorf("proxy: top: %w: %q", limits.ErrUnknownLimit, name)
+			return nil, fmt.Errorf("engine: top: %w: %q", limits.ErrUnknownLimit, name)
 		}
 		names = []string{name}
 	}
 	out := make([]limits.TopList, 0, len(names))
 	for _, nm := range names {
-		l, err := g.top(ctx, sn, nm, n)
+		l, err := e.top(ctx, p, nm, n)
 		if err != nil {
 			return nil, err
 		}
@@ -33,119 +34,79 @@ func (g *Gateway) Top(ctx context.Context, name string, n int) ([]limits.TopList
 	return out, nil
 }
 
-// enabledLimits lists, sorted, the names of the limits enabled by default or in some plan.
-func (sn *snapshot) enabledLimits() []string {
-	var names []string
-	for _, ls := range sn.limits {
-		for _, l := range ls {
-			if !slices.Contains(names, l.rule.Name) {
-				names = append(names, l.rule.Name)
-			}
-		}
-	}
-	slices.Sort(names)
-	return names
-}
-
 // tenant is what the usage views show about the owner of an id.
 type tenant struct {
 	plan, label, org string
 }
 
 // tenantOf finds the plan (and, for keys, the label and org) of an id counted by b.
-func (g *Gateway) tenantOf(ctx context.Context, sn *snapshot, b by, id string) tenant {
+func (e *Engine) tenantOf(ctx context.Context, p *policy.Policy, b policy.By, id string) tenant {
 	switch b {
-	case byOrg:
-		return tenant{plan: sn.orgPlan[id]}
-	case byKey:
-		if g.registry == nil {
+	case policy.ByOrg:
+		return tenant{plan: p.PlanOf(id)}
+	case policy.ByKey:
+		if e.o.Registry == nil {
 			return tenant{}
 		}
-		e, ok, err := g.registry.Lookup(ctx, id)
+		k, ok, err := e.o.Registry.Lookup(ctx, id)
 		if err != nil || !ok {
 			return tenant{}
 		}
-		plan := e.Plan
+		plan := k.Plan
 		if plan == "" {
-			plan = sn.orgPlan[e.Org]
+			plan = p.PlanOf(k.Org)
 		}
-		return tenant{plan: plan, label: e.Label, org: e.Org}
+		return tenant{plan: plan, label: k.Label, org: k.Org}
 	}
 	return tenant{} // projects and IPs belong to no single tenant: the default limits
 }
 
-func (g *Gateway) top(ctx context.Context, sn *snapshot, name string, n int) (limits.TopList, error) {
+func (e *Engine) top(ctx context.Context, p *policy.Policy, name string, n int) (limits.TopList, error) {
 	// The limit as each plan applies it ("" first: the defaults). Plans may change the
 	// window or algorithm, and with them the keys counted: each variant is scanned once.
-	plans := make([]string, 0, len(sn.limits))
-	for p := range sn.limits {
-		plans = append(plans, p)
-	}
-	slices.Sort(plans) // "" sorts first
-	byPlan := map[string]routeLimit{}
+	pl := p.PlanLimits(name)
 	var variants []*limits.Rule
-	for _, p := range plans {
-		for _, l := range sn.limits[p] {
-			if l.rule.Name != name {
-				continue
-			}
-			byPlan[p] = l
-			if !slices.ContainsFunc(variants, func(v *limits.Rule) bool {
-				return v.Window == l.rule.Window && v.Algorithm == l.rule.Algorithm
-			}) {
-				variants = append(variants, l.rule)
-			}
+	for _, r := range pl.Rules() {
+		if !slices.ContainsFunc(variants, func(v *limits.Rule) bool {
+			return v.Window == r.Window && v.Algorithm == r.Algorithm
+		}) {
+			variants = append(variants, r)
 		}
 	}
-	var b by
-	for _, l := range byPlan {
-		b = l.by
-		break
-	}
+	b := pl.By
 	list := limits.TopList{Limit: name, Window: variants[0].Window.String(), Unit: variants[0].Unit.String(), By: b.String()}
 	if variants[0].Unit == limits.Streams {
 		list.Window = "" // answers in flight, in no window
 	}
-	list.Mode = modeOf(byPlan)
-	list.Refused = g.refusals.read(name, time.Now())
+	list.Mode = modeOf(pl.ByPlan)
+	list.Refused = e.refusals.read(name, time.Now())
 	// A plan without this limit enabled (or unknown to the config by now) means the defaults.
-	ruleFor := func(t tenant) *limits.Rule {
-		if l, ok := byPlan[t.plan]; ok {
-			return l.rule
-		}
-		if _, ok := sn.limits[t.plan]; ok {
-			return nil // the tenant's plan disables this limit
-		}
-		if l, ok := byPlan[""]; ok {
-			return l.rule
-		}
-		return nil
-	}
+	ruleFor := func(t tenant) *limits.Rule { return pl.RuleFor(t.plan) }
 	best := &topHeap{}
 	for _, v := range variants {
-		err := g.limiter.Scan(ctx, v,
-			func(id string) *limits.Rule { return ruleFor(g.tenantOf(ctx, sn, b, id)) },
+		err := e.o.Limiter.Scan(ctx, v,
+			func(id string) *limits.Rule { return ruleFor(e.tenantOf(ctx, p, b, id)) },
 			func(id string, u limits.Usage) {
-				e := topEntry{id: id, u: u, fraction: fraction(u)}
+				te := topEntry{id: id, u: u, fraction: fraction(u)}
 				if best.Len() < n {
-					heap.Push(best, e)
-				} else if e.before(best.items[0]) {
-					best.items[0] = e
+					heap.Push(best, te)
+				} else if te.before(best.items[0]) {
+					best.items[0] = te
 					heap.Fix(best, 0)
 				}
 			})
 		if err != nil {
-			return limits.TopList{}, fmt.Errorf("proxy: top %s: %w", name, err)
+			return limits.TopList{}, fmt.Errorf("engine: top %s: %w", name, err)
 		}
 	}
 	list.Tenants = make([]limits.TopTenant, best.Len())
 	for i := len(list.Tenants) - 1; i >= 0; i-- {
-		e := heap.Pop(best).(topEntry)
-		t := g.tenantOf(ctx, sn, b, e.id)
+		te := heap.Pop(best).(topEntry)
+		t := e.tenantOf(ctx, p, b, te.id)
 		list.Tenants[i] = limits.TopTenant{
-			ID: e.id, Label: t.label, Org: t.org, Plan: t.plan,
-			Used: e.u.Used, Limit: e.u.Limit, Remaining: e.u.Remaining, Fraction: e.fraction, Reset: e.u.Reset,
-			Granted: e.u.Granted, Override: e.u.Override, Reserved: e.u.Reserved, Reserves: e.u.Reserves,
+			ID: te.id, Label: t.label, Org: t.org, Plan: t.plan,
+			Used: te.u.Used, Limit: te.u.Limit, Remaining: te.u.Remaining, Fraction: te.fraction, Reset: te.u.Reset,
+			Granted: te.u.Granted, Override: te.u.Override, Reserved: te.u.Reserved, Reserves: te.u.Reserves,
 		}
 		if r := ruleFor(t); r != nil {
 			list.Tenants[i].Shadow = r.Shadow
@@ -158,11 +119,11 @@ func (g *Gateway) top(ctx context.Context, sn *snapshot, name string, n int) (li
 }
 
 // modeOf is a limit's mode over the plans that enable it: "enforce", "shadow" or "mixed".
-func modeOf(byPlan map[string]routeLimit) string {
+func modeOf(byPlan map[string]policy.Limit) string {
 	shadow, enforced := false, false
 	for _, l := range byPlan {
-		shadow = shadow || l.shadow
-		enforced = enforced || !l.shadow
+		shadow = shadow || l.Shadow
+		enforced = enforced || !l.Shadow
 	}
 	switch {
 	case shadow && enforced:

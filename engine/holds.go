@@ -1,4 +1,4 @@
-package proxy
+package engine
 
 import (
 	"context"
@@ -22,18 +22,19 @@ type holdKeeper struct {
 	timer *time.Timer
 }
 
-// keepHolds starts refreshing the holds the request's admitting decision took (s.held).
-func (g *Gateway) keepHolds(s *scope) {
-	every := limits.RefreshEvery(s.held)
-	if every <= 0 || g.limiter == nil {
+// KeepHolds starts refreshing the holds an admitted request's decision took (a.Held) while
+// its answer lives; route names it in the log. Call it once the request is forwarded.
+func (e *Engine) KeepHolds(a *Admission, route string) {
+	every := limits.RefreshEvery(a.held)
+	if every <= 0 {
 		return
 	}
-	k := &s.keeper
-	hold, held, route := s.hold, s.held, s.route.name
+	k := &a.keeper
+	hold, held := a.hold, a.held
 	// Each refresh is bounded so that one may fail and the next still lands in time (see
 	// limits.RefreshEvery), and so that a settle waiting for it (stop) keeps most of its own
 	// bound.
-	bound := min(every/2, debitTimeout/2)
+	bound := min(every/2, afterTimeout/2)
 	refresh := func() {
 		k.mu.Lock()
 		defer k.mu.Unlock()
@@ -41,21 +42,31 @@ func (g *Gateway) keepHolds(s *scope) {
 			return
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), bound)
-		lapsed, err := g.limiter.Refresh(ctx, hold, held)
+		lapsed, err := e.o.Limiter.Refresh(ctx, hold, held)
 		cancel()
 		if err != nil {
 			// The next refresh takes again what expires meanwhile.
-			g.log.Warn("refreshing the holds of an answer in flight failed", zap.String("route", route), zap.Error(err))
+			e.log.Warn("refreshing the holds of an answer in flight failed", zap.String("route", route), zap.Error(err))
 		}
 		if len(lapsed) > 0 {
 			// Redis lost them, or was out of reach for most of reserve_ttl: taken again.
-			g.log.Warn("holds of an answer in flight had expired; taken again", zap.String("route", route), zap.Strings("limits", lapsed))
+			e.log.Warn("holds of an answer in flight had expired; taken again", zap.String("route", route), zap.Strings("limits", lapsed))
 		}
 		k.timer.Reset(every)
 	}
 	k.mu.Lock()
 	k.timer = time.AfterFunc(every, refresh)
 	k.mu.Unlock()
+}
+
+// Grow grows the hold an admitted request's answer has of h to want tokens, as far as the
+// tenant's allowance has room net of the used tokens and the other live holds, and returns the
+// hold it has now: one store call, atomic with every other decision and hold on the limit,
+// bounded by redis.timeout.
+func (e *Engine) Grow(a *Admission, h limits.Hit, want int64) (int64, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), e.o.GrowTimeout)
+	defer cancel()
+	return e.o.Limiter.Grow(ctx, a.hold, h, want)
 }
 
 // stop ends the refreshes of an answer that has ended, waiting for one under way: a refresh

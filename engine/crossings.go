@@ -1,4 +1,4 @@
-package proxy
+package engine
 
 import (
 	"time"
@@ -27,12 +27,13 @@ type Crossing struct {
 	Time       time.Time
 }
 
-// reportCrossings hands what dec crossed to Options.Crossings; nothing, most of the time.
-func (g *Gateway) reportCrossings(s *scope, set *limitSet, hits []limits.Hit, dec *limits.Decision) {
-	for i, l := range set.limits {
-		res := &dec.Results[i]
+// reportCrossings hands what the decision crossed to Options.Crossings; nothing, most of the
+// time.
+func (e *Engine) reportCrossings(req *Request, d *Decision) {
+	for i, l := range req.Set.Limits {
+		res := &d.Results[i]
 		bits := res.Crossed
-		if !dec.Allowed {
+		if !d.Allowed {
 			// Refused: nothing was counted (on a Cluster, another node's units were given
 			// back), so only a first refusal is news.
 			bits &= limits.CrossedExhausted
@@ -42,10 +43,10 @@ func (g *Gateway) reportCrossings(s *scope, set *limitSet, hits []limits.Hit, de
 		}
 		// A tokens limit's refusal counts the holds of its answers in flight as used.
 		used := max(res.Limit-res.Remaining, 0)
-		c := CrossingOf(l.rule, bits)
-		c.Tenant, c.By, c.Org, c.Label, c.Time = hits[i].ID, l.by.String(), s.org, s.label, s.start
+		c := CrossingOf(l.Rule, bits)
+		c.Tenant, c.By, c.Org, c.Label, c.Time = d.Hits[i].ID, l.By.String(), req.Org, req.Label, req.Start
 		c.WindowStart, c.Used, c.Quota = time.Unix(res.WindowStart, 0).UTC(), used, res.Limit
-		g.crossings(c)
+		e.o.Crossings(c)
 	}
 }
 
