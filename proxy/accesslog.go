@@ -37,7 +37,7 @@ func (g *Gateway) finish(s *scope, r *http.Request) {
 	}
 	g.settle(s, out)
 	if s.span != nil {
-		g.endSpan(s, status, out)
+		endSpan(s, status, out)
 	}
 	ce := g.accessLog.Check(zap.InfoLevel, "request")
 	if ce == nil {

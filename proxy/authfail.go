@@ -29,14 +29,14 @@ func (sn *snapshot) failureClient(s *scope) netip.Addr {
 	return p.Addr()
 }
 
-// authFailuresSpent answers the request with 429 when its client has spent its failure
-// budget, and reports whether it did.
-func (g *Gateway) authFailuresSpent(s *scope) bool {
+// spent answers the request with 429 when its client has spent its failure budget, and
+// reports whether it did.
+func (k *keyCheck) spent(s *scope) bool {
 	limit := s.snap.authFailLimit
 	if limit <= 0 {
 		return false
 	}
-	left, spent := g.authFailures.Spent(s.snap.failureClient(s), limit)
+	left, spent := k.failures.Spent(s.snap.failureClient(s), limit)
 	if !spent {
 		return false
 	}
@@ -51,10 +51,18 @@ func (g *Gateway) authFailuresSpent(s *scope) bool {
 	return true
 }
 
-// countAuthFailure adds one of the gateway's own failed authentications (a 401) to the
-// client's budget: in registry mode, where each costs a lookup.
-func (g *Gateway) countAuthFailure(s *scope) {
-	if s.snap.authFailLimit > 0 && g.registry != nil {
-		g.authFailures.Fail(s.snap.failureClient(s))
+// fail adds one of the gateway's own failed authentications (a 401) to the client's budget:
+// in registry mode, where each costs a lookup.
+func (k *keyCheck) fail(s *scope) {
+	if s.snap.authFailLimit > 0 && k.registry != nil {
+		k.failures.Fail(s.snap.failureClient(s))
+	}
+}
+
+// upstreamRefused adds an upstream 401 or 403 to the client's budget, in both modes: its
+// units are given back (refund.go), so it must cost the client something.
+func (k *keyCheck) upstreamRefused(s *scope) {
+	if s.snap.authFailLimit > 0 {
+		k.failures.Fail(s.snap.failureClient(s))
 	}
 }

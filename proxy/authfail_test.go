@@ -119,7 +119,7 @@ func TestAuthFailureLimitOff(t *testing.T) {
 				t.Fatalf("%s: failure %d answered %d %s", name, i, res.StatusCode, data)
 			}
 		}
-		if g.gw.authFailures.Len() != 0 {
+		if g.gw.keys.failures.Len() != 0 {
 			t.Fatalf("%s: failures were counted", name)
 		}
 	}

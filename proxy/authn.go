@@ -9,6 +9,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/docsgate/gateway/auth"
+	"github.com/docsgate/gateway/tracing"
 )
 
 // KeyLookup finds registered keys by digest (auth.mode: registry). It answers from a local
@@ -17,13 +18,23 @@ type KeyLookup interface {
 	Lookup(ctx context.Context, digest string) (auth.Entry, bool, error)
 }
 
+// keyCheck authenticates requests: a key's family by prefix and, in registry mode, its entry
+// in the registry; and it keeps each client's budget of failed authentications
+// (auth.failure_limit, authfail.go).
+type keyCheck struct {
+	registry KeyLookup // nil: prefix mode
+	failures *auth.FailureBudget
+	tracing  *tracing.Spans // nil: off
+	log      *zap.Logger
+}
+
 // authenticate checks the key for the route: its family by prefix and, in registry mode,
 // that it is registered, not revoked and granted the path's project or domain. It also
 // settles the tenant (org and plan) the limits count for. It answers the request itself and
 // returns false when the key is refused.
-func (g *Gateway) authenticate(s *scope, r *http.Request) bool {
+func (k *keyCheck) authenticate(s *scope, r *http.Request) bool {
 	rt := s.route
-	if g.authFailuresSpent(s) {
+	if k.spent(s) {
 		return false
 	}
 	header := r.Header.Get("Authorization")
@@ -33,18 +44,18 @@ func (g *Gateway) authenticate(s *scope, r *http.Request) bool {
 	}
 	id, reason := auth.Check(header, rt.Key)
 	if reason != 0 {
-		g.rejectAuth(s, reason.String(), reason)
+		k.reject(s, reason.String(), reason)
 		return false
 	}
 	s.digest = id.Digest
-	if g.registry == nil {
+	if k.registry == nil {
 		if rt.HasDomain {
 			s.org = s.snap.pol.OrgOf(r.PathValue("domain")) // an unmapped domain is an org of its own
 		}
 		s.plan = s.snap.pol.PlanOf(s.org)
 		return true
 	}
-	return g.authenticateRegistered(s, r, id.Digest)
+	return k.registered(s, r, id.Digest)
 }
 
 // cachedRegistry is a registry that can answer from what it holds in process, with no I/O
@@ -56,17 +67,17 @@ type cachedRegistry interface {
 // authSpanAttrs are the auth span's attributes, made once.
 var authSpanAttrs = []attribute.KeyValue{attribute.String("gateway.auth.mode", "registry")}
 
-// lookupKey finds the key's registry entry: from the registry's cache when it holds it (most
+// lookup finds the key's registry entry: from the registry's cache when it holds it (most
 // requests, within auth.cache_ttl), with no trace span, since nothing left the process; else
 // from the registry under an auth span.
-func (g *Gateway) lookupKey(r *http.Request, digest string) (auth.Entry, bool, error) {
-	if c, isCached := g.registry.(cachedRegistry); isCached {
+func (k *keyCheck) lookup(r *http.Request, digest string) (auth.Entry, bool, error) {
+	if c, isCached := k.registry.(cachedRegistry); isCached {
 		if e, ok, hit := c.LookupCached(digest); hit {
 			return e, ok, nil
 		}
 	}
-	ctx, span := g.childSpan(r.Context(), "auth", authSpanAttrs...)
-	e, ok, err := g.registry.Lookup(ctx, digest)
+	ctx, span := k.tracing.Child(r.Context(), "auth", authSpanAttrs...)
+	e, ok, err := k.registry.Lookup(ctx, digest)
 	if span != nil {
 		if err != nil {
 			span.SetStatus(codes.Error, "auth_unavailable")
@@ -76,15 +87,15 @@ func (g *Gateway) lookupKey(r *http.Request, digest string) (auth.Entry, bool, e
 	return e, ok, err
 }
 
-// authenticateRegistered looks the key's digest up in the registry (auth.mode: registry): it
+// registered looks the key's digest up in the registry (auth.mode: registry): it
 // must be registered, active, of the route's family and granted the path's project or domain.
 // The tenant is then the entry's org and plan.
-func (g *Gateway) authenticateRegistered(s *scope, r *http.Request, digest string) bool {
+func (k *keyCheck) registered(s *scope, r *http.Request, digest string) bool {
 	rt := s.route
-	e, ok, err := g.lookupKey(r, digest)
+	e, ok, err := k.lookup(r, digest)
 	switch {
 	case err != nil:
-		g.log.Warn("key registry unavailable", zap.String("request_id", s.requestID), zap.Error(err))
+		k.log.Warn("key registry unavailable", zap.String("request_id", s.requestID), zap.Error(err))
 		s.w.Header()[hdrRetryAfter] = retryAfterOne
 		s.fail(http.StatusServiceUnavailable, errorBody{
 			Error: "Key checks are temporarily unavailable. Please retry in a moment.",
@@ -92,16 +103,16 @@ func (g *Gateway) authenticateRegistered(s *scope, r *http.Request, digest strin
 		})
 		return false
 	case !ok:
-		g.rejectAuth(s, "unknown_key", auth.UnknownFamily)
+		k.reject(s, "unknown_key", auth.UnknownFamily)
 		return false
 	case !e.Active():
-		g.rejectAuth(s, "revoked", auth.UnknownFamily)
+		k.reject(s, "revoked", auth.UnknownFamily)
 		return false
 	case e.Kind != rt.Key.String():
 		// An entry registered by digest carries the kind its registrant said; the prefix is
 		// what the platform goes by. Never read one family's grants as the other's (domains
 		// as projects).
-		g.rejectAuth(s, "wrong_key_type", auth.WrongKind)
+		k.reject(s, "wrong_key_type", auth.WrongKind)
 		return false
 	}
 	if resource := grantedResource(rt, r); resource != "" && !e.Allows(resource) {
@@ -131,12 +142,12 @@ func grantedResource(rt *route, r *http.Request) string {
 	return r.PathValue("domain")
 }
 
-// rejectAuth answers a request refused for its credentials: 401 with a Bearer challenge, or
+// reject answers a request refused for its credentials: 401 with a Bearer challenge, or
 // 403 for a key of the other family. label is the metric's reason.
-func (g *Gateway) rejectAuth(s *scope, label string, reason auth.Reason) {
+func (k *keyCheck) reject(s *scope, label string, reason auth.Reason) {
 	s.route.metrics.AuthRejected(label)
 	if reason != auth.WrongKind { // a 401: a failed authentication
-		g.countAuthFailure(s)
+		k.fail(s)
 	}
 	switch reason {
 	case auth.WrongKind:

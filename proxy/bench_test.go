@@ -107,7 +107,7 @@ func benchGateway(b *testing.B, tr http.RoundTripper) *proxy.Gateway {
 }
 
 // benchGatewayTraced is benchGateway with tracing (nil: off).
-func benchGatewayTraced(b testing.TB, tr http.RoundTripper, tracing *proxy.Tracing, tp trace.TracerProvider) *proxy.Gateway {
+func benchGatewayTraced(b testing.TB, tr http.RoundTripper, tracing *tracing.Spans, tp trace.TracerProvider) *proxy.Gateway {
 	b.Helper()
 	cfg := config.Defaults()
 	cfg.Upstream.URL = "http://upstream.invalid:9000"
@@ -317,7 +317,7 @@ func benchAgentJobSampled(b *testing.B, sampler sdktrace.Sampler) {
 	tr.resp.ContentLength = int64(len(tr.data))
 	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(discardExporter{}), sdktrace.WithSampler(sampler))
 	b.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
-	gw := benchGatewayTraced(b, tr, &proxy.Tracing{Tracer: tp.Tracer("bench"), Propagator: propagation.TraceContext{}, TrustIncoming: true}, tp)
+	gw := benchGatewayTraced(b, tr, &tracing.Spans{Tracer: tp.Tracer("bench"), Propagator: propagation.TraceContext{}, TrustIncoming: true}, tp)
 	body := []byte(`{"prompt":"Write a migration guide from SDK v1 to v2, with code samples for Go and Python.","model":"default","metadata":{"source":"bench"}}`)
 	runChain(b, gw, http.MethodPost, "/v2/agent/proj-bench/job", benchAdminKey, body, http.StatusCreated)
 }

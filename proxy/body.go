@@ -13,13 +13,21 @@ import (
 	"github.com/docsgate/gateway/validate"
 )
 
-// readBody enforces the size cap and content type, reads the whole body within the body
-// timeout, validates it against the route's rules and leaves it in place for replay, byte for
-// byte. It answers the request itself and returns false when the body is refused.
-func (g *Gateway) readBody(s *scope, r *http.Request) bool {
+// bodyReader reads requests' bodies in whole before anything is decided on them, within
+// server.read_body_timeout, into buffers pooled for streamed routes (whose bodies stay until
+// the upstream has them).
+type bodyReader struct {
+	timeout time.Duration
+	pool    bodyBuffers
+}
+
+// read enforces the size cap and content type, reads the whole body within the body timeout,
+// validates it against the route's rules and leaves it in place for replay, byte for byte. It
+// answers the request itself and returns false when the body is refused.
+func (br *bodyReader) read(s *scope, r *http.Request) bool {
 	rt := s.route
 	if r.ContentLength > s.snap.maxBody {
-		g.tooLarge(s)
+		tooLarge(s)
 		return false
 	}
 	if rt.validate != nil && !isJSON(r.Header.Get("Content-Type")) {
@@ -39,7 +47,7 @@ func (g *Gateway) readBody(s *scope, r *http.Request) bool {
 	var body []byte
 	if r.ContentLength != 0 || len(r.TransferEncoding) > 0 {
 		var ok bool
-		if body, ok = g.readWhole(s, r); !ok {
+		if body, ok = br.readWhole(s, r); !ok {
 			return false
 		}
 	}
@@ -49,31 +57,31 @@ func (g *Gateway) readBody(s *scope, r *http.Request) bool {
 	if rt.validate != nil {
 		text, err := rt.validate(body)
 		if err != nil {
-			g.rejectBody(s, err)
+			rejectBody(s, err)
 			return false
 		}
 		s.promptBytes = text
 	}
-	g.replaceBody(s, r, body)
+	br.replace(s, r, body)
 	return true
 }
 
 // readWhole reads the request's body within the read timeout and the size bound; a refusal
 // is answered, and reported by ok false.
-func (g *Gateway) readWhole(s *scope, r *http.Request) (body []byte, ok bool) {
+func (br *bodyReader) readWhole(s *scope, r *http.Request) (body []byte, ok bool) {
 	if !s.http1 {
 		// HTTP/1 bodies are bounded from the request's arrival (ServeHTTP).
-		setReadDeadline(s.rw.ResponseWriter, time.Now().Add(g.readTimeout))
+		setReadDeadline(s.rw.ResponseWriter, time.Now().Add(br.timeout))
 	}
 	s.inBody = nil // read here: a refusal from now on closes the connection, no second drain
 	var buf []byte
 	if s.route.Stream {
-		buf = g.streamBodies.get(bodyBufferSize(r.ContentLength, s.snap.maxBody))
+		buf = br.pool.get(bodyBufferSize(r.ContentLength, s.snap.maxBody))
 	}
 	body, err := readAll(r.Body, r.ContentLength, s.snap.maxBody, buf)
 	switch {
 	case errors.Is(err, errTooLarge):
-		g.tooLarge(s)
+		tooLarge(s)
 		return nil, false
 	case errors.Is(err, os.ErrDeadlineExceeded):
 		s.fail(http.StatusRequestTimeout, errorBody{
@@ -95,10 +103,10 @@ func (g *Gateway) readWhole(s *scope, r *http.Request) (body []byte, ok bool) {
 	return body, true
 }
 
-// replaceBody makes the body read into memory the one the upstream request sends.
-func (g *Gateway) replaceBody(s *scope, r *http.Request, body []byte) {
+// replace makes the body read into memory the one the upstream request sends.
+func (br *bodyReader) replace(s *scope, r *http.Request, body []byte) {
 	if s.route.Stream {
-		s.body.reset(body, &g.streamBodies)
+		s.body.reset(body, &br.pool)
 		r.Body = &s.body
 	} else {
 		// A body net/http knows to be in memory (io.NopCloser over a bytes.Reader) goes out in
@@ -116,14 +124,14 @@ func (g *Gateway) replaceBody(s *scope, r *http.Request, body []byte) {
 	}
 }
 
-func (g *Gateway) tooLarge(s *scope) {
+func tooLarge(s *scope) {
 	s.fail(http.StatusRequestEntityTooLarge, errorBody{
 		Error: fmt.Sprintf("The request body is larger than the limit of %d bytes.", s.snap.maxBody),
 		Code:  codePayloadTooLarge,
 	})
 }
 
-func (g *Gateway) rejectBody(s *scope, err error) {
+func rejectBody(s *scope, err error) {
 	var ve *validate.Error
 	field, code := "", s.route.bodyCode
 	if errors.As(err, &ve) {

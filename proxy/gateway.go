@@ -19,6 +19,7 @@ import (
 	"github.com/docsgate/gateway/config"
 	"github.com/docsgate/gateway/engine"
 	"github.com/docsgate/gateway/metrics"
+	"github.com/docsgate/gateway/tracing"
 )
 
 // Options wires a Gateway. Config, Logger, Metrics and Engine are required.
@@ -35,7 +36,7 @@ type Options struct {
 	Registry KeyLookup
 	// Tracing, when set, traces every request (server span, child spans, context to the
 	// upstream); WrapTransport should then be Tracing.UpstreamTransport, for the client span.
-	Tracing *Tracing
+	Tracing *tracing.Spans
 	// WrapTransport, when set, wraps the upstream transport (Tracing.UpstreamTransport).
 	WrapTransport func(http.RoundTripper) http.RoundTripper
 }
@@ -55,16 +56,14 @@ type Gateway struct {
 
 	// Fixed for the process lifetime.
 	upstream            *url.URL
-	readTimeout         time.Duration
 	writeStall          time.Duration // server.write_stall_timeout; 0: off
-	registry            KeyLookup
 	allowOnLimiterError bool
-	limitStates         sync.Pool           // *limitState
-	logFields           sync.Pool           // *[]zap.Field for access-log lines
-	streamBodies        bodyBuffers         // streamed requests' bodies, until the upstream has them
-	authFailures        *auth.FailureBudget // failed authentications per client IP (auth.failure_limit)
-	tracing             *Tracing            // nil: off
-	selfUsageBound      *selfUsageBound     // answers of the tenants' usage endpoint, per address and per key
+	keys                keyCheck
+	body                bodyReader
+	limitStates         sync.Pool       // *limitState
+	logFields           sync.Pool       // *[]zap.Field for access-log lines
+	tracing             *tracing.Spans  // nil: off
+	selfUsageBound      *selfUsageBound // answers of the tenants' usage endpoint, per address and per key
 }
 
 var _ http.Handler = (*Gateway)(nil)
@@ -82,12 +81,11 @@ func New(o Options) (*Gateway, error) {
 		metrics:             o.Metrics,
 		engine:              o.Engine,
 		upstream:            up,
-		readTimeout:         cfg.Server.ReadBodyTimeout,
 		writeStall:          cfg.Server.WriteStallTimeout,
-		registry:            o.Registry,
 		allowOnLimiterError: cfg.Redis.OnError == "allow",
+		keys:                keyCheck{registry: o.Registry, failures: auth.NewFailureBudget(time.Now), tracing: o.Tracing, log: o.Logger},
+		body:                bodyReader{timeout: cfg.Server.ReadBodyTimeout},
 		limitStates:         sync.Pool{New: func() any { return new(limitState) }},
-		authFailures:        auth.NewFailureBudget(time.Now),
 		selfUsageBound:      newSelfUsageBound(),
 		tracing:             o.Tracing,
 		logFields:           sync.Pool{New: func() any { f := make([]zap.Field, 0, 20); return &f }},
@@ -135,7 +133,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// answer without reading the body, now or later, net/http's own read of the rest
 		// (up to 256 KiB, before the answer is sent and again after the handler) stops here
 		// instead of waiting on the client forever. HTTP/2 resets the stream instead.
-		setReadDeadline(w, time.Now().Add(g.readTimeout))
+		setReadDeadline(w, time.Now().Add(g.body.timeout))
 	}
 	// Before anything reads a header: the gateway checks what the upstream will receive.
 	stripConnectionNamed(r.Header)
@@ -151,7 +149,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (g *Gateway) serve(sn *snapshot, rt *route, w http.ResponseWriter, r *http.Request) {
 	s := g.begin(sn, rt, w, r)
 	if g.tracing != nil {
-		r = g.startSpan(s, r)
+		r = startSpan(g.tracing, s, r)
 	}
 	defer g.finish(s, r)
 
@@ -166,13 +164,13 @@ func (g *Gateway) serve(sn *snapshot, rt *route, w http.ResponseWriter, r *http.
 	if upgradeRefused(s, r) {
 		return
 	}
-	if !g.authenticate(s, r) {
+	if !g.keys.authenticate(s, r) {
 		return
 	}
 	if rt.deprecation != nil {
 		rt.metrics.Deprecated(sn.orgLabel(s.org))
 	}
-	if !g.readBody(s, r) {
+	if !g.body.read(s, r) {
 		return
 	}
 	if !g.limit(s, r) {
@@ -195,7 +193,7 @@ func methodNotAllowed(s *scope, method, allowed string) {
 func (g *Gateway) servePreflight(sn *snapshot, rt *route, methods string, w http.ResponseWriter, r *http.Request) {
 	s := g.begin(sn, rt, w, r)
 	if g.tracing != nil {
-		r = g.startSpan(s, r)
+		r = startSpan(g.tracing, s, r)
 	}
 	defer g.finish(s, r)
 	sn.cors.preflight(s.w, r, methods)
@@ -205,7 +203,7 @@ func (g *Gateway) servePreflight(sn *snapshot, rt *route, methods string, w http
 func (g *Gateway) serveUnmatched(sn *snapshot, t *table, w http.ResponseWriter, r *http.Request) {
 	s := g.begin(sn, sn.unmatched, w, r)
 	if g.tracing != nil {
-		r = g.startSpan(s, r)
+		r = startSpan(g.tracing, s, r)
 	}
 	defer g.finish(s, r)
 	if t != nil {

@@ -61,7 +61,7 @@ func (g *Gateway) decide(s *scope, r *http.Request, set *routeSet, d *engine.Dec
 	ctx := r.Context()
 	var span trace.Span
 	if g.tracing != nil {
-		ctx, span = g.childSpan(ctx, "ratelimit", set.spanAttrs...)
+		ctx, span = g.tracing.Child(ctx, "ratelimit", set.spanAttrs...)
 	}
 	err := g.engine.Admit(ctx, &req, d, &s.adm)
 	if span != nil {

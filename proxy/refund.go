@@ -23,9 +23,7 @@ import (
 // upstreamRefusedKey handles an upstream 401 or 403: the failure counts against the client's
 // budget, and what the request took is given back (engine.Refund).
 func (g *Gateway) upstreamRefusedKey(s *scope, status int) {
-	if s.snap.authFailLimit > 0 {
-		g.authFailures.Fail(s.snap.failureClient(s))
-	}
+	g.keys.upstreamRefused(s)
 	reason := engine.RefundUpstream401
 	if status == http.StatusForbidden {
 		reason = engine.RefundUpstream403

@@ -101,7 +101,7 @@ func (g *Gateway) compileSelfUsage(cfg *config.Config, routes []*route) (*selfUs
 		route:  &route{Route: &policy.Route{Name: selfUsageRoute, Method: http.MethodGet, Path: c.Path}, metrics: g.metrics.Route(selfUsageRoute)},
 		byName: map[string]*route{}, params: map[string][]string{},
 	}
-	if g.registry != nil {
+	if g.keys.registry != nil {
 		su.shown = policy.AllBys
 	}
 	for _, rt := range routes {
@@ -147,7 +147,7 @@ func pathParams(path string) []string {
 func (g *Gateway) serveSelfUsage(sn *snapshot, su *selfUsage, w http.ResponseWriter, r *http.Request) {
 	s := g.begin(sn, su.route, w, r)
 	if g.tracing != nil {
-		r = g.startSpan(s, r)
+		r = startSpan(g.tracing, s, r)
 	}
 	defer g.finish(s, r)
 	if r.Method != http.MethodGet { // ServeMux lets HEAD in
@@ -181,7 +181,7 @@ func (g *Gateway) serveSelfUsage(sn *snapshot, su *selfUsage, w http.ResponseWri
 	pr.Name = su.route.Name
 	as.Route, as.metrics = &pr, su.route.metrics
 	s.route = &as
-	ok := g.authenticate(s, r)
+	ok := g.keys.authenticate(s, r)
 	s.route = su.route
 	if !ok {
 		return

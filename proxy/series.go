@@ -26,7 +26,7 @@ func (g *Gateway) authReasons(sn *snapshot) []string {
 	if sn.authFailLimit > 0 {
 		out = append(out, "too_many_failures")
 	}
-	if g.registry != nil {
+	if g.keys.registry != nil {
 		out = append(out, "unknown_key", "revoked", "forbidden")
 	}
 	return out

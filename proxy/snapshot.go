@@ -21,7 +21,7 @@ type snapshot struct {
 
 	orgMetrics map[string]*metrics.Org // configured org (and "other") -> series
 	// authFailLimit is auth.failure_limit; 0 when off. The upstream's 401s and 403s count in
-	// both modes, the gateway's own 401s in registry mode (see countAuthFailure).
+	// both modes, the gateway's own 401s in registry mode (see keyCheck.fail).
 	authFailLimit int
 	// selfUsage is the tenants' own usage endpoint; nil when self_usage.enabled is false.
 	selfUsage *selfUsage

@@ -14,7 +14,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/docsgate/gateway/proxy"
+	"github.com/docsgate/gateway/tracing"
 )
 
 // countingTracer counts the spans started through it, recorded or not.
@@ -59,7 +59,7 @@ func TestUnsampledRequestStartsOnlyItsSpan(t *testing.T) {
 			t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
 			ct := &countingTracer{Tracer: tp.Tracer("test")}
 			up := &traceparentUpstream{}
-			gw := benchGatewayTraced(t, up, &proxy.Tracing{Tracer: ct, Propagator: propagation.TraceContext{}, TrustIncoming: true}, tp)
+			gw := benchGatewayTraced(t, up, &tracing.Spans{Tracer: ct, Propagator: propagation.TraceContext{}, TrustIncoming: true}, tp)
 			req := httptest.NewRequest(http.MethodPost, "/v2/agent/proj-1/job", bytes.NewReader([]byte(`{"prompt":"Write a migration guide."}`)))
 			req.Header.Set("Authorization", "Bearer "+benchAdminKey)
 			req.Header.Set("Content-Type", "application/json")

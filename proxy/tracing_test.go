@@ -13,6 +13,8 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/docsgate/gateway/tracing"
 )
 
 type answerWith struct {
@@ -32,7 +34,7 @@ func (a *answerWith) RoundTrip(r *http.Request) (*http.Response, error) {
 func TestUpstreamTransportSpan(t *testing.T) {
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec), sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.AlwaysSample())))
-	tr := &Tracing{Tracer: tp.Tracer("test"), Propagator: propagation.TraceContext{}}
+	tr := &tracing.Spans{Tracer: tp.Tracer("test"), Propagator: propagation.TraceContext{}}
 	up := &answerWith{status: http.StatusServiceUnavailable}
 	rt := tr.UpstreamTransport(up)
 
@@ -84,7 +86,7 @@ func TestUpstreamTransportSpan(t *testing.T) {
 	// Not sampled: the request's (unsampled) context still goes to the upstream; no span is
 	// recorded.
 	never := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec), sdktrace.WithSampler(sdktrace.NeverSample()))
-	tr = &Tracing{Tracer: never.Tracer("test"), Propagator: propagation.TraceContext{}}
+	tr = &tracing.Spans{Tracer: never.Tracer("test"), Propagator: propagation.TraceContext{}}
 	ctx, server := never.Tracer("test").Start(context.Background(), "server")
 	up = &answerWith{status: http.StatusOK}
 	req, _ = http.NewRequestWithContext(ctx, http.MethodGet, "http://upstream.test/x", nil)

@@ -38,7 +38,7 @@ func newTracing(ctx context.Context, cfg *config.Config, m *metrics.Metrics, opt
 	if len(cfg.Redis.Addrs) > 0 {
 		store = "redis"
 	}
-	opts.Tracing = &proxy.Tracing{Tracer: p.Tracer, Propagator: p.Propagator, TrustIncoming: t.TrustIncoming == nil || *t.TrustIncoming, Store: store}
+	opts.Tracing = &tracing.Spans{Tracer: p.Tracer, Propagator: p.Propagator, TrustIncoming: t.TrustIncoming == nil || *t.TrustIncoming, Store: store}
 	opts.WrapTransport = opts.Tracing.UpstreamTransport
 	log.Info("tracing on", zap.String("protocol", t.Protocol), zap.Bool("trust_incoming", opts.Tracing.TrustIncoming))
 	return p.Shutdown, nil
