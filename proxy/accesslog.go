@@ -35,7 +35,7 @@ func (g *Gateway) finish(s *scope, r *http.Request) {
 			m.StreamCutoff(cut)
 		}
 	}
-	g.settle(s, out)
+	g.quota.settle(s, out)
 	if s.span != nil {
 		endSpan(s, status, out)
 	}

@@ -87,7 +87,7 @@ func (g *Gateway) newReverseProxy(t http.RoundTripper, stream bool) *httputil.Re
 func (g *Gateway) forward(s *scope, r *http.Request) {
 	s.forwarded = time.Now()
 	if len(s.adm.Held()) > 0 {
-		g.engine.KeepHolds(&s.adm, s.route.Name)
+		g.quota.engine.KeepHolds(&s.adm, s.route.Name)
 	}
 	p := g.proxy
 	if s.route.Stream {
@@ -227,7 +227,7 @@ func (g *Gateway) modifyResponse(res *http.Response) error {
 		if res.StatusCode/100 == 2 {
 			s.rw.firstFlushAside = true
 			readable := len(res.Header["Content-Encoding"]) == 0 || s.decodeAnswer(res)
-			res.Body = g.startTap(s, res.Header, res.Body, readable)
+			res.Body = startTap(s, res.Header, res.Body, readable)
 		}
 	}
 	return nil

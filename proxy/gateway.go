@@ -48,22 +48,20 @@ type Gateway struct {
 	// finding it (runtime.Callers) was a tenth of the line's cost.
 	accessLog *zap.Logger
 	metrics   *metrics.Metrics
-	engine    *engine.Engine
 	proxy     *httputil.ReverseProxy // routes answering in one piece
 	// streamProxy serves stream: true routes, flushing every write.
 	streamProxy *httputil.ReverseProxy
 	snap        atomic.Pointer[snapshot] // swapped by Reload
 
 	// Fixed for the process lifetime.
-	upstream            *url.URL
-	writeStall          time.Duration // server.write_stall_timeout; 0: off
-	allowOnLimiterError bool
-	keys                keyCheck
-	body                bodyReader
-	limitStates         sync.Pool       // *limitState
-	logFields           sync.Pool       // *[]zap.Field for access-log lines
-	tracing             *tracing.Spans  // nil: off
-	selfUsageBound      *selfUsageBound // answers of the tenants' usage endpoint, per address and per key
+	upstream       *url.URL
+	writeStall     time.Duration // server.write_stall_timeout; 0: off
+	keys           keyCheck
+	body           bodyReader
+	quota          quota
+	logFields      sync.Pool       // *[]zap.Field for access-log lines
+	tracing        *tracing.Spans  // nil: off
+	selfUsageBound *selfUsageBound // answers of the tenants' usage endpoint, per address and per key
 }
 
 var _ http.Handler = (*Gateway)(nil)
@@ -76,19 +74,18 @@ func New(o Options) (*Gateway, error) {
 		return nil, fmt.Errorf("proxy: upstream url: %w", err)
 	}
 	g := &Gateway{
-		log:                 o.Logger,
-		accessLog:           o.Logger.WithOptions(zap.WithCaller(false)),
-		metrics:             o.Metrics,
-		engine:              o.Engine,
-		upstream:            up,
-		writeStall:          cfg.Server.WriteStallTimeout,
-		allowOnLimiterError: cfg.Redis.OnError == "allow",
-		keys:                keyCheck{registry: o.Registry, failures: auth.NewFailureBudget(time.Now), tracing: o.Tracing, log: o.Logger},
-		body:                bodyReader{timeout: cfg.Server.ReadBodyTimeout},
-		limitStates:         sync.Pool{New: func() any { return new(limitState) }},
-		selfUsageBound:      newSelfUsageBound(),
-		tracing:             o.Tracing,
-		logFields:           sync.Pool{New: func() any { f := make([]zap.Field, 0, 20); return &f }},
+		log:        o.Logger,
+		accessLog:  o.Logger.WithOptions(zap.WithCaller(false)),
+		metrics:    o.Metrics,
+		upstream:   up,
+		writeStall: cfg.Server.WriteStallTimeout,
+		keys:       keyCheck{registry: o.Registry, failures: auth.NewFailureBudget(time.Now), tracing: o.Tracing, log: o.Logger},
+		body:       bodyReader{timeout: cfg.Server.ReadBodyTimeout},
+		quota: quota{engine: o.Engine, tracing: o.Tracing, log: o.Logger, allowOnError: cfg.Redis.OnError == "allow",
+			states: sync.Pool{New: func() any { return new(limitState) }}},
+		selfUsageBound: newSelfUsageBound(),
+		tracing:        o.Tracing,
+		logFields:      sync.Pool{New: func() any { f := make([]zap.Field, 0, 20); return &f }},
 	}
 	transport := o.Transport
 	if transport == nil {
@@ -110,7 +107,7 @@ func New(o Options) (*Gateway, error) {
 // running config is kept. Listeners, upstream, Redis and timeouts are fixed at start and not
 // changed here.
 func (g *Gateway) Reload(cfg *config.Config) error {
-	pol, err := g.engine.Compile(cfg)
+	pol, err := g.quota.engine.Compile(cfg)
 	if err != nil {
 		return err
 	}
@@ -118,7 +115,7 @@ func (g *Gateway) Reload(cfg *config.Config) error {
 	if err != nil {
 		return err
 	}
-	g.engine.Use(pol)
+	g.quota.engine.Use(pol)
 	g.snap.Store(sn)
 	return nil
 }
@@ -173,7 +170,7 @@ func (g *Gateway) serve(sn *snapshot, rt *route, w http.ResponseWriter, r *http.
 	if !g.body.read(s, r) {
 		return
 	}
-	if !g.limit(s, r) {
+	if !g.quota.limit(s, r) {
 		return
 	}
 	g.forward(s, r)

@@ -4,18 +4,31 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
+	"go.uber.org/zap"
 
 	"github.com/docsgate/gateway/auth"
 	"github.com/docsgate/gateway/engine"
 	"github.com/docsgate/gateway/limits"
 	"github.com/docsgate/gateway/metrics"
 	"github.com/docsgate/gateway/policy"
+	"github.com/docsgate/gateway/tracing"
 )
+
+// quota is the pipeline's side of the engine: it asks for a request's decision, tells the
+// client what it learns of it, and settles the request's account when its answer ends.
+type quota struct {
+	engine       *engine.Engine
+	tracing      *tracing.Spans // nil: off
+	log          *zap.Logger
+	allowOnError bool      // redis.on_error: allow
+	states       sync.Pool // *limitState
+}
 
 // limitState is the per-request scratch space of a decision, pooled so that a limited request
 // allocates no slices.
@@ -28,7 +41,7 @@ type limitState struct {
 // engine's one decision for all of them, one store call), account (metrics and the access
 // log's fields) and answer (the rate-limit headers, and the 429 or 503 when the request must
 // not be forwarded, in which case it returns false).
-func (g *Gateway) limit(s *scope, r *http.Request) bool {
+func (q *quota) limit(s *scope, r *http.Request) bool {
 	if s.route.HasDomain {
 		s.orgMetrics = s.snap.orgMetric(s.org)
 	}
@@ -38,19 +51,19 @@ func (g *Gateway) limit(s *scope, r *http.Request) bool {
 		return true
 	}
 	s.limited = true
-	st := g.limitStates.Get().(*limitState)
-	defer g.limitStates.Put(st)
-	err := g.decide(s, r, set, &st.d)
+	st := q.states.Get().(*limitState)
+	defer q.states.Put(st)
+	err := q.decide(s, r, set, &st.d)
 	s.account(set, &st.d, err)
 	if err == nil && st.d.Allowed {
-		g.keepCutoffs(s, set)
+		q.keepCutoffs(s, set)
 	}
-	return g.answer(s, set, st, err)
+	return q.answer(s, set, st, err)
 }
 
 // decide asks the engine about every limit of set at once, under the ratelimit span: the
 // request's ids for its limits, from its path, key, org and address.
-func (g *Gateway) decide(s *scope, r *http.Request, set *routeSet, d *engine.Decision) error {
+func (q *quota) decide(s *scope, r *http.Request, set *routeSet, d *engine.Decision) error {
 	req := engine.Request{Set: set.LimitSet, Digest: s.digest, Org: s.org, Label: s.label, Start: s.start}
 	if s.route.Key == auth.Admin {
 		req.Project = r.PathValue("projectId")
@@ -60,10 +73,10 @@ func (g *Gateway) decide(s *scope, r *http.Request, set *routeSet, d *engine.Dec
 	}
 	ctx := r.Context()
 	var span trace.Span
-	if g.tracing != nil {
-		ctx, span = g.tracing.Child(ctx, "ratelimit", set.spanAttrs...)
+	if q.tracing != nil {
+		ctx, span = q.tracing.Child(ctx, "ratelimit", set.spanAttrs...)
 	}
-	err := g.engine.Admit(ctx, &req, d, &s.adm)
+	err := q.engine.Admit(ctx, &req, d, &s.adm)
 	if span != nil {
 		switch {
 		case !span.IsRecording(): // not sampled: nothing to record
@@ -154,9 +167,9 @@ func (s *scope) countOrg(decision int) {
 // answer writes what the client learns of the decision: the rate-limit headers, and the 429
 // (or the 503 of a failed limiter, unless redis.on_error lets the request through). It returns
 // whether the request goes on to the upstream.
-func (g *Gateway) answer(s *scope, set *routeSet, st *limitState, err error) bool {
+func (q *quota) answer(s *scope, set *routeSet, st *limitState, err error) bool {
 	if err != nil {
-		if g.allowOnLimiterError {
+		if q.allowOnError {
 			return true
 		}
 		s.w.Header()[hdrRetryAfter] = retryAfterOne

@@ -59,7 +59,7 @@ func TestHoldExpiredUnderAnswerCounted(t *testing.T) {
 			t.Fatal("a hold settled after it expired was not counted")
 		}
 	}
-	us, err := gw.engine.Usage(context.Background(), "org", "acme")
+	us, err := gw.quota.engine.Usage(context.Background(), "org", "acme")
 	i := slices.IndexFunc(us, func(u limits.Usage) bool { return u.Name == "tok" })
 	if err != nil || i < 0 || us[i].Used != 11 || us[i].Reserved != 0 {
 		t.Fatalf("usage %+v %v, want the answer's 11 tokens charged and nothing held", us, err)

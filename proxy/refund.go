@@ -28,7 +28,7 @@ func (g *Gateway) upstreamRefusedKey(s *scope, status int) {
 	if status == http.StatusForbidden {
 		reason = engine.RefundUpstream403
 	}
-	if g.engine.Refund(&s.adm, reason, s.route.Name) {
+	if g.quota.engine.Refund(&s.adm, reason, s.route.Name) {
 		s.refund = reason
 	}
 }

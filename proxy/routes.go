@@ -72,10 +72,10 @@ const (
 	preflightRoute = "cors_preflight"
 )
 
-// compileRoute serves the policy's route pr: its body's rules (a built-in route's: the agent
-// job's fields, an assistant conversation within its bounds), its series.
-func (g *Gateway) compileRoute(pr *policy.Route) *route {
-	rt := &route{Route: pr, cors: pr.Key == auth.Assistant, metrics: g.metrics.Route(pr.Name), bodyCode: codeInvalidBody}
+// newRoute serves the policy's route pr: its body's rules (a built-in route's: the agent job's
+// fields, an assistant conversation within its bounds), its series in m.
+func newRoute(pr *policy.Route, m *metrics.Metrics) *route {
+	rt := &route{Route: pr, cors: pr.Key == auth.Assistant, metrics: m.Route(pr.Name), bodyCode: codeInvalidBody}
 	switch {
 	case pr.Name == "agent_job":
 		rt.validate, rt.bodyCode = agentJob, codeInvalidRequest

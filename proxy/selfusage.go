@@ -15,6 +15,7 @@ import (
 	"github.com/docsgate/gateway/config"
 	"github.com/docsgate/gateway/engine"
 	"github.com/docsgate/gateway/limits"
+	"github.com/docsgate/gateway/metrics"
 	"github.com/docsgate/gateway/policy"
 )
 
@@ -77,9 +78,10 @@ func probeOf(routes []*route) (probe *http.ServeMux, ok bool) {
 	return probe, true
 }
 
-// compileSelfUsage checks that no route matches the endpoint's path and prepares it; nil when
-// it is disabled.
-func (g *Gateway) compileSelfUsage(cfg *config.Config, routes []*route) (*selfUsage, error) {
+// compileSelfUsage checks that no route matches the endpoint's path and prepares it (its
+// series in m; registry: auth.mode registry, where every limit is shown); nil when it is
+// disabled.
+func compileSelfUsage(cfg *config.Config, routes []*route, m *metrics.Metrics, registry bool) (*selfUsage, error) {
 	c := cfg.SelfUsage
 	if !c.Enabled {
 		return nil, nil
@@ -98,10 +100,10 @@ func (g *Gateway) compileSelfUsage(cfg *config.Config, routes []*route) (*selfUs
 	su := &selfUsage{
 		path: c.Path, perAddress: c.PerAddressPerMinute, perKey: c.PerKeyPerMinute, methods: http.MethodGet,
 		shown:  shownInPrefixMode(c.PrefixModeExposes),
-		route:  &route{Route: &policy.Route{Name: selfUsageRoute, Method: http.MethodGet, Path: c.Path}, metrics: g.metrics.Route(selfUsageRoute)},
+		route:  &route{Route: &policy.Route{Name: selfUsageRoute, Method: http.MethodGet, Path: c.Path}, metrics: m.Route(selfUsageRoute)},
 		byName: map[string]*route{}, params: map[string][]string{},
 	}
-	if g.keys.registry != nil {
+	if registry {
 		su.shown = policy.AllBys
 	}
 	for _, rt := range routes {
@@ -190,7 +192,7 @@ func (g *Gateway) serveSelfUsage(sn *snapshot, su *selfUsage, w http.ResponseWri
 		selfUsageRefused(s, "self_usage.per_key_per_minute", "for this key", su.perKey, retry)
 		return
 	}
-	views, err := g.engine.SelfUsage(r.Context(), selfUsageRequest(s, rt, r), su.shown)
+	views, err := g.quota.engine.SelfUsage(r.Context(), selfUsageRequest(s, rt, r), su.shown)
 	if err != nil {
 		s.limitErr = true
 		s.w.Header()[hdrRetryAfter] = retryAfterOne

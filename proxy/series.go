@@ -5,6 +5,7 @@ import (
 
 	"github.com/docsgate/gateway/auth"
 	"github.com/docsgate/gateway/engine"
+	"github.com/docsgate/gateway/metrics"
 	"github.com/docsgate/gateway/stream"
 )
 
@@ -18,7 +19,7 @@ var upstreamErrorKinds = []string{"unavailable", "timeout", "reset", "canceled"}
 
 // authReasons are the auth rejection reasons of the mode: auth.Check's, too_many_failures
 // (auth.failure_limit) and, in registry mode, the registry's.
-func (g *Gateway) authReasons(sn *snapshot) []string {
+func authReasons(sn *snapshot, registry bool) []string {
 	var out []string
 	for _, r := range []auth.Reason{auth.Missing, auth.Malformed, auth.UnknownFamily, auth.WrongKind} {
 		out = append(out, r.String())
@@ -26,40 +27,40 @@ func (g *Gateway) authReasons(sn *snapshot) []string {
 	if sn.authFailLimit > 0 {
 		out = append(out, "too_many_failures")
 	}
-	if g.keys.registry != nil {
+	if registry {
 		out = append(out, "unknown_key", "revoked", "forbidden")
 	}
 	return out
 }
 
-// knownSeries creates the series of sn's routes and limits at 0.
-func (g *Gateway) knownSeries(sn *snapshot, routes []*route) {
+// knownSeries creates the series of sn's routes and limits at 0, in m.
+func knownSeries(m *metrics.Metrics, sn *snapshot, routes []*route, registry bool) {
 	orgs := make([]string, 0, len(sn.orgMetrics))
 	for org := range sn.orgMetrics { // the configured orgs and "other"
 		orgs = append(orgs, org)
 	}
 	slices.Sort(orgs)
-	reasons := g.authReasons(sn)
+	reasons := authReasons(sn, registry)
 	for _, rt := range routes {
-		m := rt.metrics
-		m.AuthReasons(reasons...)
-		m.UpstreamKinds(upstreamErrorKinds...)
+		rm := rt.metrics
+		rm.AuthReasons(reasons...)
+		rm.UpstreamKinds(upstreamErrorKinds...)
 		if rt.Stream {
-			m.FinishReasons(stream.Results()...)
-			m.StreamOrgs(orgs...)
+			rm.FinishReasons(stream.Results()...)
+			rm.StreamOrgs(orgs...)
 			for _, set := range rt.sets {
 				for _, l := range set.Limits {
 					if l.Cutoff {
-						g.metrics.CutoffSeries(rt.Name, l.Rule.Name)
+						m.CutoffSeries(rt.Name, l.Rule.Name)
 					}
 				}
 			}
 		}
 		if rt.deprecation != nil {
-			m.DeprecatedOrgs(orgs...)
+			rm.DeprecatedOrgs(orgs...)
 		}
 	}
 	for _, name := range sn.pol.EnabledLimits() {
-		g.metrics.RefundReasons(name, engine.RefundReasons()...)
+		m.RefundReasons(name, engine.RefundReasons()...)
 	}
 }

@@ -50,7 +50,7 @@ func (g *Gateway) compile(cfg *config.Config, pol *policy.Policy) (*snapshot, er
 	}
 	routes := make([]*route, len(pol.Routes()))
 	for i, pr := range pol.Routes() {
-		routes[i] = g.compileRoute(pr)
+		routes[i] = newRoute(pr, g.metrics)
 		if pr.Stream {
 			g.metrics.StreamRoutes(pr.Name)
 		}
@@ -64,12 +64,12 @@ func (g *Gateway) compile(cfg *config.Config, pol *policy.Policy) (*snapshot, er
 		}
 	}
 	var err error
-	if sn.selfUsage, err = g.compileSelfUsage(cfg, routes); err != nil {
+	if sn.selfUsage, err = compileSelfUsage(cfg, routes, g.metrics, g.keys.registry != nil); err != nil {
 		return nil, err
 	}
 	if sn.table, err = g.buildTable(sn, routes); err != nil {
 		return nil, err
 	}
-	g.knownSeries(sn, routes)
+	knownSeries(g.metrics, sn, routes, g.keys.registry != nil)
 	return sn, nil
 }

@@ -22,7 +22,7 @@ var identityOnly = []string{"identity"}
 // startTap puts the tap the response's protocol calls for on body (the scope holds both
 // taps, so a stream allocates none). An answer the gateway cannot read (readable false: a
 // content coding it cannot decode) gets an Opaque tap.
-func (g *Gateway) startTap(s *scope, h http.Header, body io.ReadCloser, readable bool) io.ReadCloser {
+func startTap(s *scope, h http.Header, body io.ReadCloser, readable bool) io.ReadCloser {
 	var cut *stream.Cutoff
 	var check stream.Checker
 	if s.cut.Len() > 0 {
@@ -67,7 +67,7 @@ func (s *scope) decodeAnswer(res *http.Response) bool {
 
 // keepCutoffs records, for a streamed answer, the held tokens limits that have cutoff. Call it
 // after keepHeld.
-func (g *Gateway) keepCutoffs(s *scope, set *routeSet) {
+func (q *quota) keepCutoffs(s *scope, set *routeSet) {
 	if !s.route.Stream {
 		return
 	}
@@ -75,7 +75,7 @@ func (g *Gateway) keepCutoffs(s *scope, set *routeSet) {
 		for _, l := range set.Limits {
 			if l.Cutoff && l.Rule == h.Rule {
 				if s.cut.Len() == 0 { // the scope is new: its cutoff was empty
-					s.cut.Reset(cutGrower{g, s}, g.allowOnLimiterError)
+					s.cut.Reset(cutGrower{q, s}, q.allowOnError)
 				}
 				s.cut.Add(h)
 				break
@@ -87,14 +87,14 @@ func (g *Gateway) keepCutoffs(s *scope, set *routeSet) {
 // cutGrower grows the holds of one answer with cutoff limits (stream.Grower) through the
 // engine, and logs a growth the store could not make.
 type cutGrower struct {
-	g *Gateway
+	q *quota
 	s *scope
 }
 
 func (c cutGrower) Grow(h limits.Hit, want int64) (int64, error) {
-	got, err := c.g.engine.Grow(&c.s.adm, h, want)
+	got, err := c.q.engine.Grow(&c.s.adm, h, want)
 	if err != nil {
-		c.g.log.Warn("growing the token hold of an answer in flight failed", zap.String("route", c.s.route.Name),
+		c.q.log.Warn("growing the token hold of an answer in flight failed", zap.String("route", c.s.route.Name),
 			zap.String("limit", h.Rule.Name), zap.String("request_id", c.s.requestID), zap.Error(err))
 	}
 	return got, err

@@ -205,11 +205,11 @@ func TestUsageFollowsPlans(t *testing.T) {
 		g.do(t, "POST", "/discovery/v1/assistant/acme-docs/message", jsonHdr(assistantKey), assistantBody)
 	}
 	gw := g.Config.Handler.(*Gateway)
-	u, err := gw.engine.Usage(context.Background(), "org", "acme")
+	u, err := gw.quota.engine.Usage(context.Background(), "org", "acme")
 	if err != nil || len(u) != 1 || u[0].Limit != 5 || u[0].Used != 3 || u[0].Remaining != 2 {
 		t.Fatalf("usage of a plan's org: %+v %v", u, err)
 	}
-	u, err = gw.engine.Usage(context.Background(), "org", "beta")
+	u, err = gw.quota.engine.Usage(context.Background(), "org", "beta")
 	if err != nil || len(u) != 1 || u[0].Limit != 2 || u[0].Used != 0 {
 		t.Fatalf("usage of a default org: %+v %v", u, err)
 	}

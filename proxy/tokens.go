@@ -11,7 +11,7 @@ import (
 // its tokens limits that hold nothing, its holds and slots. Those are store writes the engine
 // makes off the request path, so they never delay a byte of the stream or the end of the
 // request. out is nil when no stream began.
-func (g *Gateway) settle(s *scope, out *stream.Outcome) {
+func (q *quota) settle(s *scope, out *stream.Outcome) {
 	c := stream.ChargeOf(out, s.promptBytes)
 	if out != nil {
 		prompt, completion, estimated := c.Split(s.metricsEstimateMax(), 0)
@@ -23,7 +23,7 @@ func (g *Gateway) settle(s *scope, out *stream.Outcome) {
 	if !s.adm.Owes() {
 		return
 	}
-	g.engine.Finish(&s.adm, engine.Answer{
+	q.engine.Finish(&s.adm, engine.Answer{
 		Charge:    c,
 		Released:  s.released(out),
 		Unmetered: out == nil && s.upstreamKind != "canceled", // an answer that is no stream
