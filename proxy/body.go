@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/docsgate/gateway/internal/bufpool"
 	"github.com/docsgate/gateway/validate"
 )
 
@@ -18,7 +19,7 @@ import (
 // the upstream has them).
 type bodyReader struct {
 	timeout time.Duration
-	pool    bodyBuffers
+	pool    bufpool.Classes
 }
 
 // read enforces the size cap and content type, reads the whole body within the body timeout,
@@ -76,7 +77,7 @@ func (br *bodyReader) readWhole(s *scope, r *http.Request) (body []byte, ok bool
 	s.inBody = nil // read here: a refusal from now on closes the connection, no second drain
 	var buf []byte
 	if s.route.Stream {
-		buf = br.pool.get(bodyBufferSize(r.ContentLength, s.snap.maxBody))
+		buf = br.pool.Get(bodyBufferSize(r.ContentLength, s.snap.maxBody))
 	}
 	body, err := readAll(r.Body, r.ContentLength, s.snap.maxBody, buf)
 	switch {

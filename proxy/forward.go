@@ -12,15 +12,14 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
-	"unsafe"
 
 	"go.uber.org/zap"
 
 	"github.com/docsgate/gateway/config"
 	"github.com/docsgate/gateway/h1"
+	"github.com/docsgate/gateway/internal/bufpool"
 )
 
 // newTransport is the transport upstream.transport names: the gateway's own HTTP/1.1 pool
@@ -64,7 +63,7 @@ func (g *Gateway) newReverseProxy(t http.RoundTripper, stream bool) *httputil.Re
 	p := &httputil.ReverseProxy{
 		Rewrite:        g.rewrite,
 		Transport:      t,
-		BufferPool:     newBufferPool(copyBufferSize),
+		BufferPool:     bufpool.NewFixed(copyBufferSize),
 		ModifyResponse: g.modifyResponse,
 		ErrorHandler:   g.proxyError,
 		ErrorLog:       zap.NewStdLog(g.log.Named("reverseproxy")),
@@ -78,7 +77,7 @@ func (g *Gateway) newReverseProxy(t http.RoundTripper, stream bool) *httputil.Re
 		// few, a finish part of a hundred bytes): a small buffer keeps idle streams cheap, and
 		// a burst larger than the buffer still goes out whole, in more than one write.
 		p.FlushInterval = -1
-		p.BufferPool = newBufferPool(streamBufferSize)
+		p.BufferPool = bufpool.NewFixed(streamBufferSize)
 	}
 	return p
 }
@@ -92,8 +91,8 @@ func (g *Gateway) forward(s *scope, r *http.Request) {
 	p := g.proxy
 	if s.route.Stream {
 		p = g.streamProxy
-		s.rw.watch.start(g.writeStall, s.rw.ResponseWriter)
-		defer s.rw.watch.stop() // after bodyBroke, before the handler returns
+		s.rw.watch.Start(g.writeStall, s.rw.ResponseWriter)
+		defer s.rw.watch.Stop() // after bodyBroke, before the handler returns
 	}
 	defer g.bodyBroke(s, r)
 	p.ServeHTTP(s.w, r.WithContext(context.WithValue(r.Context(), scopeKey{}, s)))
@@ -114,7 +113,7 @@ func (g *Gateway) bodyBroke(s *scope, r *http.Request) {
 		panic(p)
 	}
 	switch {
-	case s.rw.watch.stalled():
+	case s.rw.watch.Stalled():
 		// The client stopped reading (server.write_stall_timeout): settled, charged and
 		// counted as a client that went away, and counted as a stall.
 		s.stalled = true
@@ -319,29 +318,6 @@ const (
 	copyBufferSize   = 32 << 10
 	streamBufferSize = 2 << 10
 )
-
-// bufferPool reuses the reverse proxy's copy buffers across requests. It pools pointers to
-// the buffers' first element, so Put gets the pointer back from the slice without
-// allocating a box for it (a []byte in a sync.Pool costs one per Put). An interior pointer
-// keeps its whole allocation alive, so unsafe.Slice over size bytes from it is sound.
-type bufferPool struct {
-	p    sync.Pool
-	size int
-}
-
-func newBufferPool(size int) *bufferPool {
-	b := &bufferPool{size: size}
-	b.p.New = func() any { return &make([]byte, size)[0] }
-	return b
-}
-
-func (b *bufferPool) Get() []byte { return unsafe.Slice(b.p.Get().(*byte), b.size) }
-
-func (b *bufferPool) Put(p []byte) {
-	if cap(p) >= b.size {
-		b.p.Put(&p[:1][0])
-	}
-}
 
 // upstreamBody records the first failed read of the upstream's response body.
 type upstreamBody struct {

@@ -151,7 +151,7 @@ func (g *Gateway) serve(sn *snapshot, rt *route, w http.ResponseWriter, r *http.
 	defer g.finish(s, r)
 
 	if rt.cors {
-		sn.cors.decorate(s.w.Header(), r)
+		sn.cors.Decorate(s.w.Header(), r)
 	}
 	if r.Method != rt.Method {
 		// ServeMux lets HEAD into GET routes; only the configured method reaches the upstream.
@@ -193,7 +193,7 @@ func (g *Gateway) servePreflight(sn *snapshot, rt *route, methods string, w http
 		r = startSpan(g.tracing, s, r)
 	}
 	defer g.finish(s, r)
-	sn.cors.preflight(s.w, r, methods)
+	sn.cors.Preflight(s.w, r, methods)
 }
 
 // serveUnmatched answers requests no route takes: 405 with Allow for a known path, else 404.
@@ -208,7 +208,7 @@ func (g *Gateway) serveUnmatched(sn *snapshot, t *table, w http.ResponseWriter, 
 			if strings.Contains(allow, http.MethodOptions) {
 				// Only assistant paths answer preflights: the browser must be able to read
 				// this error too.
-				sn.cors.decorate(s.w.Header(), r)
+				sn.cors.Decorate(s.w.Header(), r)
 			}
 			s.w.Header().Set("Allow", allow)
 			s.fail(http.StatusMethodNotAllowed, errorBody{
@@ -239,7 +239,7 @@ func (g *Gateway) begin(sn *snapshot, rt *route, w http.ResponseWriter, r *http.
 	s.rw.ResponseWriter = w
 	s.rw.scope = s
 	s.w = &s.rw
-	s.clientIP, s.trustedPeer = sn.clientIPs.resolve(r)
+	s.clientIP, s.trustedPeer = sn.clientIPs.Resolve(r)
 	h := s.w.Header()
 	s.header(h, slotRequestID, requestIDHeader, s.requestID)
 	for k, v := range rt.deprecation {

@@ -5,7 +5,6 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
-	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -182,12 +181,19 @@ func (q *quota) answer(s *scope, set *routeSet, st *limitState, err error) bool 
 	dec := &st.d.Decision
 	h := s.w.Header()
 	h[hdrPolicy] = set.PolicyFor(dec)
-	st.buf = s.rateLimitHeaders(h, st.buf[:0], dec, set.Limits)
+	var v engine.HeaderValues
+	v, st.buf = engine.RateLimitHeaders(st.buf[:0], dec, set.Limits)
+	s.header(h, slotRateLimit, hdrRateLimit, v.RateLimit)
+	if v.Limit != "" {
+		s.header(h, slotLimit, hdrLimit, v.Limit)
+		s.header(h, slotRemaining, hdrRemaining, v.Remaining)
+		s.header(h, slotReset, hdrReset, v.Reset)
+	}
 	if dec.Allowed {
 		return true
 	}
-	denied := &dec.Results[enforcedDenial(set.Limits, dec)]
-	retry := seconds(untilAdmitted(denied))
+	denied := &dec.Results[engine.Denial(dec, set.Limits)]
+	retry := engine.Seconds(engine.UntilAdmitted(denied))
 	s.deniedBy = denied.Rule.Name
 	h.Set(hdrRetryAfter, strconv.FormatInt(retry, 10))
 	s.fail(http.StatusTooManyRequests, errorBody{
@@ -214,84 +220,6 @@ func limitSpanAttrs(set *routeSet, store string) []attribute.KeyValue {
 		attrs = append(attrs, attribute.String("db.system.name", store))
 	}
 	return attrs
-}
-
-// enforcedDenial is the index of the first enforced limit that denied.
-func enforcedDenial(ls []policy.Limit, d *limits.Decision) int {
-	for i, l := range ls {
-		if !d.Results[i].Allowed && !l.Shadow {
-			return i
-		}
-	}
-	return d.Denied()
-}
-
-// rateLimitHeaders writes both header generations clients parse today: the IETF draft's
-// RateLimit (every limit: remaining and seconds to reset) and the older RateLimit-Limit,
-// -Remaining and -Reset for the enforced limit with the least remaining (a shadow limit
-// never denies, so a client must not back off for it). All values are cut from one string,
-// so the four headers cost one allocation.
-func (s *scope) rateLimitHeaders(h http.Header, buf []byte, d *limits.Decision, ls []policy.Limit) []byte {
-	least := -1
-	for i := range d.Results {
-		res := &d.Results[i]
-		if i > 0 {
-			buf = append(buf, ", "...)
-		}
-		buf = append(buf, '"')
-		buf = append(buf, res.Rule.Name...)
-		buf = append(buf, `";r=`...)
-		buf = strconv.AppendInt(buf, res.Remaining, 10)
-		buf = append(buf, ";t="...)
-		buf = strconv.AppendInt(buf, resetSeconds(res), 10)
-		if !ls[i].Shadow && (least < 0 || res.Remaining < d.Results[least].Remaining) {
-			least = i
-		}
-	}
-	ends := [4]int{len(buf)}
-	if least < 0 { // only shadow limits: the draft header alone
-		s.header(h, slotRateLimit, hdrRateLimit, string(buf))
-		return buf
-	}
-	res := &d.Results[least]
-	buf = strconv.AppendInt(buf, res.Limit, 10) // the allowance: the tenant's override and grants included
-	ends[1] = len(buf)
-	buf = strconv.AppendInt(buf, res.Remaining, 10)
-	ends[2] = len(buf)
-	// The legacy header keeps its meaning: when the limit is whole again (a GCRA bucket
-	// full), not when it admits the next request (that is Retry-After).
-	buf = strconv.AppendInt(buf, seconds(res.Reset), 10)
-	ends[3] = len(buf)
-	all := string(buf)
-	s.header(h, slotRateLimit, hdrRateLimit, all[:ends[0]])
-	s.header(h, slotLimit, hdrLimit, all[ends[0]:ends[1]])
-	s.header(h, slotRemaining, hdrRemaining, all[ends[1]:ends[2]])
-	s.header(h, slotReset, hdrReset, all[ends[2]:ends[3]])
-	return buf
-}
-
-// resetSeconds is a limit's t: when it admits again if it denied, else when it resets.
-func resetSeconds(res *limits.Result) int64 {
-	if !res.Allowed {
-		return seconds(untilAdmitted(res))
-	}
-	return seconds(res.Reset)
-}
-
-// untilAdmitted is how long a denying limit takes to admit a request again, as the store
-// said: the end of the window for a fixed window, the next emission for GCRA (which refills
-// one unit at a time, long before the bucket is full again), and no later than the end of
-// the tenant's override (an override of 0 admits nothing before it).
-func untilAdmitted(res *limits.Result) time.Duration {
-	if res.Rule.Algorithm == limits.GCRA || res.RetryAfter > 0 {
-		return res.RetryAfter
-	}
-	return res.Reset
-}
-
-// seconds rounds up, so a client waiting that long is never early.
-func seconds(d time.Duration) int64 {
-	return int64((d + time.Second - 1) / time.Second)
 }
 
 func humanSeconds(s int64) string {

@@ -15,6 +15,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/docsgate/gateway/engine"
+	"github.com/docsgate/gateway/internal/bufpool"
+	"github.com/docsgate/gateway/internal/writestall"
 	"github.com/docsgate/gateway/metrics"
 	"github.com/docsgate/gateway/stream"
 )
@@ -147,7 +149,7 @@ type responseWriter struct {
 	// copy loop sets it while ReverseProxy's flush timer may read it.
 	ended atomic.Bool
 	// watch ends a stream whose client stops accepting its bytes (server.write_stall_timeout).
-	watch stallWatch
+	watch writestall.Watch
 }
 
 var _ http.Flusher = (*responseWriter)(nil)
@@ -184,14 +186,14 @@ func (w *responseWriter) Write(p []byte) (int, error) {
 	if w.bytes == 0 && len(p) > 0 {
 		w.firstByte = time.Now()
 	}
-	if w.watch.limit == 0 {
+	if !w.watch.On() {
 		n, err := w.ResponseWriter.Write(p)
 		w.bytes += int64(n)
 		return n, err
 	}
-	w.watch.begin()
+	w.watch.Begin()
 	n, err := w.ResponseWriter.Write(p)
-	w.watch.end()
+	w.watch.End()
 	w.bytes += int64(n)
 	return n, err
 }
@@ -222,12 +224,12 @@ func (w *responseWriter) FlushError() error {
 	if (w.withFirstPart && w.bytes == 0) || w.ended.Load() {
 		return nil
 	}
-	if w.watch.limit == 0 {
+	if !w.watch.On() {
 		return w.flushNow()
 	}
-	w.watch.begin()
+	w.watch.Begin()
 	err := w.flushNow()
-	w.watch.end()
+	w.watch.End()
 	return err
 }
 
@@ -282,11 +284,11 @@ type replayBody struct {
 	mu   sync.Mutex
 	data []byte
 	off  int
-	pool *bodyBuffers // where data goes back once read; nil: nowhere
+	pool *bufpool.Classes // where data goes back once read; nil: nowhere
 }
 
 // reset makes b hand out data, which goes back to pool (if not nil) once read.
-func (b *replayBody) reset(data []byte, pool *bodyBuffers) {
+func (b *replayBody) reset(data []byte, pool *bufpool.Classes) {
 	b.mu.Lock()
 	b.data, b.off, b.pool = data, 0, pool
 	b.mu.Unlock()
@@ -313,7 +315,7 @@ func (b *replayBody) Read(p []byte) (int, error) {
 // release drops the bytes, into the pool when they came from one. b.mu is held.
 func (b *replayBody) release() {
 	if b.pool != nil && b.data != nil {
-		b.pool.put(b.data)
+		b.pool.Put(b.data)
 	}
 	b.data, b.off, b.pool = nil, 0, nil
 }

@@ -153,7 +153,7 @@ func (g *Gateway) serveSelfUsage(sn *snapshot, su *selfUsage, w http.ResponseWri
 	}
 	defer g.finish(s, r)
 	if r.Method != http.MethodGet { // ServeMux lets HEAD in
-		sn.cors.decorate(s.w.Header(), r)
+		sn.cors.Decorate(s.w.Header(), r)
 		methodNotAllowed(s, r.Method, http.MethodGet)
 		return
 	}
@@ -164,7 +164,7 @@ func (g *Gateway) serveSelfUsage(sn *snapshot, su *selfUsage, w http.ResponseWri
 	if rt == nil || rt.cors {
 		// Like the assistant routes, whose widgets call this; the admin routes never answer
 		// CORS, and neither does this endpoint about them.
-		sn.cors.decorate(s.w.Header(), r)
+		sn.cors.Decorate(s.w.Header(), r)
 	}
 	if rt == nil {
 		s.field = field

@@ -3,7 +3,9 @@ package proxy
 import (
 	"fmt"
 
+	"github.com/docsgate/gateway/clientip"
 	"github.com/docsgate/gateway/config"
+	"github.com/docsgate/gateway/cors"
 	"github.com/docsgate/gateway/metrics"
 	"github.com/docsgate/gateway/policy"
 )
@@ -16,8 +18,8 @@ type snapshot struct {
 	table     *table
 	unmatched *route // pseudo-route for requests no route takes
 	maxBody   int64
-	clientIPs clientIPs
-	cors      *cors
+	clientIPs clientip.Resolver
+	cors      *cors.Policy
 
 	orgMetrics map[string]*metrics.Org // configured org (and "other") -> series
 	// authFailLimit is auth.failure_limit; 0 when off. The upstream's 401s and 403s count in
@@ -33,7 +35,7 @@ func (g *Gateway) compile(cfg *config.Config, pol *policy.Policy) (*snapshot, er
 	sn := &snapshot{
 		pol:        pol,
 		maxBody:    cfg.MaxBodyBytes,
-		cors:       newCORS(cfg.CORS.AllowedOrigins, cfg.CORS.MaxAge),
+		cors:       cors.New(cfg.CORS.AllowedOrigins, cfg.CORS.MaxAge),
 		orgMetrics: map[string]*metrics.Org{otherOrg: g.metrics.Org(otherOrg)},
 		unmatched:  pseudoRoute(unmatchedRoute, g.metrics),
 	}
@@ -43,7 +45,7 @@ func (g *Gateway) compile(cfg *config.Config, pol *policy.Policy) (*snapshot, er
 		if err != nil {
 			return nil, fmt.Errorf("proxy: trusted proxy %q: %w", p, err)
 		}
-		sn.clientIPs.trusted = append(sn.clientIPs.trusted, prefix)
+		sn.clientIPs.Trusted = append(sn.clientIPs.Trusted, prefix)
 	}
 	for _, org := range pol.Orgs() {
 		sn.orgMetrics[org] = g.metrics.Org(org)

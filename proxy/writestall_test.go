@@ -72,7 +72,7 @@ func TestStallWatchEndsAStuckWrite(t *testing.T) {
 	const limit = 300 * time.Millisecond
 	sw := newStuckWriter()
 	w := &responseWriter{ResponseWriter: sw}
-	w.watch.start(limit, sw)
+	w.watch.Start(limit, sw)
 	for range 5 {
 		if _, err := w.Write([]byte("part")); err != nil {
 			t.Fatal(err)
@@ -84,13 +84,13 @@ func TestStallWatchEndsAStuckWrite(t *testing.T) {
 	start := time.Now()
 	_, err := w.Write([]byte("part"))
 	took := time.Since(start)
-	if err == nil || !w.watch.stalled() {
-		t.Fatalf("a stuck write: %v, stalled %t", err, w.watch.stalled())
+	if err == nil || !w.watch.Stalled() {
+		t.Fatalf("a stuck write: %v, stalled %t", err, w.watch.Stalled())
 	}
 	if took < limit || took > limit+2*time.Second {
 		t.Fatalf("the stuck write failed after %v, want the bound %v (plus scheduling)", took, limit)
 	}
-	w.watch.stop()
+	w.watch.Stop()
 	if _, n := sw.lastDeadline(); n != 1 {
 		t.Fatalf("%d deadlines set; after a stall stop sets none", n)
 	}
@@ -103,7 +103,7 @@ func TestStallWatchSparesPauses(t *testing.T) {
 	const limit = 200 * time.Millisecond
 	sw := newStuckWriter()
 	w := &responseWriter{ResponseWriter: sw}
-	w.watch.start(limit, sw)
+	w.watch.Start(limit, sw)
 	if _, err := w.Write([]byte("part")); err != nil {
 		t.Fatal(err)
 	}
@@ -117,11 +117,11 @@ func TestStallWatchSparesPauses(t *testing.T) {
 		}
 	}
 	time.Sleep(2 * limit)
-	if w.watch.stalled() {
+	if w.watch.Stalled() {
 		t.Fatal("a stream that accepted every write was ended")
 	}
 	before := time.Now()
-	w.watch.stop()
+	w.watch.Stop()
 	d, n := sw.lastDeadline()
 	if n != 1 || d.Before(before.Add(limit)) || d.After(time.Now().Add(limit)) {
 		t.Fatalf("%d deadlines, the last %v; want one, a bound after stop", n, d)

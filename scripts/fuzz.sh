@@ -26,7 +26,7 @@ targets=(
   "./validate FuzzAssistantMessage"
   "./validate FuzzAssistantMessageV2"
   "./validate FuzzFoldedKeys"
-  "./proxy FuzzClientIP"
+  "./clientip FuzzClientIP"
   "./stream FuzzUIStreamTap"
   "./stream FuzzDataStreamTap"
   "./h1 FuzzPoolAnswer"

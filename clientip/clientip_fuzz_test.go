@@ -1,4 +1,4 @@
-package proxy
+package clientip
 
 import (
 	"net/http"
@@ -7,7 +7,7 @@ import (
 	"testing"
 )
 
-// FuzzClientIP drives (*clientIPs).resolve with arbitrary peers and X-Forwarded-For lines
+// FuzzClientIP drives (*Resolver).Resolve with arbitrary peers and X-Forwarded-For lines
 // (newline-separated in xff, one header line each). Whatever the input: no panic; the result
 // is the peer or an address written in X-Forwarded-For; from an untrusted peer it is always
 // the peer and the peer is not reported trusted.
@@ -27,7 +27,7 @@ func FuzzClientIP(f *testing.F) {
 	f.Add("10.0.0.1:80", "1.2.3.4:99999")
 	f.Add("127.0.0.1:1", "[::1], 0.0.0.0, 255.255.255.255")
 	f.Fuzz(func(t *testing.T, remote, xff string) {
-		c := clientIPs{trusted: []netip.Prefix{
+		c := Resolver{Trusted: []netip.Prefix{
 			netip.MustParsePrefix("10.0.0.0/8"),
 			netip.MustParsePrefix("127.0.0.0/8"),
 			netip.MustParsePrefix("2001:db8::/32"),
@@ -47,8 +47,8 @@ func FuzzClientIP(f *testing.F) {
 				}
 			}
 		}
-		got, trusted := c.resolve(r)
-		p := peer(r)
+		got, trusted := c.Resolve(r)
+		p := Peer(r)
 		if !p.IsValid() || !c.isTrusted(p) {
 			if got != p || trusted {
 				t.Fatalf("untrusted peer %q, xff %q: resolved %v (trusted %t), want the peer %v", remote, xff, got, trusted, p)

@@ -1,4 +1,5 @@
-package proxy
+// Package cors is the CORS policy of the assistant routes: the preflights it answers and the headers every answer carries.
+package cors
 
 import (
 	"net/http"
@@ -15,16 +16,17 @@ const exposedHeaders = "X-Thread-Id, X-Thread-Key, X-Request-ID, X-Vercel-AI-Dat
 	"RateLimit, RateLimit-Policy, RateLimit-Limit, RateLimit-Remaining, RateLimit-Reset, " +
 	"Deprecation, Sunset, Link"
 
-// cors answers preflights and decorates responses of assistant routes, whose keys are public
+// Policy answers preflights and decorates responses of assistant routes, whose keys are public
 // and which browsers call from documentation sites. Admin routes never answer CORS.
-type cors struct {
+type Policy struct {
 	any     bool
 	origins []string
 	maxAge  string
 }
 
-func newCORS(origins []string, maxAge time.Duration) *cors {
-	return &cors{
+// New is the policy of cors.allowed_origins ("*" for any) and cors.max_age.
+func New(origins []string, maxAge time.Duration) *Policy {
+	return &Policy{
 		any:     slices.Contains(origins, "*"),
 		origins: origins,
 		maxAge:  strconv.Itoa(int(maxAge / time.Second)),
@@ -32,7 +34,7 @@ func newCORS(origins []string, maxAge time.Duration) *cors {
 }
 
 // allow returns the Access-Control-Allow-Origin value for origin, or "" when not allowed.
-func (c *cors) allow(origin string) string {
+func (c *Policy) allow(origin string) string {
 	if c.any {
 		return "*"
 	}
@@ -42,9 +44,9 @@ func (c *cors) allow(origin string) string {
 	return ""
 }
 
-// decorate puts the CORS headers on a response, errors and 429s included: a browser cannot
+// Decorate puts the CORS headers on a response, errors and 429s included: a browser cannot
 // read an error it is not allowed to see.
-func (c *cors) decorate(h http.Header, r *http.Request) {
+func (c *Policy) Decorate(h http.Header, r *http.Request) {
 	origin := r.Header.Get("Origin")
 	if !c.any {
 		h.Add("Vary", "Origin")
@@ -69,9 +71,9 @@ var (
 	exposedHeadersValue = []string{exposedHeaders}
 )
 
-// preflight answers an OPTIONS preflight for a path whose routes allow methods; no key is
+// Preflight answers an OPTIONS preflight for a path whose routes allow methods; no key is
 // needed and nothing is counted against any limit.
-func (c *cors) preflight(w http.ResponseWriter, r *http.Request, methods string) {
+func (c *Policy) Preflight(w http.ResponseWriter, r *http.Request, methods string) {
 	h := w.Header()
 	origin := r.Header.Get("Origin")
 	if !c.any {

@@ -1,4 +1,5 @@
-package proxy
+// Package clientip finds a request's client address: the TCP peer, or the client a trusted proxy's X-Forwarded-For names.
+package clientip
 
 import (
 	"net/http"
@@ -6,16 +7,16 @@ import (
 	"strings"
 )
 
-// clientIPs derives the client address: the TCP peer, unless the peer is a trusted proxy, in
+// Resolver derives the client address: the TCP peer, unless the peer is a trusted proxy, in
 // which case X-Forwarded-For is walked from the right and the right-most address that is not
 // itself a trusted proxy is the client. Addresses to the left of it were written by parties we
 // cannot vouch for, so they are never used.
-type clientIPs struct {
-	trusted []netip.Prefix
+type Resolver struct {
+	Trusted []netip.Prefix
 }
 
-func (c *clientIPs) isTrusted(a netip.Addr) bool {
-	for _, p := range c.trusted {
+func (c *Resolver) isTrusted(a netip.Addr) bool {
+	for _, p := range c.Trusted {
 		if p.Contains(a) {
 			return true
 		}
@@ -23,8 +24,8 @@ func (c *clientIPs) isTrusted(a netip.Addr) bool {
 	return false
 }
 
-// peer parses r.RemoteAddr; an unparsable one (not from a real listener) is the zero Addr.
-func peer(r *http.Request) netip.Addr {
+// Peer parses r.RemoteAddr; an unparsable one (not from a real listener) is the zero Addr.
+func Peer(r *http.Request) netip.Addr {
 	ap, err := netip.ParseAddrPort(r.RemoteAddr)
 	if err != nil {
 		return netip.Addr{}
@@ -32,10 +33,10 @@ func peer(r *http.Request) netip.Addr {
 	return ap.Addr().Unmap()
 }
 
-// resolve returns the client address and whether the TCP peer was a trusted proxy.
-func (c *clientIPs) resolve(r *http.Request) (netip.Addr, bool) {
-	addr := peer(r)
-	if len(c.trusted) == 0 || !addr.IsValid() || !c.isTrusted(addr) {
+// Resolve returns the client address and whether the TCP peer was a trusted proxy.
+func (c *Resolver) Resolve(r *http.Request) (netip.Addr, bool) {
+	addr := Peer(r)
+	if len(c.Trusted) == 0 || !addr.IsValid() || !c.isTrusted(addr) {
 		return addr, false
 	}
 	values := r.Header.Values("X-Forwarded-For")

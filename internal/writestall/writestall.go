@@ -1,4 +1,5 @@
-package proxy
+// Package writestall ends a response whose client has accepted no byte of it for a bound: a write stuck that long fails.
+package writestall
 
 import (
 	"net/http"
@@ -7,7 +8,7 @@ import (
 	"time"
 )
 
-// stallWatch ends a stream whose client has accepted no byte of it for server.write_stall_timeout:
+// Watch ends a stream whose client has accepted no byte of it for server.write_stall_timeout:
 // a write (or flush) of the stream's answer that has not returned after that long is stuck on
 // a client that stopped reading (its TCP window, or its HTTP/2 stream's window, is shut). The
 // watch then sets the response's write deadline in the past, which fails that write: on
@@ -23,7 +24,7 @@ import (
 // thinking, a tool call); and each refresh would be a message to the connection's goroutine
 // and a timer. The watch costs a clock reading and two atomic stores per write, one timer per
 // stream, re-armed at most once per bound, and is the same on both protocols.
-type stallWatch struct {
+type Watch struct {
 	limit time.Duration // 0: no watch (write_stall_timeout 0, or not a stream)
 	rw    http.ResponseWriter
 	base  time.Time // a monotonic origin for since
@@ -37,25 +38,29 @@ type stallWatch struct {
 	timer   *time.Timer
 }
 
-// start watches the writes to rw (the connection's writer) from now on, with the bound limit
+// Start watches the writes to rw (the connection's writer) from now on, with the bound limit
 // (0: none).
-func (w *stallWatch) start(limit time.Duration, rw http.ResponseWriter) {
+func (w *Watch) Start(limit time.Duration, rw http.ResponseWriter) {
 	w.limit, w.rw, w.base = limit, rw, time.Now()
 }
 
-// begin marks a write as under way; end marks it done. Only the writer calls them, one write
+// On says whether the watch is on (Start had a bound): only then must writes be marked.
+func (w *Watch) On() bool { return w.limit != 0 }
+
+// Begin marks a write as under way; End marks it done. Only the writer calls them, one write
 // at a time (ReverseProxy serialises its writes and flushes).
-func (w *stallWatch) begin() {
+func (w *Watch) Begin() {
 	w.since.Store(int64(time.Since(w.base)) + 1)
 	if !w.armed.Load() && w.armed.CompareAndSwap(false, true) {
 		w.arm(w.limit)
 	}
 }
 
-func (w *stallWatch) end() { w.since.Store(0) }
+// End marks the write under way done.
+func (w *Watch) End() { w.since.Store(0) }
 
 // arm sets the timer to check in d.
-func (w *stallWatch) arm(d time.Duration) {
+func (w *Watch) arm(d time.Duration) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	switch {
@@ -70,7 +75,7 @@ func (w *stallWatch) arm(d time.Duration) {
 // check runs when a write may have been under way for the whole bound: it ends the stream if
 // so, waits for the rest of the bound if a later write is under way, and otherwise lets the
 // next write arm the watch again (an idle stream sets no timer).
-func (w *stallWatch) check() {
+func (w *Watch) check() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.stopped {
@@ -92,14 +97,14 @@ func (w *stallWatch) check() {
 	setWriteDeadline(w.rw, time.Unix(1, 0))
 }
 
-// stalled reports whether the watch ended the stream.
-func (w *stallWatch) stalled() bool { return w.fired.Load() }
+// Stalled reports whether the watch ended the stream.
+func (w *Watch) Stalled() bool { return w.fired.Load() }
 
-// stop ends the watch; it must run before the handler returns, after which the response's
+// Stop ends the watch; it must run before the handler returns, after which the response's
 // writer may no longer be used. What net/http still writes after the handler (the end of the
 // answer, and on HTTP/1 the last part with it) is bounded by a write deadline of the same
 // limit: HTTP/1 clears it once the response is done, HTTP/2 when the stream closes.
-func (w *stallWatch) stop() {
+func (w *Watch) Stop() {
 	if w.limit == 0 {
 		return
 	}

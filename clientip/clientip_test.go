@@ -1,4 +1,4 @@
-package proxy
+package clientip
 
 import (
 	"net/http"
@@ -7,7 +7,7 @@ import (
 )
 
 func TestClientIPResolution(t *testing.T) {
-	c := clientIPs{trusted: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("2001:db8::/32")}}
+	c := Resolver{Trusted: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("2001:db8::/32")}}
 	cases := []struct {
 		name, remote string
 		xff          []string
@@ -31,7 +31,7 @@ func TestClientIPResolution(t *testing.T) {
 			for _, v := range tc.xff {
 				r.Header.Add("X-Forwarded-For", v)
 			}
-			got, trusted := c.resolve(r)
+			got, trusted := c.Resolve(r)
 			if got.String() != tc.want || trusted != tc.trusted {
 				t.Fatalf("resolve = %s, %t; want %s, %t", got, trusted, tc.want, tc.trusted)
 			}
