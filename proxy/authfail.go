@@ -6,6 +6,8 @@ import (
 	"net/netip"
 	"strconv"
 	"time"
+
+	"github.com/docsgate/gateway/apierror"
 )
 
 // Failed authentications are counted per client IP (auth.FailureBudget): past
@@ -43,9 +45,9 @@ func (k *keyCheck) spent(s *scope) bool {
 	retry := max(int64((left+time.Second-1)/time.Second), 1)
 	s.route.metrics.AuthRejected("too_many_failures")
 	s.w.Header().Set(hdrRetryAfter, strconv.FormatInt(retry, 10))
-	s.fail(http.StatusTooManyRequests, errorBody{
+	s.fail(http.StatusTooManyRequests, apierror.Body{
 		Error:      fmt.Sprintf("Too many failed authentications from this address. Please retry in %s.", humanSeconds(retry)),
-		Code:       codeTooManyAuthFailures,
+		Code:       apierror.TooManyAuthFailures,
 		RetryAfter: &retry,
 	})
 	return true

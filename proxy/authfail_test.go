@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/docsgate/gateway/apierror"
 	"github.com/docsgate/gateway/auth"
 )
 
@@ -40,12 +41,12 @@ func TestAuthFailureLimit(t *testing.T) {
 		c.Auth.FailureLimit = 3
 		c.ClientIP.TrustedProxies = []string{"127.0.0.1/32"}
 	})
-	send := func(ip, key string) (int, errorBody, string) {
+	send := func(ip, key string) (int, apierror.Body, string) {
 		t.Helper()
 		h := jsonHdr(key)
 		h.Set("X-Forwarded-For", ip)
 		res, data := g.do(t, "POST", "/v2/agent/p1/job", h, agentBody)
-		var e errorBody
+		var e apierror.Body
 		if res.StatusCode >= 400 {
 			decodeError(t, res, data) // the shape every error has
 			if err := json.Unmarshal(data, &e); err != nil {

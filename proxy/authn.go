@@ -8,6 +8,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.uber.org/zap"
 
+	"github.com/docsgate/gateway/apierror"
 	"github.com/docsgate/gateway/auth"
 	"github.com/docsgate/gateway/tracing"
 )
@@ -97,9 +98,9 @@ func (k *keyCheck) registered(s *scope, r *http.Request, digest string) bool {
 	case err != nil:
 		k.log.Warn("key registry unavailable", zap.String("request_id", s.requestID), zap.Error(err))
 		s.w.Header()[hdrRetryAfter] = retryAfterOne
-		s.fail(http.StatusServiceUnavailable, errorBody{
+		s.fail(http.StatusServiceUnavailable, apierror.Body{
 			Error: "Key checks are temporarily unavailable. Please retry in a moment.",
-			Code:  codeAuthUnavailable,
+			Code:  apierror.AuthUnavailable,
 		})
 		return false
 	case !ok:
@@ -121,7 +122,7 @@ func (k *keyCheck) registered(s *scope, r *http.Request, digest string) bool {
 		if rt.Key == auth.Assistant {
 			what = "documentation site"
 		}
-		s.fail(http.StatusForbidden, errorBody{Error: "This API key is not allowed for this " + what + ".", Code: codeForbidden})
+		s.fail(http.StatusForbidden, apierror.Body{Error: "This API key is not allowed for this " + what + ".", Code: apierror.Forbidden})
 		return false
 	}
 	s.org = e.Org
@@ -155,15 +156,15 @@ func (k *keyCheck) reject(s *scope, label string, reason auth.Reason) {
 		if s.route.Key == auth.Assistant {
 			msg = "This endpoint needs an assistant API key (svc_dsc_...); admin keys must never be used from browsers."
 		}
-		s.fail(http.StatusForbidden, errorBody{Error: msg, Code: codeWrongKeyType})
+		s.fail(http.StatusForbidden, apierror.Body{Error: msg, Code: apierror.WrongKeyType})
 	case auth.Missing:
 		s.w.Header().Set("WWW-Authenticate", "Bearer")
-		s.fail(http.StatusUnauthorized, errorBody{
+		s.fail(http.StatusUnauthorized, apierror.Body{
 			Error: "Missing API key: send it as \"Authorization: Bearer <key>\".",
-			Code:  codeMissingCredentials,
+			Code:  apierror.MissingCredentials,
 		})
 	default:
 		s.w.Header().Set("WWW-Authenticate", "Bearer")
-		s.fail(http.StatusUnauthorized, errorBody{Error: "Invalid API key.", Code: codeInvalidCredentials})
+		s.fail(http.StatusUnauthorized, apierror.Body{Error: "Invalid API key.", Code: apierror.InvalidCredentials})
 	}
 }

@@ -4,12 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"mime"
 	"net/http"
 	"os"
-	"strings"
 	"time"
 
+	"github.com/docsgate/gateway/apierror"
 	"github.com/docsgate/gateway/internal/bufpool"
 	"github.com/docsgate/gateway/validate"
 )
@@ -31,10 +30,10 @@ func (br *bodyReader) read(s *scope, r *http.Request) bool {
 		tooLarge(s)
 		return false
 	}
-	if rt.validate != nil && !isJSON(r.Header.Get("Content-Type")) {
-		s.fail(http.StatusUnsupportedMediaType, errorBody{
+	if rt.validate != nil && !validate.IsJSON(r.Header.Get("Content-Type")) {
+		s.fail(http.StatusUnsupportedMediaType, apierror.Body{
 			Error: "Unsupported Content-Type: send the body as application/json.",
-			Code:  codeUnsupportedMediaType,
+			Code:  apierror.UnsupportedMediaType,
 		})
 		return false
 	}
@@ -85,16 +84,16 @@ func (br *bodyReader) readWhole(s *scope, r *http.Request) (body []byte, ok bool
 		tooLarge(s)
 		return nil, false
 	case errors.Is(err, os.ErrDeadlineExceeded):
-		s.fail(http.StatusRequestTimeout, errorBody{
+		s.fail(http.StatusRequestTimeout, apierror.Body{
 			Error: "The request body did not arrive in time.",
-			Code:  codeRequestTimeout,
+			Code:  apierror.RequestTimeout,
 		})
 		return nil, false
 	case err != nil:
 		if r.Context().Err() != nil {
 			return nil, false // the client went away; there is nobody to answer
 		}
-		s.fail(http.StatusBadRequest, errorBody{Error: "The request body could not be read.", Code: codeInvalidRequest})
+		s.fail(http.StatusBadRequest, apierror.Body{Error: "The request body could not be read.", Code: apierror.InvalidRequest})
 		return nil, false
 	}
 	// The whole body is in: clear the deadline, since a streamed answer may run far longer
@@ -126,9 +125,9 @@ func (br *bodyReader) replace(s *scope, r *http.Request, body []byte) {
 }
 
 func tooLarge(s *scope) {
-	s.fail(http.StatusRequestEntityTooLarge, errorBody{
+	s.fail(http.StatusRequestEntityTooLarge, apierror.Body{
 		Error: fmt.Sprintf("The request body is larger than the limit of %d bytes.", s.snap.maxBody),
-		Code:  codePayloadTooLarge,
+		Code:  apierror.PayloadTooLarge,
 	})
 }
 
@@ -140,12 +139,12 @@ func rejectBody(s *scope, err error) {
 		if ve.CaseFolded {
 			// A known field in a spelling a case-insensitive decoder takes for it: what the
 			// upstream would read is not what was checked.
-			code = codeInvalidBody
+			code = apierror.InvalidBody
 		}
 	}
 	s.field = field
-	s.route.metrics.ValidationRejected(foldIndexes(field))
-	s.fail(http.StatusBadRequest, errorBody{Error: "Invalid request: " + err.Error() + ".", Code: code, Field: field})
+	s.route.metrics.ValidationRejected(validate.FoldIndexes(field))
+	s.fail(http.StatusBadRequest, apierror.Body{Error: "Invalid request: " + err.Error() + ".", Code: code, Field: field})
 }
 
 var errTooLarge = errors.New("body too large")
@@ -200,44 +199,4 @@ func readAll(body io.Reader, declared, max int64, buf []byte) ([]byte, error) {
 			return nil, err
 		}
 	}
-}
-
-// isJSON accepts application/json (and +json types) with no charset or UTF-8: JSON is UTF-8
-// (RFC 8259), and the validators read it as such.
-func isJSON(ct string) bool {
-	if ct == "application/json" {
-		return true
-	}
-	mt, params, err := mime.ParseMediaType(ct)
-	if err != nil {
-		return false
-	}
-	if mt != "application/json" && !(strings.HasPrefix(mt, "application/") && strings.HasSuffix(mt, "+json")) {
-		return false
-	}
-	cs, ok := params["charset"]
-	return !ok || strings.EqualFold(cs, "utf-8")
-}
-
-// foldIndexes turns messages[3].role into messages[].role so the metric label stays bounded.
-func foldIndexes(field string) string {
-	if !strings.Contains(field, "[") {
-		return field
-	}
-	var b strings.Builder
-	skip := false
-	for i := 0; i < len(field); i++ {
-		c := field[i]
-		switch {
-		case c == '[':
-			skip = true
-			b.WriteByte(c)
-		case c == ']':
-			skip = false
-			b.WriteByte(c)
-		case !skip:
-			b.WriteByte(c)
-		}
-	}
-	return b.String()
 }

@@ -1,65 +1,17 @@
 package proxy
 
 import (
-	"encoding/json"
 	"io"
-	"net/http"
-	"strconv"
 	"time"
+
+	"github.com/docsgate/gateway/apierror"
 )
-
-// Error codes: a stable, documented vocabulary that clients and dashboards can rely on.
-const (
-	codeMissingCredentials   = "missing_credentials"
-	codeInvalidCredentials   = "invalid_credentials"
-	codeWrongKeyType         = "wrong_key_type"
-	codeInvalidRequest       = "invalid_request"
-	codeInvalidBody          = "invalid_body"
-	codeUnsupportedMediaType = "unsupported_media_type"
-	codePayloadTooLarge      = "payload_too_large"
-	codeRequestTimeout       = "request_timeout"
-	codeNotFound             = "not_found"
-	codeMethodNotAllowed     = "method_not_allowed"
-	codeUpstreamUnavailable  = "upstream_unavailable"
-	codeUpstreamTimeout      = "upstream_timeout"
-	codeRateLimited          = "rate_limited"
-	codeLimiterUnavailable   = "limiter_unavailable"
-	codeForbidden            = "forbidden"
-	codeAuthUnavailable      = "auth_unavailable"
-	codeTooManyAuthFailures  = "too_many_auth_failures"
-	codeUpgradeNotSupported  = "upgrade_not_supported"
-)
-
-// errorBody keeps the platform's own shape, {"error": "..."}, which existing clients (and the
-// browser chat hook, which shows it to the user) read, plus a stable code.
-type errorBody struct {
-	Error      string `json:"error"`
-	Code       string `json:"code"`
-	Field      string `json:"field,omitempty"`
-	Limit      string `json:"limit,omitempty"`
-	RetryAfter *int64 `json:"retry_after,omitempty"`
-}
-
-// writeError is the one place the gateway writes an error of its own.
-func writeError(w http.ResponseWriter, status int, body errorBody) {
-	data, err := json.Marshal(body)
-	if err != nil { // cannot happen for this struct; keep the answer well-formed anyway
-		data = []byte(`{"error":"Internal error.","code":"internal"}`)
-	}
-	h := w.Header()
-	h.Set("Content-Type", "application/json; charset=utf-8")
-	h.Set("Content-Length", strconv.Itoa(len(data)+1))
-	h.Set("Cache-Control", "no-store")
-	h.Set("X-Content-Type-Options", "nosniff")
-	w.WriteHeader(status)
-	_, _ = w.Write(append(data, '\n'))
-}
 
 // fail answers the request with the gateway's own error and records the code for the log.
 // The writer deals with a body still unread (responseWriter.answering).
-func (s *scope) fail(status int, body errorBody) {
+func (s *scope) fail(status int, body apierror.Body) {
 	s.code = body.Code
-	writeError(s.w, status, body)
+	apierror.Write(s.w, status, body)
 }
 
 // dropUnreadBody is for answers given while (part of) the request body is still unread.

@@ -17,6 +17,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/docsgate/gateway/apierror"
 	"github.com/docsgate/gateway/config"
 	"github.com/docsgate/gateway/h1"
 	"github.com/docsgate/gateway/internal/bufpool"
@@ -246,14 +247,14 @@ func (g *Gateway) proxyError(w http.ResponseWriter, r *http.Request, err error) 
 	case "canceled":
 		return
 	case "timeout":
-		s.fail(http.StatusGatewayTimeout, errorBody{
+		s.fail(http.StatusGatewayTimeout, apierror.Body{
 			Error: "The service took too long to answer. Please try again.",
-			Code:  codeUpstreamTimeout,
+			Code:  apierror.UpstreamTimeout,
 		})
 	default:
-		s.fail(http.StatusBadGateway, errorBody{
+		s.fail(http.StatusBadGateway, apierror.Body{
 			Error: "The service is temporarily unavailable. Please try again.",
-			Code:  codeUpstreamUnavailable,
+			Code:  apierror.UpstreamUnavailable,
 		})
 	}
 }

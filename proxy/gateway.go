@@ -15,6 +15,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/docsgate/gateway/apierror"
 	"github.com/docsgate/gateway/auth"
 	"github.com/docsgate/gateway/config"
 	"github.com/docsgate/gateway/engine"
@@ -180,9 +181,9 @@ func (g *Gateway) serve(sn *snapshot, rt *route, w http.ResponseWriter, r *http.
 // carries down to the upstream exchange: see responseWriter.WriteHeader.
 func methodNotAllowed(s *scope, method, allowed string) {
 	s.w.Header().Set("Allow", allowed)
-	s.fail(http.StatusMethodNotAllowed, errorBody{
+	s.fail(http.StatusMethodNotAllowed, apierror.Body{
 		Error: fmt.Sprintf("Method %s is not allowed here; allowed: %s.", safeMethod(method), allowed),
-		Code:  codeMethodNotAllowed,
+		Code:  apierror.MethodNotAllowed,
 	})
 }
 
@@ -211,14 +212,14 @@ func (g *Gateway) serveUnmatched(sn *snapshot, t *table, w http.ResponseWriter, 
 				sn.cors.Decorate(s.w.Header(), r)
 			}
 			s.w.Header().Set("Allow", allow)
-			s.fail(http.StatusMethodNotAllowed, errorBody{
+			s.fail(http.StatusMethodNotAllowed, apierror.Body{
 				Error: fmt.Sprintf("Method %s is not allowed here; allowed: %s.", safeMethod(r.Method), allow),
-				Code:  codeMethodNotAllowed,
+				Code:  apierror.MethodNotAllowed,
 			})
 			return
 		}
 	}
-	s.fail(http.StatusNotFound, errorBody{Error: "Not found: no such API endpoint.", Code: codeNotFound})
+	s.fail(http.StatusNotFound, apierror.Body{Error: "Not found: no such API endpoint.", Code: apierror.NotFound})
 }
 
 func (g *Gateway) begin(sn *snapshot, rt *route, w http.ResponseWriter, r *http.Request) *scope {

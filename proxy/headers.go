@@ -4,6 +4,8 @@ import (
 	"net/http"
 	"net/textproto"
 	"strings"
+
+	"github.com/docsgate/gateway/apierror"
 )
 
 // Headers the gateway checks must be the headers the upstream receives: ReverseProxy removes
@@ -40,9 +42,9 @@ func upgradeRefused(s *scope, r *http.Request) bool {
 	if len(r.Header["Upgrade"]) == 0 {
 		return false
 	}
-	s.fail(http.StatusBadRequest, errorBody{
+	s.fail(http.StatusBadRequest, apierror.Body{
 		Error: "Protocol upgrades (Upgrade: websocket, h2c) are not supported on this API; send a plain HTTP request.",
-		Code:  codeUpgradeNotSupported,
+		Code:  apierror.UpgradeNotSupported,
 	})
 	return true
 }

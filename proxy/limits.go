@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
+	"github.com/docsgate/gateway/apierror"
 	"github.com/docsgate/gateway/auth"
 	"github.com/docsgate/gateway/engine"
 	"github.com/docsgate/gateway/limits"
@@ -172,9 +173,9 @@ func (q *quota) answer(s *scope, set *routeSet, st *limitState, err error) bool 
 			return true
 		}
 		s.w.Header()[hdrRetryAfter] = retryAfterOne
-		s.fail(http.StatusServiceUnavailable, errorBody{
+		s.fail(http.StatusServiceUnavailable, apierror.Body{
 			Error: "Rate limiting is temporarily unavailable. Please retry in a moment.",
-			Code:  codeLimiterUnavailable,
+			Code:  apierror.LimiterUnavailable,
 		})
 		return false
 	}
@@ -196,9 +197,9 @@ func (q *quota) answer(s *scope, set *routeSet, st *limitState, err error) bool 
 	retry := engine.Seconds(engine.UntilAdmitted(denied))
 	s.deniedBy = denied.Rule.Name
 	h.Set(hdrRetryAfter, strconv.FormatInt(retry, 10))
-	s.fail(http.StatusTooManyRequests, errorBody{
+	s.fail(http.StatusTooManyRequests, apierror.Body{
 		Error:      fmt.Sprintf("Rate limit exceeded (%s). Please retry in %s.", denied.Rule.Name, humanSeconds(retry)),
-		Code:       codeRateLimited,
+		Code:       apierror.RateLimited,
 		Limit:      denied.Rule.Name,
 		RetryAfter: &retry,
 	})

@@ -8,6 +8,7 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 
+	"github.com/docsgate/gateway/apierror"
 	"github.com/docsgate/gateway/auth"
 	"github.com/docsgate/gateway/config"
 	"github.com/docsgate/gateway/limits"
@@ -75,16 +76,16 @@ const (
 // newRoute serves the policy's route pr: its body's rules (a built-in route's: the agent job's
 // fields, an assistant conversation within its bounds), its series in m.
 func newRoute(pr *policy.Route, m *metrics.Metrics) *route {
-	rt := &route{Route: pr, cors: pr.Key == auth.Assistant, metrics: m.Route(pr.Name), bodyCode: codeInvalidBody}
+	rt := &route{Route: pr, cors: pr.Key == auth.Assistant, metrics: m.Route(pr.Name), bodyCode: apierror.InvalidBody}
 	switch {
 	case pr.Name == "agent_job":
-		rt.validate, rt.bodyCode = agentJob, codeInvalidRequest
+		rt.validate, rt.bodyCode = agentJob, apierror.InvalidRequest
 	case pr.Conversation && pr.BodyV2:
 		bounds := pr.Bounds
 		rt.validate = func(body []byte) (int, error) { return bounds.AssistantMessageV2Text(body) }
 	case pr.Conversation:
 		bounds := pr.Bounds
-		rt.validate, rt.bodyCode = func(body []byte) (int, error) { return bounds.AssistantMessageText(body) }, codeInvalidRequest
+		rt.validate, rt.bodyCode = func(body []byte) (int, error) { return bounds.AssistantMessageText(body) }, apierror.InvalidRequest
 	}
 	rt.deprecation = deprecationHeaders(pr.Deprecation)
 	rt.sets = map[string]*routeSet{}

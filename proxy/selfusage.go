@@ -11,6 +11,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/docsgate/gateway/apierror"
 	"github.com/docsgate/gateway/auth"
 	"github.com/docsgate/gateway/config"
 	"github.com/docsgate/gateway/engine"
@@ -168,7 +169,7 @@ func (g *Gateway) serveSelfUsage(sn *snapshot, su *selfUsage, w http.ResponseWri
 	}
 	if rt == nil {
 		s.field = field
-		s.fail(http.StatusBadRequest, errorBody{Error: msg, Code: codeInvalidRequest, Field: field})
+		s.fail(http.StatusBadRequest, apierror.Body{Error: msg, Code: apierror.InvalidRequest, Field: field})
 		return
 	}
 	// The address's bound before anything of the key is looked at: invented keys stop here.
@@ -196,9 +197,9 @@ func (g *Gateway) serveSelfUsage(sn *snapshot, su *selfUsage, w http.ResponseWri
 	if err != nil {
 		s.limitErr = true
 		s.w.Header()[hdrRetryAfter] = retryAfterOne
-		s.fail(http.StatusServiceUnavailable, errorBody{
+		s.fail(http.StatusServiceUnavailable, apierror.Body{
 			Error: "Usage is temporarily unavailable. Please retry in a moment.",
-			Code:  codeLimiterUnavailable,
+			Code:  apierror.LimiterUnavailable,
 		})
 		return
 	}
@@ -207,16 +208,10 @@ func (g *Gateway) serveSelfUsage(sn *snapshot, su *selfUsage, w http.ResponseWri
 		Limits []limits.View `json:"limits"`
 	}{rt.Name, views})
 	if err != nil { // cannot happen for these types
-		s.fail(http.StatusInternalServerError, errorBody{Error: "Internal error.", Code: "internal"})
+		s.fail(http.StatusInternalServerError, apierror.Body{Error: "Internal error.", Code: "internal"})
 		return
 	}
-	h := s.w.Header()
-	h.Set("Content-Type", "application/json; charset=utf-8")
-	h.Set("Content-Length", strconv.Itoa(len(data)+1))
-	h.Set("Cache-Control", "no-store")
-	h.Set("X-Content-Type-Options", "nosniff")
-	s.w.WriteHeader(http.StatusOK)
-	_, _ = s.w.Write(append(data, '\n'))
+	apierror.WriteJSON(s.w, http.StatusOK, data)
 }
 
 // selfUsageRefused answers 429 for the endpoint's own bound: bound is its config key, which the
@@ -225,9 +220,9 @@ func (g *Gateway) serveSelfUsage(sn *snapshot, su *selfUsage, w http.ResponseWri
 func selfUsageRefused(s *scope, bound, whose string, limit int, retry int64) {
 	s.deniedBy = bound
 	s.w.Header().Set(hdrRetryAfter, strconv.FormatInt(retry, 10))
-	s.fail(http.StatusTooManyRequests, errorBody{
+	s.fail(http.StatusTooManyRequests, apierror.Body{
 		Error:      fmt.Sprintf("Too many usage requests %s (%d a minute). Please retry in %s.", whose, limit, humanSeconds(retry)),
-		Code:       codeRateLimited,
+		Code:       apierror.RateLimited,
 		Limit:      selfUsageRoute,
 		RetryAfter: &retry,
 	})
