@@ -17,6 +17,8 @@ type Route struct {
 	Name   string
 	Method string
 	Path   string // a ServeMux pattern's path: /v2/agent/{projectId}/job
+	// Params are the names of the path's wildcards, in order.
+	Params []string
 	Key    auth.Kind
 	Stream bool // the answers stream: they are read for their tokens, and flushed part by part
 	// HasDomain: the path names an assistant {domain}, so requests count per org.
@@ -115,6 +117,7 @@ func compileRoutes(entries []config.Route) ([]*Route, error) {
 	out := make([]*Route, len(routes))
 	for i := range routes {
 		routes[i].HasDomain = strings.Contains(routes[i].Path, "{domain}")
+		routes[i].Params = pathParams(routes[i].Path)
 		out[i] = &routes[i]
 	}
 	return out, nil
@@ -192,5 +195,25 @@ func conversationBounds(r *Route, e config.Route, key string, ps *problems) {
 		default:
 			*b.dst = *b.set
 		}
+	}
+}
+
+// pathParams are the names of a path pattern's wildcards, in order ({name} and {name...}).
+func pathParams(path string) []string {
+	var names []string
+	for {
+		i := strings.IndexByte(path, '{')
+		if i < 0 {
+			return names
+		}
+		j := strings.IndexByte(path[i:], '}')
+		if j < 0 {
+			return names
+		}
+		name := strings.TrimSuffix(path[i+1:i+j], "...")
+		if name != "$" && name != "" {
+			names = append(names, name)
+		}
+		path = path[i+j+1:]
 	}
 }

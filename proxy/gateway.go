@@ -1,6 +1,4 @@
-// Package proxy is the gateway's public HTTP face: the route table, the request pipeline
-// (auth, body validation, limits, forwarding), unbuffered streaming, CORS, client IPs and the
-// one error writer.
+// Package proxy is the gateway's public HTTP pipeline: route, authenticate, validate, ask the engine, forward, account, log, trace.
 package proxy
 
 import (
@@ -145,10 +143,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // serve is the whole request path of a routed request, top to bottom.
 func (g *Gateway) serve(sn *snapshot, rt *route, w http.ResponseWriter, r *http.Request) {
-	s := g.begin(sn, rt, w, r)
-	if g.tracing != nil {
-		r = startSpan(g.tracing, s, r)
-	}
+	s, r := g.begin(sn, rt, w, r)
 	defer g.finish(s, r)
 
 	if rt.cors {
@@ -189,20 +184,14 @@ func methodNotAllowed(s *scope, method, allowed string) {
 
 // servePreflight answers a CORS preflight of an assistant path.
 func (g *Gateway) servePreflight(sn *snapshot, rt *route, methods string, w http.ResponseWriter, r *http.Request) {
-	s := g.begin(sn, rt, w, r)
-	if g.tracing != nil {
-		r = startSpan(g.tracing, s, r)
-	}
+	s, r := g.begin(sn, rt, w, r)
 	defer g.finish(s, r)
 	sn.cors.Preflight(s.w, r, methods)
 }
 
 // serveUnmatched answers requests no route takes: 405 with Allow for a known path, else 404.
 func (g *Gateway) serveUnmatched(sn *snapshot, t *table, w http.ResponseWriter, r *http.Request) {
-	s := g.begin(sn, sn.unmatched, w, r)
-	if g.tracing != nil {
-		r = startSpan(g.tracing, s, r)
-	}
+	s, r := g.begin(sn, sn.unmatched, w, r)
 	defer g.finish(s, r)
 	if t != nil {
 		if allow := t.allowed(r); allow != "" {
@@ -211,18 +200,16 @@ func (g *Gateway) serveUnmatched(sn *snapshot, t *table, w http.ResponseWriter, 
 				// this error too.
 				sn.cors.Decorate(s.w.Header(), r)
 			}
-			s.w.Header().Set("Allow", allow)
-			s.fail(http.StatusMethodNotAllowed, apierror.Body{
-				Error: fmt.Sprintf("Method %s is not allowed here; allowed: %s.", safeMethod(r.Method), allow),
-				Code:  apierror.MethodNotAllowed,
-			})
+			methodNotAllowed(s, r.Method, allow)
 			return
 		}
 	}
 	s.fail(http.StatusNotFound, apierror.Body{Error: "Not found: no such API endpoint.", Code: apierror.NotFound})
 }
 
-func (g *Gateway) begin(sn *snapshot, rt *route, w http.ResponseWriter, r *http.Request) *scope {
+// begin starts a request's scope on route rt, and its span when tracing is on: the request
+// returned carries it.
+func (g *Gateway) begin(sn *snapshot, rt *route, w http.ResponseWriter, r *http.Request) (*scope, *http.Request) {
 	s := &scope{
 		snap:      sn,
 		route:     rt,
@@ -247,7 +234,10 @@ func (g *Gateway) begin(sn *snapshot, rt *route, w http.ResponseWriter, r *http.
 		h[k] = v
 	}
 	rt.metrics.Inflight.Inc()
-	return s
+	if g.tracing != nil {
+		r = startSpan(g.tracing, s, r)
+	}
+	return s, r
 }
 
 // safeMethod keeps client-chosen method names out of messages when they are odd.

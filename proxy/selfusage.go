@@ -59,8 +59,7 @@ type selfUsage struct {
 	shown   policy.Bys
 	route   *route            // the pseudo-route of its requests (logs, metrics)
 	byName  map[string]*route // the routes a caller may name
-	params  map[string][]string
-	methods string // of its preflight
+	methods string            // of its preflight
 }
 
 // probeOf registers routes in a ServeMux to ask which one a path matches; ok is false when
@@ -102,14 +101,13 @@ func compileSelfUsage(cfg *config.Config, routes []*route, m *metrics.Metrics, r
 		path: c.Path, perAddress: c.PerAddressPerMinute, perKey: c.PerKeyPerMinute, methods: http.MethodGet,
 		shown:  shownInPrefixMode(c.PrefixModeExposes),
 		route:  &route{Route: &policy.Route{Name: selfUsageRoute, Method: http.MethodGet, Path: c.Path}, metrics: m.Route(selfUsageRoute)},
-		byName: map[string]*route{}, params: map[string][]string{},
+		byName: map[string]*route{},
 	}
 	if registry {
 		su.shown = policy.AllBys
 	}
 	for _, rt := range routes {
 		su.byName[rt.Name] = rt
-		su.params[rt.Name] = pathParams(rt.Path)
 	}
 	return su, nil
 }
@@ -126,32 +124,9 @@ func shownInPrefixMode(exposed []string) policy.Bys {
 	return shown
 }
 
-// pathParams are the names of a path pattern's wildcards, in order ({name} and {name...}).
-func pathParams(path string) []string {
-	var names []string
-	for {
-		i := strings.IndexByte(path, '{')
-		if i < 0 {
-			return names
-		}
-		j := strings.IndexByte(path[i:], '}')
-		if j < 0 {
-			return names
-		}
-		name := strings.TrimSuffix(path[i+1:i+j], "...")
-		if name != "$" && name != "" {
-			names = append(names, name)
-		}
-		path = path[i+j+1:]
-	}
-}
-
 // serveSelfUsage answers GET self_usage.path.
 func (g *Gateway) serveSelfUsage(sn *snapshot, su *selfUsage, w http.ResponseWriter, r *http.Request) {
-	s := g.begin(sn, su.route, w, r)
-	if g.tracing != nil {
-		r = startSpan(g.tracing, s, r)
-	}
+	s, r := g.begin(sn, su.route, w, r)
 	defer g.finish(s, r)
 	if r.Method != http.MethodGet { // ServeMux lets HEAD in
 		sn.cors.Decorate(s.w.Header(), r)
@@ -172,14 +147,22 @@ func (g *Gateway) serveSelfUsage(sn *snapshot, su *selfUsage, w http.ResponseWri
 		s.fail(http.StatusBadRequest, apierror.Body{Error: msg, Code: apierror.InvalidRequest, Field: field})
 		return
 	}
-	// The address's bound before anything of the key is looked at: invented keys stop here.
-	if ok, retry := take(g.selfUsageBound.addrs, sn.failureClient(s), su.perAddress, s.start); !ok {
-		selfUsageRefused(s, "self_usage.per_address_per_minute", "from this address", su.perAddress, retry)
-		return
+	if g.selfUsageAdmitted(s, su, rt, r) {
+		g.answerSelfUsage(s, rt, su.shown, r)
 	}
-	// The route's own authentication, its refusals counted under this endpoint.
-	// (A copy of the route and of its policy, named as this endpoint: the policy's route is
-	// shared by every request and never written.)
+}
+
+// selfUsageAdmitted applies the endpoint's bounds and the route's authentication, answering
+// the request when it refuses it: the address's bound before anything of the key is looked at
+// (invented keys stop there), then the key, then the key's bound.
+func (g *Gateway) selfUsageAdmitted(s *scope, su *selfUsage, rt *route, r *http.Request) bool {
+	if ok, retry := take(g.selfUsageBound.addrs, s.snap.failureClient(s), su.perAddress, s.start); !ok {
+		selfUsageRefused(s, "self_usage.per_address_per_minute", "from this address", su.perAddress, retry)
+		return false
+	}
+	// The route's own authentication, its refusals counted under this endpoint. (A copy of
+	// the route and of its policy, named as this endpoint: the policy's route is shared by
+	// every request and never written.)
 	as, pr := *rt, *rt.Route
 	pr.Name = su.route.Name
 	as.Route, as.metrics = &pr, su.route.metrics
@@ -187,13 +170,19 @@ func (g *Gateway) serveSelfUsage(sn *snapshot, su *selfUsage, w http.ResponseWri
 	ok := g.keys.authenticate(s, r)
 	s.route = su.route
 	if !ok {
-		return
+		return false
 	}
 	if ok, retry := take(g.selfUsageBound.keys, s.digest, su.perKey, s.start); !ok {
 		selfUsageRefused(s, "self_usage.per_key_per_minute", "for this key", su.perKey, retry)
-		return
+		return false
 	}
-	views, err := g.quota.engine.SelfUsage(r.Context(), selfUsageRequest(s, rt, r), su.shown)
+	return true
+}
+
+// answerSelfUsage answers what a request of s's key and address to rt would be subject to,
+// the limits counting by what shown holds.
+func (g *Gateway) answerSelfUsage(s *scope, rt *route, shown policy.Bys, r *http.Request) {
+	views, err := g.quota.engine.SelfUsage(r.Context(), selfUsageRequest(s, rt, r), shown)
 	if err != nil {
 		s.limitErr = true
 		s.w.Header()[hdrRetryAfter] = retryAfterOne
@@ -278,7 +267,7 @@ func (su *selfUsage) parse(r *http.Request) (*route, string, string) {
 	if rt == nil {
 		return nil, "route", "route names no route of this gateway."
 	}
-	params := su.params[rt.Name]
+	params := rt.Params
 	for _, n := range names {
 		if n != "route" && !slices.Contains(params, n) {
 			return nil, n, fmt.Sprintf("%s is no path parameter of %s (its path is %s).", n, rt.Name, rt.Path)

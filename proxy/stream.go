@@ -10,13 +10,9 @@ import (
 	"github.com/docsgate/gateway/stream"
 )
 
-// A streamed answer is read on its way to the client (package stream): its tap counts what it
-// costs, and a budget with cutoff may end it. The gateway must see its bytes in clear, so the
-// upstream request of a stream route asks for identity, and an answer that is content-coded
-// all the same is decoded as it passes (routes that do not stream keep their coding).
-
-// identityOnly is the Accept-Encoding of the upstream requests of stream routes; shared
-// read-only by all of them.
+// identityOnly is the Accept-Encoding of the upstream requests of stream routes, shared
+// read-only by all of them: the gateway reads their answers (package stream), so it asks for
+// them in clear (one content-coded all the same is decoded as it passes: decodeAnswer).
 var identityOnly = []string{"identity"}
 
 // startTap puts the tap the response's protocol calls for on body (the scope holds both

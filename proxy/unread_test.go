@@ -87,7 +87,7 @@ func TestEveryAnswerBoundsTheUnreadBody(t *testing.T) {
 	sn := g.gw.snap.Load()
 	rt := sn.unmatched
 	sn.table.mux.HandleFunc("POST /through-scope", func(w http.ResponseWriter, r *http.Request) {
-		s := g.gw.begin(sn, rt, w, r)
+		s, r := g.gw.begin(sn, rt, w, r)
 		defer g.gw.finish(s, r)
 		s.w.WriteHeader(http.StatusTeapot)
 	})
