@@ -1,5 +1,7 @@
-// Package admin serves the operator endpoints on the admin listener: health, readiness,
-// metrics, usage read-back, run-time quotas, keys, the webhook outbox and profiling. None of it is ever on the public listener.
+// Package admin serves the operator endpoints of the admin listener.
+//
+// Health, readiness, metrics, usage read-back, run-time quotas, keys, the webhook outbox and
+// profiling; none of it is ever on the public listener.
 package admin
 
 import (

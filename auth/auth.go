@@ -1,5 +1,7 @@
-// Package auth reads bearer credentials, tells the two key families apart and turns a key into
-// the identity the rest of the gateway sees: its family and a SHA-256 digest, never the key.
+// Package auth turns a bearer key into the identity the gateway sees: its family and digest.
+//
+// It reads bearer credentials, tells the two key families apart, and keeps the key registry and
+// the failed-authentication budget; nothing after it sees a key, only its SHA-256 digest.
 package auth
 
 import (

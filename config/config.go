@@ -1,5 +1,7 @@
-// Package config is the gateway's documented file schema: strict YAML decoding that names the
-// offending key, defaults, environment overrides and a Validate that reports every problem.
+// Package config is the gateway's documented config file: schema, defaults and validation.
+//
+// Strict YAML decoding that names the offending key, defaults, environment overrides and a
+// Validate that reports every problem.
 package config
 
 import (

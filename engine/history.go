@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/docsgate/gateway/limits"
+	"github.com/docsgate/gateway/policy"
 )
 
 // The gateway's side of usage history (see limits/history.go): it knows the limits, their
@@ -64,13 +65,32 @@ func (e *Engine) Export(ctx context.Context, name, window, unit string) (limits.
 	if ref.Algorithm != limits.Fixed {
 		return limits.Export{}, fmt.Errorf("engine: export %s: %w", name, limits.ErrNoHistory)
 	}
+	start, err := e.exportWindow(ctx, pl, ref, window)
+	if err != nil {
+		return limits.Export{}, err
+	}
+	ts, err := e.o.History.ExportSorted(ctx, ref, start, func(string) bool { return true })
+	if err != nil {
+		return limits.Export{}, fmt.Errorf("engine: export %s: %w", name, err)
+	}
+	return limits.Export{
+		Limit: name, Unit: ref.Unit.String(), Tenants: ts.Len(),
+		Start: time.Unix(start, 0).UTC(), End: time.Unix(ref.Window.Shift(start, 1), 0).UTC(),
+		Close: func() error { return ts.Close(ctx) }, // a cancelled ctx does not stop it
+		Rows:  e.exportRows(ctx, p, pl, ref, ts),
+	}, nil
+}
+
+// exportWindow is the start of the window an export of pl (counted as ref) names, one that
+// some plan keeps.
+func (e *Engine) exportWindow(ctx context.Context, pl policy.PlanLimits, ref *limits.Rule, window string) (int64, error) {
 	start, back, err := exportStart(ref.Window, window)
 	if err != nil { // before the store is asked: a bad window is refused even with it down
-		return limits.Export{}, err
+		return 0, err
 	}
 	now, err := e.o.History.Clock(ctx)
 	if err != nil {
-		return limits.Export{}, fmt.Errorf("engine: export: %w", err)
+		return 0, fmt.Errorf("engine: export: %w", err)
 	}
 	cur, _ := ref.Window.Bounds(now)
 	if back >= 0 {
@@ -86,22 +106,19 @@ func (e *Engine) Export(ctx context.Context, name, window, unit string) (limits.
 		return start <= cur.Unix() && ref.Window.Shift(start, 1) > oldest
 	}
 	if !slices.ContainsFunc(pl.Rules(), kept) {
-		return limits.Export{}, fmt.Errorf("engine: export %s: %w: %s", name, limits.ErrUnknownWindow, window)
+		return 0, fmt.Errorf("engine: export %s: %w: %s", pl.Name, limits.ErrUnknownWindow, window)
 	}
-	ts, err := e.o.History.ExportSorted(ctx, ref, start, func(string) bool { return true })
-	if err != nil {
-		return limits.Export{}, fmt.Errorf("engine: export %s: %w", name, err)
-	}
-	out := limits.Export{
-		Limit: name, Unit: ref.Unit.String(), Tenants: ts.Len(),
-		Start: time.Unix(start, 0).UTC(), End: time.Unix(ref.Window.Shift(start, 1), 0).UTC(),
-		Close: func() error { return ts.Close(ctx) }, // a cancelled ctx does not stop it
-	}
-	out.Rows = func(yield func(limits.ExportRow, error) bool) {
+	return start, nil
+}
+
+// exportRows yields the tenants of ts, each with its plan, label and org, looked up as the rows
+// are yielded, and its limit when it counts in ref's unit.
+func (e *Engine) exportRows(ctx context.Context, p *policy.Policy, pl policy.PlanLimits, ref *limits.Rule, ts limits.Tenants) func(yield func(limits.ExportRow, error) bool) {
+	return func(yield func(limits.ExportRow, error) bool) {
 		for {
 			id, used, ok, err := ts.Next(ctx)
 			if err != nil {
-				yield(limits.ExportRow{}, fmt.Errorf("engine: export %s: %w", name, err))
+				yield(limits.ExportRow{}, fmt.Errorf("engine: export %s: %w", pl.Name, err))
 				return
 			}
 			if !ok {
@@ -117,7 +134,6 @@ func (e *Engine) Export(ctx context.Context, name, window, unit string) (limits.
 			}
 		}
 	}
-	return out, nil
 }
 
 // inUnit is r counting in unit ("" or r's own: r itself), to read the counters a limit kept

@@ -1,4 +1,6 @@
-// Package h1 is the gateway's HTTP/1.1 client to its upstream: a pool of keep-alive
+// Package h1 is the gateway's HTTP/1.1 keep-alive pool to a cleartext upstream.
+//
+// H1 is the gateway's HTTP/1.1 client to its upstream: a pool of keep-alive
 // connections whose exchanges run on the calling goroutine.
 //
 // net/http's Transport gives every connection a reader and a writer goroutine and hands each

@@ -1,5 +1,6 @@
-// Package metrics defines every Prometheus series the gateway exports; nothing else in the
-// gateway imports Prometheus. Labels never hold a key, an IP or a project id.
+// Package metrics defines every Prometheus series the gateway exports.
+//
+// Nothing else in the gateway imports Prometheus. Labels never hold a key, an IP or a project id.
 package metrics
 
 import (

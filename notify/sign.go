@@ -1,4 +1,6 @@
-// Package notify signs and delivers the gateway's webhook events: Standard Webhooks 1.0
+// Package notify signs and delivers the gateway's webhook events through an outbox.
+//
+// Notify signs and delivers the gateway's webhook events: Standard Webhooks 1.0
 // signatures, an outbox that holds every delivery from its detection to its answer (in
 // process, or in Redis where the replicas share it), and a loop that delivers what is due with
 // exponential backoff and jitter, then keeps what never got through as a dead letter.

@@ -1,4 +1,6 @@
-// Command soak runs mixed traffic for SOAK_MINUTES (default 5) against two gateway replicas
+// Command soak runs mixed traffic against replicas while Redis fails over and the upstream flaps.
+//
+// Soak runs mixed traffic for SOAK_MINUTES (default 5) against two gateway replicas
 // sharing one Redis (a master with two replicas behind three Sentinels, the gateways with
 // redis.wait_replicas: 1), while the Redis master is killed every 20 s (a Sentinel failover
 // each time; it rejoins as a replica) and the upstream simulator flaps; beside them, two more

@@ -57,32 +57,13 @@ func isPart(c byte) bool { return c == 'd' || c == 'e' || c == '0' || c == '3' }
 // Feed reads the next bytes of the stream (see Tap).
 func (t *DataStream) Feed(b []byte) int {
 	n := len(b)
-	if t.check != nil {
-		t.mark = -1 // a part under way began in an earlier read: it is out already
-		if t.atLineStart && t.inPart == 0 && t.pending == 0 {
-			t.mark, t.saved = 0, t.dataCounts
-		}
-	}
+	t.markRead()
 	for len(b) > 0 {
+		var ok bool
 		if t.inPart != 0 {
-			i := bytes.IndexByte(b, '\n')
-			end := len(b)
-			if i >= 0 {
-				end = i
-			}
-			switch t.inPart {
-			case '0':
-				t.text.Feed(b[:end])
-			case 'd', 'e':
-				if room := maxPartLine - len(t.line); room > 0 {
-					t.line = append(t.line, b[:min(end, room)]...)
-				}
-			}
-			if i < 0 {
+			if b, ok = t.partBytes(b); !ok {
 				return n
 			}
-			t.endPart()
-			b = b[i+1:]
 			if t.check != nil {
 				if end, cut := cutAt(t.check, &t.mark, &t.dataCounts, &t.saved, n-len(b)); cut {
 					return end
@@ -90,36 +71,78 @@ func (t *DataStream) Feed(b []byte) int {
 			}
 			continue
 		}
-		if t.pending != 0 {
-			code := t.pending
-			t.pending = 0
-			if b[0] == ':' {
-				t.beginPart(code)
-				b = b[1:]
-				continue
-			}
-			t.atLineStart = false
-		}
-		if t.atLineStart && isPart(b[0]) {
-			if len(b) == 1 { // "d" and ":" may arrive in different reads
-				t.pending = b[0]
-				return n
-			}
-			if b[1] == ':' {
-				t.beginPart(b[0])
-				b = b[2:]
-				continue
-			}
-		}
-		i := bytes.IndexByte(b, '\n')
-		if i < 0 {
-			t.atLineStart = false
+		if b, ok = t.lineStart(b); !ok {
 			return n
 		}
-		t.atLineStart = true
-		b = b[i+1:]
 	}
 	return n
+}
+
+// markRead notes, for a check, where the read at hand may be cut before a part: at its start
+// when no part is under way, else nowhere (a part begun in an earlier read is out already).
+func (t *DataStream) markRead() {
+	if t.check == nil {
+		return
+	}
+	t.mark = -1
+	if t.atLineStart && t.inPart == 0 && t.pending == 0 {
+		t.mark, t.saved = 0, t.dataCounts
+	}
+}
+
+// partBytes takes the bytes of the part under way up to its line's end, and the part with it;
+// it returns what follows the line, and false when the line goes on past b.
+func (t *DataStream) partBytes(b []byte) ([]byte, bool) {
+	i := bytes.IndexByte(b, '\n')
+	end := len(b)
+	if i >= 0 {
+		end = i
+	}
+	switch t.inPart {
+	case '0':
+		t.text.Feed(b[:end])
+	case 'd', 'e':
+		if room := maxPartLine - len(t.line); room > 0 {
+			t.line = append(t.line, b[:min(end, room)]...)
+		}
+	}
+	if i < 0 {
+		return nil, false
+	}
+	t.endPart()
+	return b[i+1:], true
+}
+
+// lineStart reads what is not inside a part the tap reads: a part's code at a line's start
+// (which begins it), or a line to pass over. It returns what follows, and false when b ends
+// first.
+func (t *DataStream) lineStart(b []byte) ([]byte, bool) {
+	if t.pending != 0 {
+		code := t.pending
+		t.pending = 0
+		if b[0] == ':' {
+			t.beginPart(code)
+			return b[1:], true
+		}
+		t.atLineStart = false
+	}
+	if t.atLineStart && isPart(b[0]) {
+		if len(b) == 1 { // "d" and ":" may arrive in different reads
+			t.pending = b[0]
+			return nil, false
+		}
+		if b[1] == ':' {
+			t.beginPart(b[0])
+			return b[2:], true
+		}
+	}
+	i := bytes.IndexByte(b, '\n')
+	if i < 0 {
+		t.atLineStart = false
+		return nil, false
+	}
+	t.atLineStart = true
+	return b[i+1:], true
 }
 
 func (t *DataStream) beginPart(code byte) {

@@ -63,12 +63,7 @@ func (t *UIMessageStream) Outcome() *Outcome { return &t.out }
 // Feed reads the next bytes of the stream (see Tap).
 func (t *UIMessageStream) Feed(b []byte) int {
 	n := len(b)
-	if t.check != nil {
-		t.mark = -1 // an event under way began in an earlier read: it is out already
-		if t.fieldLen == 0 && !t.inValue && !t.skip && !t.hasData {
-			t.mark, t.saved = 0, t.out
-		}
-	}
+	t.markRead()
 	for len(b) > 0 {
 		if t.afterCR {
 			t.afterCR = false
@@ -77,69 +72,103 @@ func (t *UIMessageStream) Feed(b []byte) int {
 				continue
 			}
 		}
-		if t.inValue && !t.skip {
-			i := lineEnd(b)
-			seg := b
-			if i >= 0 {
-				seg = b[:i]
-			}
-			if !t.trimmed && len(seg) > 0 {
-				t.trimmed = true
-				if seg[0] == ' ' {
-					seg = seg[1:]
-				}
-			}
-			t.appendData(seg)
-			if i < 0 {
+		var ok bool
+		switch {
+		case t.inValue && !t.skip:
+			if b, ok = t.value(b); !ok {
 				return n
 			}
-			t.endLine(b[i])
-			b = b[i+1:]
-			continue
-		}
-		if t.skip {
-			i := lineEnd(b)
-			if i < 0 {
+		case t.skip:
+			if b, ok = t.skipLine(b); !ok {
 				return n
 			}
-			t.endLine(b[i])
-			b = b[i+1:]
-			continue
-		}
-		// The field name.
-		c := b[0]
-		b = b[1:]
-		switch c {
-		case '\r', '\n':
-			blank := t.fieldLen == 0
-			if blank {
-				t.dispatch() // a blank line ends the event
-			} else if t.isData() {
-				t.beginData() // "data" alone: an empty data line
-			}
-			t.endLine(c)
-			if blank && t.check != nil {
+		default:
+			c := b[0]
+			b = b[1:]
+			if t.fieldByte(c) && t.check != nil {
 				if end, cut := cutAt(t.check, &t.mark, &t.out, &t.saved, n-len(b)); cut {
 					return end
 				}
 			}
-		case ':':
-			t.inValue = true
-			if t.isData() {
-				t.beginData()
-			} else {
-				t.skip = true // a comment (empty name) or a field the tap does not need
-			}
-		default:
-			if t.fieldLen == len(t.field) {
-				t.skip = true // no field the tap reads is that long
-				continue
-			}
-			t.field[t.fieldLen] = c
-			t.fieldLen++
 		}
 	}
 	return n
+}
+
+// markRead notes, for a check, where the read at hand may be cut before an event: at its start
+// when no event is under way, else nowhere (an event begun in an earlier read is out already).
+func (t *UIMessageStream) markRead() {
+	if t.check == nil {
+		return
+	}
+	t.mark = -1
+	if t.fieldLen == 0 && !t.inValue && !t.skip && !t.hasData {
+		t.mark, t.saved = 0, t.out
+	}
+}
+
+// value takes a data field's value up to its line's end; it returns what follows the line, and
+// false when the line goes on past b.
+func (t *UIMessageStream) value(b []byte) ([]byte, bool) {
+	i := lineEnd(b)
+	seg := b
+	if i >= 0 {
+		seg = b[:i]
+	}
+	if !t.trimmed && len(seg) > 0 {
+		t.trimmed = true
+		if seg[0] == ' ' {
+			seg = seg[1:]
+		}
+	}
+	t.appendData(seg)
+	if i < 0 {
+		return nil, false
+	}
+	t.endLine(b[i])
+	return b[i+1:], true
+}
+
+// skipLine passes over the rest of a line that does not matter; it returns what follows the
+// line, and false when the line goes on past b.
+func (t *UIMessageStream) skipLine(b []byte) ([]byte, bool) {
+	i := lineEnd(b)
+	if i < 0 {
+		return nil, false
+	}
+	t.endLine(b[i])
+	return b[i+1:], true
+}
+
+// fieldByte takes one byte of a line's field name (or the line's end, or the colon after the
+// name); it reports whether a blank line just ended an event.
+func (t *UIMessageStream) fieldByte(c byte) bool {
+	switch c {
+	case '\r', '\n':
+		blank := t.fieldLen == 0
+		if blank {
+			t.dispatch() // a blank line ends the event
+		} else if t.isData() {
+			t.beginData() // "data" alone: an empty data line
+		}
+		t.endLine(c)
+		return blank
+	case ':':
+		t.inValue = true
+		if t.isData() {
+			t.beginData()
+		} else {
+			t.skip = true // a comment (empty name) or a field the tap does not need
+		}
+	default:
+		if t.fieldLen == len(t.field) {
+			t.skip = true // no field the tap reads is that long
+			return false
+		}
+		t.field[t.fieldLen] = c
+		t.fieldLen++
+	}
+	return false
 }
 
 // lineEnd is the index of the first CR or LF in b, or -1.

@@ -1,4 +1,6 @@
-// Package tracing builds the gateway's OpenTelemetry tracer provider: OTLP export over
+// Package tracing is the gateway's OpenTelemetry tracing: the tracer provider and the request spans.
+//
+// Tracing builds the gateway's OpenTelemetry tracer provider: OTLP export over
 // http/protobuf or gRPC, a parent-based ratio sampler, the standard OTEL_* environment
 // variables for whatever the config leaves unset, and a bounded export queue whose dropped
 // spans are counted. Nothing here is on the request path but span creation.

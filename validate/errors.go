@@ -1,4 +1,6 @@
-// Package validate checks the JSON request bodies of the gateway's built-in
+// Package validate checks the JSON request bodies of the built-in routes before they are forwarded.
+//
+// Validate checks the JSON request bodies of the gateway's built-in
 // upstream operations (agent jobs, assistant messages v1 and v2) before they
 // are forwarded byte for byte.
 //

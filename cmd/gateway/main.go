@@ -1,4 +1,6 @@
-// Command gateway is the API gateway in front of the documentation platform: it parses flags,
+// Command gateway is the gateway's one binary: the server (the listeners, wired) and its CLI.
+//
+// Gateway is the API gateway in front of the documentation platform: it parses flags,
 // loads the config, builds the logger, metrics and handler, runs the public and admin
 // listeners and shuts down gracefully on SIGTERM or SIGINT.
 package main

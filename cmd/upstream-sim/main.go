@@ -1,4 +1,6 @@
-// Command upstream-sim is a stand-in for the documentation platform's HTTP
+// Command upstream-sim stands in for the documentation platform's API, for demos, tests and benchmarks.
+//
+// Upstream-sim is a stand-in for the documentation platform's HTTP
 // API (agent jobs and the documentation assistant), for demos, tests and
 // benchmarks of the gateway that sits in front of it.
 //

@@ -1,4 +1,6 @@
-// Package browsertest opens pages in a real headless Chromium (Debian's chromium package)
+// Package browsertest opens pages in a real headless Chromium for tests.
+//
+// Browsertest opens pages in a real headless Chromium (Debian's chromium package)
 // for tests, driven over the DevTools protocol with chromedp: what a person sees, the
 // console errors a page raises, HTTP Basic auth answered as a person would at the browser's
 // prompt, and screenshots.

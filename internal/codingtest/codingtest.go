@@ -1,4 +1,6 @@
-// Package codingtest codes HTTP answers as a compressing server, CDN or ingress does, part by
+// Package codingtest codes HTTP answers part by part, as compressing servers do, for tests.
+//
+// Codingtest codes HTTP answers as a compressing server, CDN or ingress does, part by
 // part, for the tests of how the gateway reads coded streams.
 package codingtest
 

@@ -1,4 +1,6 @@
-// Package freetext says which characters the free text operators and clients hand the
+// Package freetext says which characters free text handed to the gateway may hold.
+//
+// Freetext says which characters the free text operators and clients hand the
 // gateway (quota reasons, Basic-auth user names, key labels and orgs) may hold, so that none
 // can make what is stored, logged or printed read as something else.
 //

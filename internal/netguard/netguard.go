@@ -1,4 +1,6 @@
-// Package netguard tells which addresses the gateway's own outgoing requests (webhook
+// Package netguard refuses the gateway's own outgoing connections to non-public addresses.
+//
+// Netguard tells which addresses the gateway's own outgoing requests (webhook
 // deliveries) must not reach unless the operator says so: loopback, link-local, private,
 // unspecified, cloud metadata and other non-public addresses. A URL's host is only a name:
 // the check belongs where a connection is made, after DNS, which Control does for a

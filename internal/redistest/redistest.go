@@ -1,4 +1,6 @@
-// Package redistest runs real redis-server processes for tests: one standalone
+// Package redistest runs real redis-server processes (standalone, Cluster) for tests.
+//
+// Redistest runs real redis-server processes for tests: one standalone
 // server (Start) or a small Redis Cluster of masters (StartCluster). Every
 // process listens on 127.0.0.1 only, keeps its data under t.TempDir(), and is
 // killed by PID when the test ends.

@@ -1,4 +1,6 @@
-// Package stalltest is a client that stops reading an answer, for the tests of the gateway's
+// Package stalltest is a client that stops reading an answer, for the write-stall tests.
+//
+// Stalltest is a client that stops reading an answer, for the tests of the gateway's
 // write-stall bound (server.write_stall_timeout).
 package stalltest
 

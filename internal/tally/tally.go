@@ -1,4 +1,6 @@
-// Package tally counts events per id in process, each id over a window that starts at its
+// Package tally counts events per id over a window from each id's first event, in a bounded table.
+//
+// Tally counts events per id in process, each id over a window that starts at its
 // first event, in a table of bounded size. The gateway bounds clients with it: failed
 // authentications per address (auth.FailureBudget) and the usage endpoint's answers per
 // address and per key (proxy).

@@ -1,4 +1,6 @@
-// Package upstreamtest is a hand-written HTTP/1.1 upstream for tests: it answers each request
+// Package upstreamtest is a hand-written HTTP/1.1 upstream for tests that break the protocol.
+//
+// Upstreamtest is a hand-written HTTP/1.1 upstream for tests: it answers each request
 // with scripted bytes, then keeps, closes, resets or leaves hanging its connection, so a test
 // can meet an upstream that breaks the protocol or hangs up the way real servers do. Nothing
 // in between (no net/http server) adds, fixes or drops a byte.
