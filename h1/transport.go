@@ -232,30 +232,55 @@ func (e *notSent) Unwrap() error { return e.err }
 // exchange sends req on c and reads the response headers. raw, when not nil, is req as
 // written before, sent as it is (req's body has been read and closed).
 func (t *Transport) exchange(ctx context.Context, c *conn, req *http.Request, raw []byte) (*http.Response, error) {
-	var deadline time.Time
-	if d := t.o.ResponseHeaderTimeout; d > 0 {
+	x := flight{t: t, ctx: ctx, c: c, req: req}
+	x.arm()
+	serialized := x.write(raw)
+	if ns := x.notSent(serialized); ns != nil {
+		// The upstream closed the connection before the request's first byte (after the
+		// pool's liveness check): it is learned from, and RoundTrip may send the request again.
+		t.closedByUpstream(c)
+		return nil, x.fail(ns)
+	}
+	res, doubt, err := x.readHead()
+	if err != nil {
+		return nil, x.fail(err)
+	}
+	return x.handOver(res, doubt), nil
+}
+
+// flight is one exchange on its way: what exchange's steps share. It lives on exchange's
+// stack (nothing keeps a pointer to it), so splitting the exchange into steps costs no
+// allocation.
+type flight struct {
+	t        *Transport
+	ctx      context.Context
+	c        *conn
+	req      *http.Request
+	deadline time.Time   // of the request's write and the answer's headers; zero: none
+	stop     func() bool // removes the cancellation hook; false once it has run
+	werr     error       // writing the request failed (the upstream may answer all the same)
+}
+
+// arm sets the exchange's deadline and its cancellation hook.
+func (x *flight) arm() {
+	c := x.c // the hook holds the connection, not the flight
+	if d := x.t.o.ResponseHeaderTimeout; d > 0 {
 		// The timeout covers writing the request as well as awaiting the response headers
 		// (net/http's starts after the write, so an upstream that stops reading a large
 		// body would hold the request as long as its context lives). Set before the
 		// cancellation hook below, which must be able to override it.
-		deadline = time.Now().Add(d)
-		_ = c.nc.SetDeadline(deadline)
+		x.deadline = time.Now().Add(d)
+		_ = c.nc.SetDeadline(x.deadline)
 	}
-	stop := context.AfterFunc(ctx, func() { _ = c.nc.SetDeadline(aLongTimeAgo) })
-	fail := func(err error) (*http.Response, error) {
-		stop()
-		c.close()
-		if ctxErr := ctx.Err(); ctxErr != nil {
-			return nil, fmt.Errorf("upstream: %w", ctxErr)
-		}
-		if !deadline.IsZero() && (isTimeout(err) || !time.Now().Before(deadline)) {
-			// Past the deadline, whatever the error says: a header line cut short by the
-			// deadline reads as a malformed one, not as a timeout.
-			return nil, fmt.Errorf("upstream: no response headers within %v: %w (%w)", t.o.ResponseHeaderTimeout, os.ErrDeadlineExceeded, err)
-		}
-		return nil, fmt.Errorf("upstream: %w", err)
-	}
+	x.stop = context.AfterFunc(x.ctx, func() { _ = c.nc.SetDeadline(aLongTimeAgo) })
+}
 
+// write sends the request through a pooled writer: raw when not nil, else req, whose body it
+// closes (a RoundTripper closes the request body, even on errors). serialized says the whole
+// request went into the writer, so that a failure of its first write left it whole in the
+// writer's buffer (notSent).
+func (x *flight) write(raw []byte) (serialized bool) {
+	c := x.c
 	c.cw.start()
 	bw := writers.Get().(*bufio.Writer)
 	bw.Reset(&c.cw)
@@ -264,59 +289,93 @@ func (t *Transport) exchange(ctx context.Context, c *conn, req *http.Request, ra
 		_, werr = bw.Write(raw)
 	} else {
 		var w io.Writer = bw
-		if req.ContentLength > 0 && req.ContentLength <= writerSize/2 {
+		if x.req.ContentLength > 0 && x.req.ContentLength <= writerSize/2 {
 			w = oneWrite{bw}
 		}
-		werr = req.Write(w)
-		if req.Body != nil {
-			_ = req.Body.Close() // a RoundTripper closes the request body, even on errors
+		werr = x.req.Write(w)
+		if x.req.Body != nil {
+			_ = x.req.Body.Close()
 		}
 	}
-	serialized := werr == nil
+	serialized = werr == nil
 	if werr == nil {
 		werr = bw.Flush()
 	}
 	bw.Reset(nil)
 	writers.Put(bw)
-	if werr != nil && c.cw.written == 0 && c.cw.err != nil && !isTimeout(c.cw.err) {
-		// The connection failed before any byte of the request left: nothing can answer it.
-		// (Not its own deadline or a cancellation: those end the request.)
-		ns := &notSent{err: c.cw.err, reused: c.reusedAfter > 0}
-		if serialized {
-			ns.raw = c.cw.unsent // the whole request: the failed write was its only one
-		}
-		t.closedByUpstream(c)
-		_, err := fail(ns)
-		return nil, err
+	x.werr = werr
+	return serialized
+}
+
+// notSent returns the error of a request the connection failed before any byte of it left:
+// nothing can answer it, and RoundTrip may send it again. Nil when a byte left, or when the
+// failure was the connection's own deadline or a cancellation: those end the request.
+func (x *flight) notSent(serialized bool) *notSent {
+	cw := &x.c.cw
+	if x.werr == nil || cw.written != 0 || cw.err == nil || isTimeout(cw.err) {
+		return nil
 	}
-	if werr != nil {
-		// Only an answer already on its way can stand (an early 413); a request body that
-		// failed mid-write leaves the upstream waiting for the rest, and no answer comes.
+	ns := &notSent{err: cw.err, reused: x.c.reusedAfter > 0}
+	if serialized {
+		ns.raw = cw.unsent // the whole request: the failed write was its only one
+	}
+	return ns
+}
+
+// readHead reads the answer's headers, skipping interim answers, within
+// MaxResponseHeaderBytes. After a failed write, only an answer already on its way can stand
+// (an early 413): a request body that failed mid-write leaves the upstream waiting for the
+// rest, and no answer comes, so it is awaited briefly, and a failure then is the write's.
+func (x *flight) readHead() (res *http.Response, doubt bool, err error) {
+	c, limit := x.c, x.t.o.MaxResponseHeaderBytes
+	if x.werr != nil {
 		_ = c.nc.SetReadDeadline(time.Now().Add(earlyAnswerWait))
 	}
-	c.lr.n = t.o.MaxResponseHeaderBytes
-	res, doubt, err := readResponse(c.br, req)
-	silent := c.lr.n == t.o.MaxResponseHeaderBytes // not a byte of an answer came
+	c.lr.n = limit
+	res, doubt, err = readResponse(c.br, x.req)
+	silent := c.lr.n == limit // not a byte of an answer came
 	c.lr.n = unlimited
-	if err != nil {
-		if werr != nil {
-			err = werr
-		}
-		if silent && ctx.Err() == nil && !isTimeout(err) {
-			t.closedByUpstream(c)
-		}
-		return fail(err)
+	if err == nil {
+		return res, doubt, nil
 	}
-	if werr != nil || doubt {
+	if x.werr != nil {
+		err = x.werr
+	}
+	if silent && x.ctx.Err() == nil && !isTimeout(err) {
+		x.t.closedByUpstream(c)
+	}
+	return nil, false, err
+}
+
+// fail ends a failed exchange: the hook removed, the connection closed, and the error saying
+// whether the request was cancelled, timed out or failed.
+func (x *flight) fail(err error) error {
+	x.stop()
+	x.c.close()
+	if ctxErr := x.ctx.Err(); ctxErr != nil {
+		return fmt.Errorf("upstream: %w", ctxErr)
+	}
+	if !x.deadline.IsZero() && (isTimeout(err) || !time.Now().Before(x.deadline)) {
+		// Past the deadline, whatever the error says: a header line cut short by the
+		// deadline reads as a malformed one, not as a timeout.
+		return fmt.Errorf("upstream: no response headers within %v: %w (%w)", x.t.o.ResponseHeaderTimeout, os.ErrDeadlineExceeded, err)
+	}
+	return fmt.Errorf("upstream: %w", err)
+}
+
+// handOver gives res its body, which ends the exchange when it is read or closed: the
+// connection then goes back to the pool or closes.
+func (x *flight) handOver(res *http.Response, doubt bool) *http.Response {
+	c := x.c
+	if x.werr != nil || doubt {
 		// The upstream answered before it took the whole request (an early 413, say) and
 		// stopped reading: its answer stands, and the connection is done. Or the answer's
 		// framing is in doubt: it is read as RFC 9112 says, and the connection is not
 		// trusted with another.
 		res.Close = true
 	}
-
 	// The headers are in; the body may take as long as the client keeps reading (streams).
-	if (t.o.ResponseHeaderTimeout > 0 || werr != nil) && !buffered(res, c.br) {
+	if (x.t.o.ResponseHeaderTimeout > 0 || x.werr != nil) && !buffered(res, c.br) {
 		// (A body already in the buffer is read without touching the connection, and the
 		// next exchange sets its own deadline: one runtime timer update saved per
 		// short answer.)
@@ -324,20 +383,20 @@ func (t *Transport) exchange(ctx context.Context, c *conn, req *http.Request, ra
 	}
 	// ctx.Err() turns non-nil before the cancellation hook runs: a request cancelled by now
 	// never gives its connection back, whether or not the hook has run.
-	cancelled := ctx.Err() != nil
+	cancelled := x.ctx.Err() != nil
 	if cancelled {
 		// Cancelled between the read and the line above, whose deadline undid the hook's:
 		// put it back. (A later cancellation runs the hook after this point.)
 		_ = c.nc.SetDeadline(aLongTimeAgo)
 	}
-	b := &body{ReadCloser: res.Body, t: t, c: c, stop: stop, reuse: !res.Close && !req.Close && werr == nil && !cancelled,
+	b := &body{ReadCloser: res.Body, t: x.t, c: c, stop: x.stop, reuse: !res.Close && !x.req.Close && x.werr == nil && !cancelled,
 		chunked: len(res.TransferEncoding) > 0}
 	if res.Body == http.NoBody {
 		b.release(true)
-		return res, nil
+		return res
 	}
 	res.Body = b
-	return res, nil
+	return res
 }
 
 // earlyAnswerWait is how long an answer is awaited after writing the request failed.

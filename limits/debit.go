@@ -2,7 +2,6 @@ package limits
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 
@@ -79,30 +78,19 @@ func (r *Redis) Debit(ctx context.Context, hits []Hit, n int64) error {
 	vals := make([]int64, 3*len(keys)) // per key: the bits crossed, the window start, the count
 	if r.cluster != nil && len(keys) > 1 {
 		// The keys may live on different nodes: one call per key, in one pipeline.
-		pipe := r.cluster.Pipeline()
 		cmds := make([]*redis.Cmd, len(keys))
-		for i, k := range keys {
-			cmds[i] = pipe.EvalSha(ctx, debitScript.Hash(), []string{k}, args[3*i:3*i+3]...)
-		}
-		_, _ = pipe.Exec(ctx) // errors are inspected per command
-		var errs []error
+		err := r.eachKey(ctx, debitScript, keys, args, 3, cmds)
 		for i, c := range cmds {
-			err := c.Err()
-			if redis.HasErrorPrefix(err, "NOSCRIPT") { // a restarted node: nothing ran there
-				c = r.cluster.Eval(ctx, debitLua, []string{keys[i]}, args[3*i:3*i+3]...)
-				err = c.Err()
-			}
-			if err != nil && err != redis.Nil {
-				errs = append(errs, &NodeError{Node: r.nodeOf(ctx, keys[i]), Err: err})
-				continue
+			if err := c.Err(); err != nil && err != redis.Nil {
+				continue // its node's error is in err
 			}
 			if reply, _ := c.Val().(string); scanInts(reply, vals[3*i:3*i+3]) != nil {
 				clear(vals[3*i : 3*i+3]) // unknown: nothing reported
 			}
 		}
 		r.reportCharges(charged, vals)
-		if len(errs) > 0 {
-			return withKey(fmt.Errorf("limits: debit: %w", errors.Join(errs...)), keys)
+		if err != nil {
+			return withKey(fmt.Errorf("limits: debit: %w", err), keys)
 		}
 		return nil
 	}

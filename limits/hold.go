@@ -239,63 +239,17 @@ func (r *Redis) Settle(ctx context.Context, hold string, hits []Hit, n int64) ([
 	if len(keys) == 0 {
 		return nil, nil
 	}
-	var held []Hit // keys[i]'s hit (heldKeys' order)
-	for _, h := range hits {
-		if holds(h.Rule) {
-			held = append(held, h)
-		}
-	}
-	amount := strconv.FormatInt(max(n, -1), 10)
-	var expired []string
-	// run settles the keys of idx, which share a slot.
-	run := func(idx []int) error {
-		ks := make([]string, len(idx))
-		args := make([]any, 2, 2+2*len(idx))
-		args[0], args[1] = hold, amount
-		for j, i := range idx {
-			ks[j] = keys[i]
-			args = append(args, specs[i])
-		}
-		for _, i := range idx {
-			args = append(args, strconv.FormatInt(held[i].Allow, 10))
-		}
-		cmd, err := r.runSettle(ctx, ks, args)
-		if err != nil {
-			return withKey(fmt.Errorf("limits: settle: %w", err), ks)
-		}
-		// Not replicated in time (WithWaitReplicas): the master settled all the same.
-		replErr := cmd.Err()
-		if replErr != nil && !errors.Is(replErr, ErrNotReplicated) {
-			return withKey(fmt.Errorf("limits: settle: %w", replErr), ks)
-		}
-		reply, _ := cmd.Val().(string)
-		vals := make([]int64, 4*len(ks)) // per key: expired, then chargeLua's three
-		if err := scanInts(reply, vals); err != nil {
-			return withKey(fmt.Errorf("limits: settle: %w", err), ks)
-		}
-		charged := make([]Hit, len(idx))
-		charges := make([]int64, 0, 3*len(idx))
-		for j, i := range idx {
-			if vals[4*j] == 1 {
-				expired = append(expired, names[i])
-			}
-			charged[j] = held[i]
-			charges = append(charges, vals[4*j+1:4*j+4]...)
-		}
-		r.reportCharges(charged, charges)
-		if replErr != nil {
-			return withKey(fmt.Errorf("limits: settle: %w", replErr), ks)
-		}
-		return nil
-	}
+	st := settlement{hold: hold, amount: strconv.FormatInt(max(n, -1), 10), keys: keys, names: names, specs: specs, held: heldHits(hits)}
 	all := make([]int, len(keys))
 	for i := range all {
 		all[i] = i
 	}
 	if r.cluster == nil {
-		return expired, r.followTopology(ctx, run(all))
+		err := r.settleSlot(ctx, &st, all)
+		return st.expired, r.followTopology(ctx, err)
 	}
-	// Cluster: one call per slot (rarely more than one).
+	// Cluster: one call per slot (rarely more than one). Grouped here, not in a function of
+	// its own: returned, same and rest would be allocated, where here they stay on the stack.
 	for len(all) > 0 {
 		slot := keySlot(keys[all[0]])
 		var same, rest []int
@@ -306,12 +260,85 @@ func (r *Redis) Settle(ctx context.Context, hold string, hits []Hit, n int64) ([
 				rest = append(rest, i)
 			}
 		}
-		if err := run(same); err != nil {
-			return expired, r.followTopology(ctx, &NodeError{Node: r.nodeOf(ctx, keys[same[0]]), Err: err})
+		if err := r.settleSlot(ctx, &st, same); err != nil {
+			return st.expired, r.followTopology(ctx, &NodeError{Node: r.nodeOf(ctx, keys[same[0]]), Err: err})
 		}
 		all = rest
 	}
-	return expired, nil
+	return st.expired, nil
+}
+
+// settlement is one Settle: the held keys of a decision (heldKeys' order), what they are
+// settled with, and the limits whose hold had expired, as the slots' calls report them.
+type settlement struct {
+	hold, amount string
+	keys, names  []string
+	specs        []any
+	held         []Hit // keys[i]'s hit
+	expired      []string
+}
+
+// heldHits are the hits that hold something (holds), in their order: heldKeys' keys.
+func heldHits(hits []Hit) []Hit {
+	var held []Hit
+	for _, h := range hits {
+		if holds(h.Rule) {
+			held = append(held, h)
+		}
+	}
+	return held
+}
+
+// settleSlot settles the keys of idx, which share a slot, in one script call, and reports
+// their charges (WithCrossings) and expired holds.
+func (r *Redis) settleSlot(ctx context.Context, st *settlement, idx []int) error {
+	ks := make([]string, len(idx))
+	args := make([]any, 2, 2+2*len(idx))
+	args[0], args[1] = st.hold, st.amount
+	for j, i := range idx {
+		ks[j] = st.keys[i]
+		args = append(args, st.specs[i])
+	}
+	for _, i := range idx {
+		args = append(args, strconv.FormatInt(st.held[i].Allow, 10))
+	}
+	cmd, err := r.runSettle(ctx, ks, args)
+	if err != nil {
+		return withKey(fmt.Errorf("limits: settle: %w", err), ks)
+	}
+	// Not replicated in time (WithWaitReplicas): the master settled all the same.
+	replErr := cmd.Err()
+	if replErr != nil && !errors.Is(replErr, ErrNotReplicated) {
+		return withKey(fmt.Errorf("limits: settle: %w", replErr), ks)
+	}
+	reply, _ := cmd.Val().(string)
+	if err := r.settled(st, idx, reply); err != nil {
+		return withKey(fmt.Errorf("limits: settle: %w", err), ks)
+	}
+	if replErr != nil {
+		return withKey(fmt.Errorf("limits: settle: %w", replErr), ks)
+	}
+	return nil
+}
+
+// settled reads a settleLua reply for the keys of idx: per key, whether its hold had expired,
+// then chargeLua's three numbers.
+func (r *Redis) settled(st *settlement, idx []int, reply string) error {
+	vals := make([]int64, 4*len(idx))
+	if err := scanInts(reply, vals); err != nil {
+		return err
+	}
+	charged := make([]Hit, len(idx))
+	charges := make([]int64, 0, 3*len(idx))
+	for j, i := range idx {
+		if vals[4*j] == 1 {
+			st.expired = append(st.expired, st.names[i])
+		}
+		charged[j] = st.held[i]
+		charges = append(charges, vals[4*j+1:4*j+4]...)
+	}
+	r.reportCharges(charged, charges)
+	return nil
 }
 
 // runSettle runs settleScript on keys (one slot), followed by WAIT when WithWaitReplicas asks
@@ -354,12 +381,7 @@ func (r *Redis) releaseLost(hold string, hits []Hit) {
 	if hold == "" {
 		return
 	}
-	var held []Hit
-	for _, h := range hits {
-		if holds(h.Rule) {
-			held = append(held, h)
-		}
-	}
+	held := heldHits(hits)
 	go func() {
 		for _, wait := range [...]time.Duration{0, time.Second, 3 * time.Second} {
 			time.Sleep(wait)

@@ -104,8 +104,8 @@ func (r *Redis) Refresh(ctx context.Context, hold string, hits []Hit) ([]string,
 		for _, s := range specs {
 			args = append(args, hold, s)
 		}
-		cmds, err := r.eachKey(ctx, refreshScript, keys, args, 2)
-		if err != nil {
+		cmds := make([]*redis.Cmd, len(keys))
+		if err := r.eachKey(ctx, refreshScript, keys, args, 2, cmds); err != nil {
 			return nil, r.followTopology(ctx, wrapRefresh(err))
 		}
 		for _, c := range cmds {

@@ -77,7 +77,7 @@ func (r *Redis) Refund(ctx context.Context, taken []Taken) error {
 		return nil
 	}
 	if r.cluster != nil && len(keys) > 1 {
-		if _, err := r.eachKey(ctx, giveBackScript, keys, args, 2); err != nil {
+		if err := r.eachKey(ctx, giveBackScript, keys, args, 2, make([]*redis.Cmd, len(keys))); err != nil {
 			return r.followTopology(ctx, fmt.Errorf("limits: refund: %w", err))
 		}
 		return nil
@@ -160,12 +160,11 @@ func (g *Guard) refund(ctx context.Context, taken []Taken) error {
 // eachKey runs script once per key of a Cluster, each with its per arguments from args, all
 // in one pipeline: the keys may live on different nodes, and go-redis sends each node its
 // commands in one round trip, in parallel. Each key's failure names its node (*NodeError). A node that lost the script (restarted) answers
-// NOSCRIPT without running anything, so those keys are sent again with EVAL. (Debit's Cluster
-// branch does the same; it is left as it is while other work changes it, to share this
-// afterwards.) It returns each key's command, whose reply the caller may read.
-func (r *Redis) eachKey(ctx context.Context, script *redis.Script, keys []string, args []any, per int) ([]*redis.Cmd, error) {
+// NOSCRIPT without running anything, so those keys are sent again with EVAL. Refund, Refresh
+// and Debit call it. cmds (len(keys) of them) receives each key's command, whose reply the
+// caller may read: the caller's slice, which stays on its stack for a few keys.
+func (r *Redis) eachKey(ctx context.Context, script *redis.Script, keys []string, args []any, per int, cmds []*redis.Cmd) error {
 	pipe := r.cluster.Pipeline()
-	cmds := make([]*redis.Cmd, len(keys))
 	for i, k := range keys {
 		cmds[i] = pipe.EvalSha(ctx, script.Hash(), []string{k}, args[per*i:per*i+per]...)
 	}
@@ -179,5 +178,5 @@ func (r *Redis) eachKey(ctx context.Context, script *redis.Script, keys []string
 			errs = append(errs, &NodeError{Node: r.nodeOf(ctx, keys[i]), Err: err})
 		}
 	}
-	return cmds, errors.Join(errs...)
+	return errors.Join(errs...)
 }

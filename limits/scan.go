@@ -94,68 +94,24 @@ func scanNode(ctx context.Context, c redis.Cmdable, cr *compiled, now time.Time,
 // readCounters reads one SCAN batch in one pipeline. Keys that expired in between are skipped.
 func readCounters(ctx context.Context, c redis.Cmdable, cr *compiled, keys []string, found func(string, rawCounter)) error {
 	pipe := c.Pipeline()
-	fixed := cr.snap.Algorithm == Fixed
-	withHolds := holds(&cr.snap)
-	all := make([]*redis.MapStringStringCmd, 0, len(keys))
-	hm := make([]*redis.SliceCmd, 0, len(keys))
-	gets := make([]*redis.StringCmd, 0, len(keys))
-	quotas := make([]*redis.SliceCmd, len(keys))
-	for i, k := range keys {
-		switch {
-		case withHolds:
-			all = append(all, pipe.HGetAll(ctx, k))
-		case fixed:
-			hm = append(hm, pipe.HMGet(ctx, k, "s", "n", "w"))
-		default:
-			gets = append(gets, pipe.Get(ctx, k))
-		}
-		if id, ok := idOf(cr.keyPre, k); ok {
-			quotas[i] = pipe.HMGet(ctx, cr.quotaPre+id+"}", "ov", "ox", "g", "ge")
-		}
-	}
+	rd := queueCounters(ctx, pipe, cr, keys)
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return fmt.Errorf("limits: scan: read: %w", err)
 	}
 	// Fixed counters in another window are read whole once the batch is read: their kept
 	// windows may count in the current one (memEntry.current).
-	type whole struct {
-		id, key string
-		raw     rawCounter
-	}
-	var other []whole
+	var other []wholeCounter
 	for i, k := range keys {
 		id, ok := idOf(cr.keyPre, k)
 		if !ok {
 			continue
 		}
-		var raw rawCounter
-		if withHolds {
-			raw = rawOfHolds(all[i].Val())
-			if otherWindow(raw.win, cr.snap.Window) {
-				raw.past = keptOf(all[i].Val())
-			}
-		} else if fixed {
-			v := hm[i].Val()
-			if len(v) != 3 {
-				continue
-			}
-			ws, err1 := strconv.ParseInt(str(v[0]), 10, 64)
-			n, err2 := strconv.ParseInt(str(v[1]), 10, 64)
-			if err1 != nil || err2 != nil {
-				continue // expired between SCAN and HMGET
-			}
-			raw.ws, raw.n = ws, n
-			raw.win, _ = windowOfSpec(str(v[2]))
-		} else {
-			tat, err := strconv.ParseFloat(gets[i].Val(), 64)
-			if err != nil {
-				continue
-			}
-			raw.tat = tat
+		raw, ok := rd.counter(i, cr)
+		if !ok {
+			continue
 		}
-		raw.q = quotaOfFields(quotas[i].Val())
-		if fixed && !withHolds && otherWindow(raw.win, cr.snap.Window) {
-			other = append(other, whole{id, k, raw})
+		if rd.fixed && !rd.withHolds && otherWindow(raw.win, cr.snap.Window) {
+			other = append(other, wholeCounter{id, k, raw})
 			continue
 		}
 		found(id, raw)
@@ -163,7 +119,89 @@ func readCounters(ctx context.Context, c redis.Cmdable, cr *compiled, keys []str
 	if len(other) == 0 {
 		return nil
 	}
-	pipe = c.Pipeline()
+	return readKept(ctx, c, other, found)
+}
+
+// counterReads are the reads of one SCAN batch, by key: the hash whole (a limit with holds),
+// its s, n and w (a fixed window) or the TAT (GCRA), and the tenant's quota (nil for a key
+// that is not a counter's).
+type counterReads struct {
+	fixed, withHolds bool
+	all              []*redis.MapStringStringCmd
+	hm               []*redis.SliceCmd
+	gets             []*redis.StringCmd
+	quotas           []*redis.SliceCmd
+}
+
+// queueCounters queues the reads of keys, a SCAN batch of cr's counters, on pipe.
+func queueCounters(ctx context.Context, pipe redis.Pipeliner, cr *compiled, keys []string) counterReads {
+	rd := counterReads{
+		fixed:     cr.snap.Algorithm == Fixed,
+		withHolds: holds(&cr.snap),
+		all:       make([]*redis.MapStringStringCmd, 0, len(keys)),
+		hm:        make([]*redis.SliceCmd, 0, len(keys)),
+		gets:      make([]*redis.StringCmd, 0, len(keys)),
+		quotas:    make([]*redis.SliceCmd, len(keys)),
+	}
+	for i, k := range keys {
+		switch {
+		case rd.withHolds:
+			rd.all = append(rd.all, pipe.HGetAll(ctx, k))
+		case rd.fixed:
+			rd.hm = append(rd.hm, pipe.HMGet(ctx, k, "s", "n", "w"))
+		default:
+			rd.gets = append(rd.gets, pipe.Get(ctx, k))
+		}
+		if id, ok := idOf(cr.keyPre, k); ok {
+			rd.quotas[i] = pipe.HMGet(ctx, cr.quotaPre+id+"}", "ov", "ox", "g", "ge")
+		}
+	}
+	return rd
+}
+
+// counter interprets the reads of the i-th key, a counter of cr; false when it expired
+// between SCAN and the read.
+func (rd *counterReads) counter(i int, cr *compiled) (rawCounter, bool) {
+	var raw rawCounter
+	switch {
+	case rd.withHolds:
+		raw = rawOfHolds(rd.all[i].Val())
+		if otherWindow(raw.win, cr.snap.Window) {
+			raw.past = keptOf(rd.all[i].Val())
+		}
+	case rd.fixed:
+		v := rd.hm[i].Val()
+		if len(v) != 3 {
+			return raw, false
+		}
+		ws, err1 := strconv.ParseInt(str(v[0]), 10, 64)
+		n, err2 := strconv.ParseInt(str(v[1]), 10, 64)
+		if err1 != nil || err2 != nil {
+			return raw, false
+		}
+		raw.ws, raw.n = ws, n
+		raw.win, _ = windowOfSpec(str(v[2]))
+	default:
+		tat, err := strconv.ParseFloat(rd.gets[i].Val(), 64)
+		if err != nil {
+			return raw, false
+		}
+		raw.tat = tat
+	}
+	raw.q = quotaOfFields(rd.quotas[i].Val())
+	return raw, true
+}
+
+// wholeCounter is a fixed counter of a SCAN batch whose window is not the limit's.
+type wholeCounter struct {
+	id, key string
+	raw     rawCounter
+}
+
+// readKept reads the hashes of other in one pipeline for their kept windows, and hands the
+// counters to found.
+func readKept(ctx context.Context, c redis.Cmdable, other []wholeCounter, found func(string, rawCounter)) error {
+	pipe := c.Pipeline()
 	hashes := make([]*redis.MapStringStringCmd, len(other))
 	for j, o := range other {
 		hashes[j] = pipe.HGetAll(ctx, o.key)

@@ -26,10 +26,10 @@ func BenchmarkScan(b *testing.B) {
 			r := rule(b, "per_org", 1_000_000, "hour", Fixed)
 			s := newRedisT(b, c, "gw")
 			ws, _ := r.Window.Bounds(time.Now())
-			fill(b, c, r, tenants, ws.Unix())
+			fill(b, c, s, r, tenants, ws.Unix())
 			for _, other := range []*Rule{rule(b, "per_key", 10, "month", Fixed), rule(b, "per_ip", 10, "day", Fixed), rule(b, "per_project", 10, "hour", Fixed)} {
 				ows, _ := other.Window.Bounds(time.Now())
-				fill(b, c, other, tenants, ows.Unix())
+				fill(b, c, s, other, tenants, ows.Unix())
 			}
 			if err := c.ConfigSet(ctx, "slowlog-log-slower-than", "0").Err(); err != nil {
 				b.Fatal(err)
@@ -66,12 +66,17 @@ func BenchmarkScan(b *testing.B) {
 	}
 }
 
-// fill writes n fixed-window counters of r in window ws, pipelined.
-func fill(b *testing.B, c *redis.Client, r *Rule, n int, ws int64) {
+// fill writes n fixed-window counters of r in window ws, pipelined, under the keys s gives
+// them.
+func fill(b *testing.B, c *redis.Client, s *Redis, r *Rule, n int, ws int64) {
 	ctx := context.Background()
+	cr, err := s.rules.get(r)
+	if err != nil {
+		b.Fatal(err)
+	}
 	pipe := c.Pipeline()
 	for i := 0; i < n; i++ {
-		key := fmt.Sprintf("gw:%s:%s:{tenant%06d}", r.Name, r.Window, i)
+		key := fmt.Sprintf("%stenant%06d}", cr.keyPre, i)
 		pipe.HSet(ctx, key, "s", ws, "n", i%100+1)
 		pipe.Expire(ctx, key, time.Hour*24*32)
 		if pipe.Len() >= 2000 {

@@ -58,63 +58,77 @@ var (
 // one call of the node variant per master serving the counters (a counter and its tenant's
 // quota share a hash tag, so a slot), the nodes in parallel.
 func (r *Redis) Usages(ctx context.Context, hits []Hit) ([]Usage, error) {
+	out, rd, err := r.usageCounters(hits)
+	switch {
+	case err != nil:
+		return nil, err
+	case len(rd.idx) == 0:
+		return out, nil
+	case r.cluster == nil:
+		reply, err := usagesScript.Run(ctx, r.client, rd.keys, rd.specs...).Text()
+		if err != nil {
+			return nil, r.followTopology(ctx, withKey(fmt.Errorf("limits: usage: %w", err), rd.keys))
+		}
+		if err := parseUsages(reply, rd.idx, out); err != nil {
+			return nil, withKey(err, rd.keys)
+		}
+		return out, nil
+	}
+	if err := r.usagesByNode(ctx, rd, out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// usageRead is what Usages sends: the counters of the enabled limits of its hits.
+type usageRead struct {
+	keys  []string // counter, quota, counter, quota, ...
+	specs []any    // per pair
+	idx   []int    // the hit of each pair
+}
+
+// usageCounters returns a Usage per hit with what its rule says (the rest is read), and the
+// counters to read.
+func (r *Redis) usageCounters(hits []Hit) ([]Usage, usageRead, error) {
 	out := make([]Usage, len(hits))
-	var keys []string // counter, quota, counter, quota, ...
-	var specs []any
-	var idx []int // hit of each sent pair
+	var rd usageRead
 	for i, h := range hits {
 		cr, err := r.rules.get(h.Rule)
 		if err != nil {
-			return nil, fmt.Errorf("limits: usage: %w", err)
+			return nil, rd, fmt.Errorf("limits: usage: %w", err)
 		}
 		rule := h.Rule
 		out[i] = Usage{Name: rule.Name, Limit: rule.Limit, Unit: rule.Unit, Reserves: rule.Unit == Tokens && rule.Reserve > 0}
 		if !cr.enabled {
 			continue
 		}
-		keys = append(keys, cr.keyPre+h.ID+"}", cr.quotaPre+h.ID+"}")
-		specs = append(specs, cr.spec)
-		idx = append(idx, i)
+		rd.keys = append(rd.keys, cr.keyPre+h.ID+"}", cr.quotaPre+h.ID+"}")
+		rd.specs = append(rd.specs, cr.spec)
+		rd.idx = append(rd.idx, i)
 	}
-	if len(idx) == 0 {
-		return out, nil
-	}
-	if r.cluster == nil {
-		reply, err := usagesScript.Run(ctx, r.client, keys, specs...).Text()
-		if err != nil {
-			return nil, r.followTopology(ctx, withKey(fmt.Errorf("limits: usage: %w", err), keys))
-		}
-		if err := parseUsages(reply, idx, out); err != nil {
-			return nil, withKey(err, keys)
-		}
-		return out, nil
-	}
-	// Cluster: group the pairs by the master serving them.
-	var clients []*redis.Client
-	node := make([]int, len(idx))
-	for k := range idx {
-		c, err := r.cluster.MasterForKey(ctx, keys[2*k])
-		if err != nil {
-			return nil, r.followTopology(ctx, fmt.Errorf("limits: cluster node of %s: %w", keys[2*k], err))
-		}
-		n := slices.Index(clients, c)
-		if n < 0 {
-			n = len(clients)
-			clients = append(clients, c)
-		}
-		node[k] = n
+	return out, rd, nil
+}
+
+// usagesByNode reads rd on a Cluster, one call of the node script per master serving its
+// pairs, the masters in parallel, and fills out.
+func (r *Redis) usagesByNode(ctx context.Context, rd usageRead, out []Usage) error {
+	clients, node, err := r.pairNodes(ctx, rd)
+	if err != nil {
+		return r.followTopology(ctx, err)
 	}
 	replies := make([]string, len(clients))
 	errs := make([]error, len(clients))
 	eachNode(len(clients), func(n int) {
 		var nkeys []string
 		var nspecs []any
-		for k := range idx {
+		for k := range rd.idx {
 			if node[k] == n {
-				nkeys = append(nkeys, keys[2*k], keys[2*k+1])
-				nspecs = append(nspecs, specs[k])
+				nkeys = append(nkeys, rd.keys[2*k], rd.keys[2*k+1])
+				nspecs = append(nspecs, rd.specs[k])
 			}
 		}
+		// The node script's ARGV, as nodeArgs builds it, here without copying nspecs: they
+		// then stay on this goroutine's stack.
 		argv := make([]any, 0, 1+len(nkeys)+len(nspecs))
 		argv = append(argv, len(nkeys))
 		for _, k := range nkeys {
@@ -128,19 +142,39 @@ func (r *Redis) Usages(ctx context.Context, hits []Hit) ([]Usage, error) {
 	})
 	for n := range clients {
 		if errs[n] != nil {
-			return nil, r.followTopology(ctx, errs[n])
+			return r.followTopology(ctx, errs[n])
 		}
 		var nidx []int
-		for k, i := range idx {
+		for k, i := range rd.idx {
 			if node[k] == n {
 				nidx = append(nidx, i)
 			}
 		}
 		if err := parseUsages(replies[n], nidx, out); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	return out, nil
+	return nil
+}
+
+// pairNodes returns the masters serving rd's pairs (from go-redis's cached cluster state),
+// and for each pair the index of its master among them.
+func (r *Redis) pairNodes(ctx context.Context, rd usageRead) ([]*redis.Client, []int, error) {
+	var clients []*redis.Client
+	node := make([]int, len(rd.idx))
+	for k := range rd.idx {
+		c, err := r.cluster.MasterForKey(ctx, rd.keys[2*k])
+		if err != nil {
+			return nil, nil, fmt.Errorf("limits: cluster node of %s: %w", rd.keys[2*k], err)
+		}
+		n := slices.Index(clients, c)
+		if n < 0 {
+			n = len(clients)
+			clients = append(clients, c)
+		}
+		node[k] = n
+	}
+	return clients, node, nil
 }
 
 // parseUsages fills out[idx[k]] from the k-th eight fields of a usagesLua reply.

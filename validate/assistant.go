@@ -143,25 +143,9 @@ func (s *scanner) assistantMessage(sc *assistantSchema) *Error {
 			break
 		}
 		var buf [keyBufLen]byte
-		var bit uint8
-		var name string
 		k := unescape(key, escaped, &buf)
-		switch string(k) {
-		case "fp":
-			bit, name = seenFp, "fp"
-		case "messages":
-			bit, name = seenMessages, "messages"
-		case "threadId":
-			bit, name = seenThreadID, "threadId"
-		case "retrievalPageSize":
-			bit, name = seenPageSize, "retrievalPageSize"
-		case "filter":
-			bit, name = seenFilter, "filter"
-		case "context":
-			bit, name = seenContext, "context"
-		case "currentPath":
-			bit, name = seenCurrentPath, "currentPath"
-		default:
+		bit, name := topBit(k)
+		if bit == 0 {
 			if known := foldedName(k, assistantNames[:]); known != "" {
 				return foldedError(known, k)
 			}
@@ -196,6 +180,28 @@ func (s *scanner) assistantMessage(sc *assistantSchema) *Error {
 		return fieldError("messages", reasonRequired)
 	}
 	return nil
+}
+
+// topBit is the bit and the name of k when it is a known top-level field, else
+// 0 and "". Small enough to be inlined: it runs for every member of the body.
+func topBit(k []byte) (uint8, string) {
+	switch string(k) {
+	case "fp":
+		return seenFp, "fp"
+	case "messages":
+		return seenMessages, "messages"
+	case "threadId":
+		return seenThreadID, "threadId"
+	case "retrievalPageSize":
+		return seenPageSize, "retrievalPageSize"
+	case "filter":
+		return seenFilter, "filter"
+	case "context":
+		return seenContext, "context"
+	case "currentPath":
+		return seenCurrentPath, "currentPath"
+	}
+	return 0, ""
 }
 
 // topField checks the value of the known top-level field identified by bit.
@@ -329,63 +335,59 @@ func (s *scanner) message(sc *assistantSchema, i int) *Error {
 			break
 		}
 		var buf [keyBufLen]byte
-		var bit uint8
-		var name string
 		k := unescape(key, escaped, &buf)
-		switch string(k) {
-		case "id":
-			bit, name = seenID, "id"
-		case "role":
-			bit, name = seenRole, "role"
-		case "content":
-			if !sc.content { // v2: free, like any unknown field
-				if err := s.memberIn(key, escaped, "messages", i); err != nil {
-					return err
-				}
-				if err := s.skipInElem("messages", i, levelItem); err != nil {
-					return err
-				}
-				continue
-			}
-			bit, name = seenContent, "content"
-		case "parts":
-			bit, name = seenParts, "parts"
-		default:
-			if known := foldedName(k, sc.messageNames); known != "" {
-				return foldedError(elem("messages", i, known), k)
-			}
-			if err := s.memberIn(key, escaped, "messages", i); err != nil {
-				return err
-			}
-			if err := s.skipInElem("messages", i, levelItem); err != nil {
-				return err
-			}
-			continue
-		}
-		if seen&bit != 0 {
+		bit, name := messageBit(k, sc.content)
+		switch {
+		case bit == 0: // an unknown field, or content on v2: free
+			err = s.freeInElem(key, escaped, k, sc.messageNames, "messages", i)
+		case seen&bit != 0:
 			return fieldError(elem("messages", i, name), reasonDuplicated)
-		}
-		seen |= bit
-		if bit == seenParts {
-			if err := s.parts(i, sc.partsRequired); err != nil {
-				return err
+		case bit == seenParts:
+			seen |= bit
+			err = s.parts(i, sc.partsRequired)
+		default: // id, role, content (v1): strings
+			seen |= bit
+			if s.peek() != '"' {
+				return s.mismatch(elem("messages", i, name), reasonString, levelItem)
 			}
-			continue
+			var raw []byte
+			raw, _, err = s.str()
+			if bit == seenContent {
+				s.text += len(raw)
+			}
 		}
-		if s.peek() != '"' {
-			return s.mismatch(elem("messages", i, name), reasonString, levelItem)
-		}
-		raw, _, err := s.str()
 		if err != nil {
 			return err
-		}
-		if bit == seenContent {
-			s.text += len(raw)
 		}
 	}
 	if err := s.closeIn("messages", i); err != nil {
 		return err
 	}
+	return sc.missing(seen, i)
+}
+
+// messageBit is the bit and the name of k when it is a known field of a
+// message (content only where the schema has it), else 0 and "". Small enough
+// to be inlined: it runs for every member of every message.
+func messageBit(k []byte, content bool) (uint8, string) {
+	switch string(k) {
+	case "id":
+		return seenID, "id"
+	case "role":
+		return seenRole, "role"
+	case "content":
+		if content {
+			return seenContent, "content"
+		}
+	case "parts":
+		return seenParts, "parts"
+	}
+	return 0, ""
+}
+
+// missing reports the first field the schema requires that messages[i] lacks
+// (seen: the bits of those it has).
+func (sc *assistantSchema) missing(seen uint8, i int) *Error {
 	switch {
 	case seen&seenID == 0:
 		return fieldError(elem("messages", i, "id"), reasonRequired)
@@ -420,58 +422,72 @@ func (s *scanner) parts(i int, countText bool) *Error {
 			return fieldError(elem("messages", i, "parts"), "must hold at most "+strconv.Itoa(max)+" parts")
 		}
 		if s.peek() != '{' {
-			return s.mismatch(elem(elem("messages", i, "parts"), j, ""), reasonObject, levelParts)
+			return s.mismatch(partElem(i, j, ""), reasonObject, levelParts)
 		}
-		s.pos++
-		s.openObject()
-		seenType := false
-		for first := true; ; first = false {
-			key, escaped, more, err := s.nextMember(first)
-			if err != nil {
-				return err
-			}
-			if !more {
-				break
-			}
-			var buf [keyBufLen]byte
-			if k := unescape(key, escaped, &buf); string(k) != "type" {
-				if known := foldedName(k, partNames[:]); known != "" {
-					return foldedError(elem(elem("messages", i, "parts"), j, known), k)
-				}
-				if err := s.member(key, escaped); err != nil {
-					return within(err, elem(elem("messages", i, "parts"), j, ""))
-				}
-				if countText && string(k) == "text" && s.peek() == '"' { // a text or reasoning part's text
-					raw, _, err := s.str()
-					if err != nil {
-						return err
-					}
-					s.text += len(raw)
-					continue
-				}
-				if err := s.skipValue(levelPartObj); err != nil { // name the part only on failure: no allocation otherwise
-					return within(err, elem(elem("messages", i, "parts"), j, ""))
-				}
-				continue
-			}
-			if seenType {
-				return fieldError(elem(elem("messages", i, "parts"), j, "type"), reasonDuplicated)
-			}
-			seenType = true
-			if s.peek() != '"' {
-				return s.mismatch(elem(elem("messages", i, "parts"), j, "type"), reasonString, levelPartObj)
-			}
-			if _, _, err := s.str(); err != nil {
-				return err
-			}
-		}
-		if err := s.closeObject(); err != nil {
-			return within(err, elem(elem("messages", i, "parts"), j, ""))
-		}
-		if !seenType {
-			return fieldError(elem(elem("messages", i, "parts"), j, "type"), reasonRequired)
+		if err := s.part(i, j, countText); err != nil {
+			return err
 		}
 	}
+}
+
+// part checks messages[i].parts[j] (see parts); s.pos is at its '{'.
+func (s *scanner) part(i, j int, countText bool) *Error {
+	s.pos++
+	s.openObject()
+	seenType := false
+	for first := true; ; first = false {
+		key, escaped, more, err := s.nextMember(first)
+		if err != nil {
+			return err
+		}
+		if !more {
+			break
+		}
+		var buf [keyBufLen]byte
+		if k := unescape(key, escaped, &buf); string(k) != "type" {
+			if known := foldedName(k, partNames[:]); known != "" {
+				return foldedError(partElem(i, j, known), k)
+			}
+			if err := s.member(key, escaped); err != nil {
+				return within(err, partElem(i, j, ""))
+			}
+			if countText && string(k) == "text" && s.peek() == '"' { // a text or reasoning part's text
+				raw, _, err := s.str()
+				if err != nil {
+					return err
+				}
+				s.text += len(raw)
+				continue
+			}
+			if err := s.skipValue(levelPartObj); err != nil { // name the part only on failure: no allocation otherwise
+				return within(err, partElem(i, j, ""))
+			}
+			continue
+		}
+		if seenType {
+			return fieldError(partElem(i, j, "type"), reasonDuplicated)
+		}
+		seenType = true
+		if s.peek() != '"' {
+			return s.mismatch(partElem(i, j, "type"), reasonString, levelPartObj)
+		}
+		if _, _, err := s.str(); err != nil {
+			return err
+		}
+	}
+	if err := s.closeObject(); err != nil {
+		return within(err, partElem(i, j, ""))
+	}
+	if !seenType {
+		return fieldError(partElem(i, j, "type"), reasonRequired)
+	}
+	return nil
+}
+
+// partElem names messages[i].parts[j] (child: one of its fields), for an error
+// only: building it allocates.
+func partElem(i, j int, child string) string {
+	return elem(elem("messages", i, "parts"), j, child)
 }
 
 // context checks the context array: objects with a string "value" and an
@@ -525,40 +541,20 @@ func (s *scanner) contextItem(k int) *Error {
 			if s.peek() != '"' {
 				return s.mismatch(elem("context", k, "value"), reasonString, levelItem)
 			}
-			raw, _, err := s.str()
-			if err != nil {
-				return err
-			}
+			var raw []byte
+			raw, _, err = s.str()
 			s.text += len(raw)
 		case "type":
 			if seenType {
 				return fieldError(elem("context", k, "type"), reasonDuplicated)
 			}
 			seenType = true
-			if s.peek() != '"' {
-				return s.mismatch(elem("context", k, "type"), reasonContextType, levelItem)
-			}
-			raw, escaped, err := s.str()
-			if err != nil {
-				return err
-			}
-			// Compare after unescaping, like field names: "c\u006fde" is "code".
-			var vbuf [keyBufLen]byte
-			switch string(unescape(raw, escaped, &vbuf)) {
-			case "code", "textSelection":
-			default:
-				return fieldError(elem("context", k, "type"), reasonContextType)
-			}
+			err = s.contextType(k)
 		default:
-			if known := foldedName(name, contextNames[:]); known != "" {
-				return foldedError(elem("context", k, known), name)
-			}
-			if err := s.memberIn(key, escaped, "context", k); err != nil {
-				return err
-			}
-			if err := s.skipInElem("context", k, levelItem); err != nil {
-				return err
-			}
+			err = s.freeInElem(key, escaped, name, contextNames[:], "context", k)
+		}
+		if err != nil {
+			return err
 		}
 	}
 	if err := s.closeIn("context", k); err != nil {
@@ -568,4 +564,22 @@ func (s *scanner) contextItem(k int) *Error {
 		return fieldError(elem("context", k, "value"), reasonRequired)
 	}
 	return nil
+}
+
+// contextType checks the value of context[k].type at s.pos.
+func (s *scanner) contextType(k int) *Error {
+	if s.peek() != '"' {
+		return s.mismatch(elem("context", k, "type"), reasonContextType, levelItem)
+	}
+	raw, escaped, err := s.str()
+	if err != nil {
+		return err
+	}
+	// Compare after unescaping, like field names: "c\u006fde" is "code".
+	var vbuf [keyBufLen]byte
+	switch string(unescape(raw, escaped, &vbuf)) {
+	case "code", "textSelection":
+		return nil
+	}
+	return fieldError(elem("context", k, "type"), reasonContextType)
 }

@@ -88,6 +88,23 @@ func BenchmarkAssistantMessage100KiB(b *testing.B) {
 	}
 }
 
+// BenchmarkJSON100KiB is JSON, the grammar and the duplicate rule without a schema, on the
+// body of BenchmarkAssistantMessage100KiB: all of it goes through skipValue.
+func BenchmarkJSON100KiB(b *testing.B) {
+	body := conversation(24, 100<<10)
+	if err := JSON(body); err != nil {
+		b.Fatal(err)
+	}
+	runtime.GC() // see BenchmarkAssistantMessage100KiB
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := JSON(body); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 func BenchmarkAgentJob(b *testing.B) {
 	body := []byte(`{"prompt":"Write a migration guide from SDK v1 to v2, with code samples for Go, Python and TypeScript.\nKeep it under 800 words.","model":"default","metadata":{"source":"docs-ui","tags":["migration","sdk"]}}`)
 	if err := AgentJob(body); err != nil {

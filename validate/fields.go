@@ -77,6 +77,20 @@ func (s *scanner) memberIn(raw []byte, escaped bool, parent string, i int) *Erro
 	return nil
 }
 
+// freeInElem checks a member of parent[i] (an object the schema knows at
+// levelItem: a message, a context item) whose name the schema leaves free (k,
+// unescaped): refused when k spells a known name of the object (names) another
+// way, else recorded and its value checked.
+func (s *scanner) freeInElem(key []byte, escaped bool, k []byte, names []string, parent string, i int) *Error {
+	if known := foldedName(k, names); known != "" {
+		return foldedError(elem(parent, i, known), k)
+	}
+	if err := s.memberIn(key, escaped, parent, i); err != nil {
+		return err
+	}
+	return s.skipInElem(parent, i, levelItem)
+}
+
 // closeIn is closeObject for messages[i], context[k] and the like.
 func (s *scanner) closeIn(parent string, i int) *Error {
 	if err := s.closeObject(); err != nil {

@@ -232,6 +232,17 @@ func (s *scanner) literal(lit string) *Error {
 	return nil
 }
 
+// literalOf is the literal a value starting with c ('t', 'f' or 'n') must be.
+func literalOf(c byte) string {
+	switch c {
+	case 't':
+		return "true"
+	case 'f':
+		return "false"
+	}
+	return "null"
+}
+
 // key reads `"name" :` at s.pos, leaving s.pos at the member's value with
 // whitespace skipped. It returns the raw (still escaped) name.
 func (s *scanner) key() (raw []byte, escaped bool, err *Error) {
@@ -302,105 +313,107 @@ func (s *scanner) nextElement(first bool) (more bool, err *Error) {
 // It is iterative, with the kinds of the open containers kept in one uint64
 // bit stack (MaxDepth <= 64 makes that enough), and refuses to open a
 // container deeper than MaxDepth before opening it: hostile nesting costs
-// O(MaxDepth) and no recursion.
+// O(MaxDepth) and no recursion. It is one loop whose helpers are inlined, on
+// purpose: it skips every value the schema leaves free, so a call more per
+// member or per container would be paid many times per body. A member's name
+// is read where its value is (named), after a '{' or a ',' alike.
 func (s *scanner) skipValue(level int) *Error {
 	var objects uint64 // bit d set: the d-th open container is an object
 	depth := 0         // containers currently open in this call
+	named := false     // the value is an object member's: its name comes first
+	var err *Error
 	for {
-		// A value is expected at s.pos.
+		// A value is expected at s.pos (peek's 0 at the end of input is unexpected).
 		s.skipWS()
-		if s.pos >= len(s.data) {
-			return eofError()
+		if named {
+			if err = s.named(s.key()); err != nil {
+				return err
+			}
 		}
-		switch c := s.data[s.pos]; c {
+		switch c := s.peek(); c {
 		case '{', '[':
 			if level+depth+1 > MaxDepth {
 				return &Error{Reason: reasonTooDeep}
 			}
-			s.pos++
-			s.skipWS()
-			closer := byte(']')
-			objects &^= 1 << depth
-			if c == '{' {
-				closer = '}'
-				objects |= 1 << depth
+			if !s.opens(c) {
+				break // an empty container: a complete value
 			}
-			if s.peek() == closer { // empty container: a complete value
-				s.pos++
-				break
-			}
+			objects = withKind(objects, depth, c == '{')
 			depth++
-			if c == '{' {
+			if named = c == '{'; named {
 				s.openObject()
-				raw, escaped, err := s.key()
-				if err != nil {
-					return err
-				}
-				if err := s.member(raw, escaped); err != nil {
-					return err
-				}
 			}
 			continue
 		case '"':
-			if _, _, err := s.str(); err != nil {
-				return err
-			}
-		case 't':
-			if err := s.literal("true"); err != nil {
-				return err
-			}
-		case 'f':
-			if err := s.literal("false"); err != nil {
-				return err
-			}
-		case 'n':
-			if err := s.literal("null"); err != nil {
-				return err
-			}
+			_, _, err = s.str()
+		case 't', 'f', 'n':
+			err = s.literal(literalOf(c))
 		default:
 			if c != '-' && !isDigit(c) {
 				return s.unexpected()
 			}
-			if _, err := s.number(); err != nil {
-				return err
-			}
+			_, err = s.number()
 		}
-		// A value is complete: close finished containers, or move on to the
-		// next element or member.
-		for {
-			if depth == 0 {
-				return nil
-			}
+		// A value is complete (or failed): close the containers it ends, or go on.
+		for ; depth > 0 && err == nil; depth-- {
 			s.skipWS()
 			inObject := objects>>(depth-1)&1 == 1
 			c := s.peek()
 			if c == ',' {
 				s.pos++
-				if inObject {
-					s.skipWS()
-					raw, escaped, err := s.key()
-					if err != nil {
-						return err
-					}
-					if err := s.member(raw, escaped); err != nil {
-						return err
-					}
-				}
+				named = inObject
 				break
 			}
-			if (inObject && c == '}') || (!inObject && c == ']') {
-				s.pos++
-				depth--
-				if inObject {
-					if err := s.closeObject(); err != nil {
-						return err
-					}
-				}
-				continue
+			if c != closer(inObject) {
+				return s.unexpected()
 			}
-			return s.unexpected()
+			s.pos++
+			if inObject {
+				err = s.closeObject()
+			}
+		}
+		if depth == 0 || err != nil {
+			return err
 		}
 	}
+}
+
+// named records the member name key read (raw, escaped), unless key failed
+// (err): s.named(s.key()).
+func (s *scanner) named(raw []byte, escaped bool, err *Error) *Error {
+	if err != nil {
+		return err
+	}
+	return s.member(raw, escaped)
+}
+
+// opens consumes the '{' or '[' (c) at s.pos, and when the container is empty
+// its closer too (then false: a complete value).
+func (s *scanner) opens(c byte) bool {
+	s.pos++
+	s.skipWS()
+	if s.peek() == closer(c == '{') {
+		s.pos++
+		return false
+	}
+	return true
+}
+
+// closer is the byte that closes an object (object) or an array.
+func closer(object bool) byte {
+	if object {
+		return '}'
+	}
+	return ']'
+}
+
+// withKind is objects with bit depth saying whether the container opened at
+// that depth is an object.
+func withKind(objects uint64, depth int, object bool) uint64 {
+	if object {
+		return objects | 1<<depth
+	}
+	return objects &^ (1 << depth)
 }
 
 // keyBufLen bounds the unescaped length of the names and enum values compared
