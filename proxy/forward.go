@@ -85,7 +85,7 @@ func (g *Gateway) newReverseProxy(t http.RoundTripper, stream bool) *httputil.Re
 
 // forward hands a validated request to the reverse proxy.
 func (g *Gateway) forward(s *scope, r *http.Request) {
-	s.forwarded = time.Now()
+	s.forwarded = time.Since(s.start)
 	if len(s.adm.Held()) > 0 {
 		g.quota.engine.KeepHolds(&s.adm, s.route.Name)
 	}
@@ -195,7 +195,7 @@ func (g *Gateway) modifyResponse(res *http.Response) error {
 	s.upBody.ReadCloser = res.Body
 	res.Body = &s.upBody
 	s.upstreamStatus = res.StatusCode
-	s.upstreamTime = time.Since(s.forwarded)
+	s.upstreamTime = time.Since(s.start) - s.forwarded
 	if res.StatusCode == http.StatusUnauthorized || res.StatusCode == http.StatusForbidden {
 		g.upstreamRefusedKey(s, res.StatusCode)
 	}

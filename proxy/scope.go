@@ -25,23 +25,29 @@ import (
 // fills it, the reverse proxy's hooks read it from the context, and the access log and metrics
 // are written from it at the end.
 type scope struct {
-	snap      *snapshot // the config this request started with
-	route     *route
-	w         *responseWriter // points at rw
-	start     time.Time
-	requestID string
-	clientIP  netip.Addr
-	// clientIPStr caches clientIP.String() (see clientIPString).
-	clientIPStr string
+	snap *snapshot // the config this request started with
+	// The flags and bytes, side by side so they share one word (the scope stays in its
+	// allocation size class).
 	// trustedPeer: the TCP peer is a trusted proxy, whose X-Forwarded-For chain is kept.
 	trustedPeer bool
 	http1       bool // the client speaks HTTP/1.x
 	// bodyUnread: the request has a body the gateway has not read (yet). An answer written
 	// while it is set first deals with that body (see responseWriter.answering).
 	bodyUnread bool
-	inBody     io.Reader // the request's body as the client sends it
-	inLength   int64     // its declared length; -1 when unknown (chunked)
-	digest     string    // SHA-256 of the key once auth accepted it; never the key
+	limited    bool            // the gateway decided limits and owns the rate-limit headers
+	limitErr   bool            // the limiter failed (the request was denied or let through per on_error)
+	stalled    bool            // the stream was ended for its client's stall (server.write_stall_timeout)
+	encoding   stream.Encoding // a streamed answer's content coding (gateway_stream_encoded_total)
+	route      *route
+	w          *responseWriter // points at rw
+	start      time.Time
+	requestID  string
+	clientIP   netip.Addr
+	// clientIPStr caches clientIP.String() (see clientIPString).
+	clientIPStr string
+	inBody      io.Reader // the request's body as the client sends it
+	inLength    int64     // its declared length; -1 when unknown (chunked)
+	digest      string    // SHA-256 of the key once auth accepted it; never the key
 
 	// The tenant, once known: org counts assistant_per_org (the key's org in registry mode,
 	// else the org of the path's domain), plan picks the limit set.
@@ -56,13 +62,9 @@ type scope struct {
 	promptBytes    int    // the body's conversation text, what a prompt's tokens are estimated from
 	deniedBy       string // the limit that denied the request
 	shadowDenied   string // a shadow limit that would have denied it
-	limited        bool   // the gateway decided limits and owns the rate-limit headers
-	limitErr       bool   // the limiter failed (the request was denied or let through per on_error)
 	upstreamStatus int
-	upstreamKind   string          // set when the upstream exchange failed
-	stalled        bool            // the stream was ended for its client's stall (server.write_stall_timeout)
-	encoding       stream.Encoding // a streamed answer's content coding (gateway_stream_encoded_total)
-	tap            stream.Tap      // streamed answers: reads the finish and usage (dataTap or uiTap)
+	upstreamKind   string     // set when the upstream exchange failed
+	tap            stream.Tap // streamed answers: reads the finish and usage (dataTap or uiTap)
 	// adm is what the request owes and holds once admitted (tokens to debit, units a refund
 	// gives back, holds and slots to settle); refund names why units were given back.
 	adm    engine.Admission
@@ -80,11 +82,11 @@ type scope struct {
 	uiTap        stream.UIMessageStream
 	tapBody      stream.Body
 	hdrValues    [slotCount]string
-	body         replayBody   // a stream's request body
-	shortBody    bytes.Reader // the request body of other routes
-	answer       replayBody   // a short upstream answer, read whole before it is sent
-	orgMetrics   *metrics.Org // routes with {domain}: the org's series
-	forwarded    time.Time
+	body         replayBody    // a stream's request body
+	shortBody    bytes.Reader  // the request body of other routes
+	answer       replayBody    // a short upstream answer, read whole before it is sent
+	orgMetrics   *metrics.Org  // routes with {domain}: the org's series
+	forwarded    time.Duration // when the request was forwarded, after start (the scope keeps one clock reading)
 	upstreamTime time.Duration // to response headers
 }
 

@@ -34,11 +34,11 @@ type Cutoff struct {
 	limits []CutLimit // the held limits with cutoff (backed by buf)
 	buf    [2]CutLimit
 	grower Grower
+	by     *limits.Rule // the limit that ended the answer; nil while it runs
 	// allowOnError: a hold that cannot be grown (the store out of reach) lets the answer go
 	// on (redis.on_error: allow); else the answer ends there.
 	allowOnError bool
-	by           *limits.Rule // the limit that ended the answer; nil while it runs
-	failed       bool         // the store could not be asked
+	failed       bool // the store could not be asked
 }
 
 // CutLimit is one tokens limit with cutoff whose hold an answer in flight took.
@@ -218,15 +218,16 @@ func Ending(tap Tap, limit string, failed bool, prompt, completion int64) []byte
 func (b *Body) readCut(p []byte) (int, error) {
 	c := b.cut
 	if c.by != nil {
-		if !b.begun {
+		if b.ending == nil { // the first read after the cut: its end is not built yet
 			// What the answer is charged: its counts as the tap left them, the dropped part
 			// forgotten.
-			b.begun = true
 			out := b.tap.Outcome()
 			out.Errored = true // the client gets an error part: the stream's result is error
 			r := c.by
 			p, q, _ := ChargeOf(out, b.promptBytes).Split(r.EstimateMax, r.Reserve)
-			b.ending = Ending(b.tap, r.Name, c.failed, p, q)
+			if b.ending = Ending(b.tap, r.Name, c.failed, p, q); b.ending == nil {
+				b.ending = []byte{} // an answer the gateway cannot write in ends as it is
+			}
 		}
 		n := copy(p, b.ending)
 		b.ending = b.ending[n:]

@@ -114,9 +114,9 @@ type Body struct {
 	// ended is set when the answer's last bytes are handed out: the end of the response
 	// follows at once, and sends them (the writer skips its own flush).
 	ended *atomic.Bool
-	// ending is what is still to be handed out of a cut answer's end; begun once it is built.
+	// ending is what is still to be handed out of a cut answer's end: nil until it is built,
+	// never after.
 	ending []byte
-	begun  bool
 }
 
 // Reset makes b read body through tap; cut (nil: none) ends it at its budget, promptBytes is
