@@ -26,8 +26,7 @@ import (
 // are written from it at the end.
 type scope struct {
 	snap *snapshot // the config this request started with
-	// The flags and bytes, side by side so they share one word (the scope stays in its
-	// allocation size class).
+	// The flags side by side, in one word (the scope's size class: TestScopeStaysInItsSizeClass).
 	// trustedPeer: the TCP peer is a trusted proxy, whose X-Forwarded-For chain is kept.
 	trustedPeer bool
 	http1       bool // the client speaks HTTP/1.x
