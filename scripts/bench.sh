@@ -27,6 +27,9 @@
 #     written beside OUT as <name>-gomaxprocs2.md: how the gateway scales to two cores)
 #   REV=<git revision> builds the gateway from that revision (git archive) instead of the
 #     working tree.   OUT=bench/results/latest.md
+#   BASE=<git revision> also builds the gateway from that revision as gateway-redis-base: it
+#     runs in every round beside the others, and PAIRS pairs of it against gateway-redis on
+#     agent_job and both streamed routes measure a change against what it changes, in one run
 # Smoke run: ROUNDS=1 DURATION=1s WARMUP=300ms STREAMS=500 PROFILE=0 GOBENCH_COUNT=1 make bench
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -98,6 +101,14 @@ fi
 echo "== build gateway, upstream-sim (from $src), bare, benchrun"
 (cd "$src" && CGO_ENABLED=0 $GO build -trimpath -o "$work/bin/gateway" ./cmd/gateway &&
 	CGO_ENABLED=0 $GO build -trimpath -o "$work/bin/upstream-sim" ./cmd/upstream-sim)
+base_desc=""
+if [[ -n ${BASE:-} ]]; then
+	base_desc="$BASE ($(git rev-parse --short "$BASE"))"
+	echo "== base gateway from $BASE"
+	mkdir -p "$work/base"
+	git archive "$BASE" | tar -x -C "$work/base"
+	(cd "$work/base" && CGO_ENABLED=0 $GO build -trimpath -o "$work/bin/gateway-base" ./cmd/gateway)
+fi
 (cd bench && CGO_ENABLED=0 $GO build -trimpath -o "$work/bin/bare" ./cmd/bare &&
 	CGO_ENABLED=0 $GO build -trimpath -o "$work/bin/benchrun" ./cmd/benchrun)
 
@@ -129,7 +140,7 @@ fi
 pin=true
 [[ $PIN == 1 ]] || pin=false
 case $OUT in /*) ;; *) OUT=$root/$OUT ;; esac
-run=("$work/bin/benchrun" -bin "$work/bin" -out "$OUT" -source "$source_desc" -rounds "$ROUNDS" -duration "$DURATION" -warmup "$WARMUP"
+run=("$work/bin/benchrun" -bin "$work/bin" -out "$OUT" -source "$source_desc" -base "$base_desc" -rounds "$ROUNDS" -duration "$DURATION" -warmup "$WARMUP"
 	-pairs "$PAIRS" -pair-duration "$PAIR_DURATION" -notify-pairs "$NOTIFY_PAIRS" -open-sets "$OPEN_SETS" -open-set-duration "$OPEN_SET_DURATION"
 	-conns "$CONNS" -rate "$RATE" -streams "$STREAMS" -profile "$PROFILE" -profile-workload "$PROFILE_WORKLOAD" -profile-variant "$PROFILE_VARIANT" -pin="$pin"
 	-variants "$VARIANTS" -workloads "$WORKLOADS" -gobench "$gobench_out" "${alloc_args[@]}")

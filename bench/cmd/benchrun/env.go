@@ -20,34 +20,42 @@ type variant struct {
 	name  string
 	kind  string // direct, bare, gateway
 	store string // gateway only: memory, redis, cluster, replicated, wait1
+	// base: the gateway built from the base revision (scripts/bench.sh BASE=<rev>), to compare
+	// a change with what it changes in the same run.
+	base bool
 }
 
 var variants = []variant{
-	{"direct", "direct", ""},
-	{"bare", "bare", ""},
-	{"gateway-memory", "gateway", "memory"},
-	{"gateway-redis", "gateway", "redis"},
+	{"direct", "direct", "", false},
+	{"bare", "bare", "", false},
+	{"gateway-memory", "gateway", "memory", false},
+	{"gateway-redis", "gateway", "redis", false},
 	// gateway-redis with every feature of config.example.yaml on (fullConfig): keys looked up
 	// in the Redis registry, the streamed routes' six limits (tokens with a reserve held and
 	// settled, a streams slot), usage history and run-time quota checks (always on), and
 	// tracing at its default ratio (1.0) into a collector that discards (otlpSink).
-	{"gateway-full", "gateway", "full"},
+	{"gateway-full", "gateway", "full", false},
 	// The same without coalescing (redis.coalesce: false): each decision its own write/read.
-	{"gateway-redis-nocoalesce", "gateway", "redis-nocoalesce"},
+	{"gateway-redis-nocoalesce", "gateway", "redis-nocoalesce", false},
 	// The same with net/http's Transport to the upstream (upstream.transport: standard)
 	// instead of the gateway's own pool: what the pool is worth.
-	{"gateway-redis-stdtransport", "gateway", "redis-stdtransport"},
-	{"gateway-cluster", "gateway", "cluster"},
+	{"gateway-redis-stdtransport", "gateway", "redis-stdtransport", false},
+	{"gateway-cluster", "gateway", "cluster", false},
 	// A master with one replica, without and with redis.wait_replicas: 1: the difference is
 	// what waiting for the replica's acknowledgement costs.
-	{"gateway-replicated", "gateway", "replicated"},
-	{"gateway-wait1", "gateway", "wait1"},
+	{"gateway-replicated", "gateway", "replicated", false},
+	{"gateway-wait1", "gateway", "wait1", false},
 }
+
+// baseVariant is gateway-redis built from the base revision (bin/gateway-base, which
+// scripts/bench.sh builds when BASE names one): with it, the rounds and the base pairs measure
+// the working tree against the base in one run.
+var baseVariant = variant{"gateway-redis-base", "gateway", "redis", true}
 
 // notifyVariant is gateway-redis with notifications on: a webhook to a sink of benchrun's,
 // thresholds and a forecast on every limit, which no request crosses. It runs only in the
 // notification pairs (-notify-pairs): what notifications cost a request that crosses nothing.
-var notifyVariant = variant{"gateway-redis-notify", "gateway", "redis-notify"}
+var notifyVariant = variant{"gateway-redis-notify", "gateway", "redis-notify", false}
 
 func variantNames() []string {
 	var n []string
@@ -81,6 +89,7 @@ type env struct {
 	procs               *child.Group // every process it starts
 	dir                 string
 	gateway, sim, bare  string
+	gatewayBase         string // bin/gateway-base; "" when there is none (no BASE)
 	cpuServer, cpuRest  string
 	redis               *redisNode
 	cluster             []*redisNode
@@ -104,6 +113,9 @@ func newEnv(o options, procs *child.Group) (*env, error) {
 		_ = p
 	}
 	e.gateway = filepath.Join(o.bin, "gateway")
+	if base := filepath.Join(o.bin, "gateway-base"); fileExists(base) {
+		e.gatewayBase = base
+	}
 	e.sim = filepath.Join(o.bin, "upstream-sim")
 	e.bare = filepath.Join(o.bin, "bare")
 	for _, b := range []string{e.gateway, e.sim, e.bare} {
@@ -275,7 +287,11 @@ func (e *env) start(v variant, up *upstream) (*server, error) {
 		if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 			return nil, err
 		}
-		s.proc, err = e.procs.Start(v.name, e.cpuServer, e.procsEnv(), s.logPath, e.gateway, "-config", cfgPath)
+		bin := e.gateway
+		if v.base {
+			bin = e.gatewayBase
+		}
+		s.proc, err = e.procs.Start(v.name, e.cpuServer, e.procsEnv(), s.logPath, bin, "-config", cfgPath)
 		if err == nil {
 			err = child.WaitHTTP(s.proc, s.admin+"/readyz", 10*time.Second)
 		}
@@ -629,4 +645,9 @@ func loadAvg() float64 {
 	f := strings.Fields(string(b))
 	v, _ := strconv.ParseFloat(f[0], 64)
 	return v
+}
+
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
 }

@@ -49,6 +49,7 @@ type options struct {
 	workloads       string
 	serverProcs     int
 	source          string
+	base            string // the base revision gateway-base was built from, for the report
 }
 
 func main() {
@@ -79,6 +80,7 @@ func main() {
 	flag.StringVar(&o.workloads, "workloads", "agent_job,assistant_message,assistant_message_v2,401/429 mix,streams", "workloads to run (streams: per-part delay and idle streams, on v1 and v2)")
 	flag.IntVar(&o.serverProcs, "gomaxprocs", 1, "GOMAXPROCS of the server under test and of the upstream simulator")
 	flag.StringVar(&o.source, "source", "", "what was measured (revision), for the report")
+	flag.StringVar(&o.base, "base", "", "the revision bin/gateway-base was built from, for the report (the variant gateway-redis-base and the base pairs run when that binary exists)")
 	flag.Parse()
 
 	procs := &child.Group{}
@@ -105,6 +107,9 @@ func run(o options, procs *child.Group) int {
 	defer e.close()
 	rep := &report{opts: o, started: start}
 	vs := selectVariants(o.variants)
+	if e.gatewayBase != "" && hasVariant(vs, "gateway-redis") {
+		vs = append(vs, baseVariant) // interleaved with the others in every round
+	}
 	wls := map[string]bool{}
 	for _, w := range strings.Split(o.workloads, ",") {
 		wls[strings.TrimSpace(w)] = true
@@ -147,6 +152,20 @@ func run(o options, procs *child.Group) int {
 				return 1
 			}
 			rep.pairs = append(rep.pairs, pairs...)
+		}
+	}
+	if o.pairs > 0 && e.gatewayBase != "" && hasVariant(vs, "gateway-redis") {
+		// The working tree against the base revision, paired: agent_job and both streamed routes.
+		for _, w := range allWorkloads {
+			if !wls[w.name] || (w.name != "agent_job" && w.name != "assistant_message" && w.name != "assistant_message_v2") {
+				continue
+			}
+			pairs, err := e.measurePairsOf(baseVariant, selectVariants("gateway-redis")[0], w, o.pairs, o.pairDuration)
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "bench: base pairs %s: %v\n", w.name, err)
+				return 1
+			}
+			rep.basePairs = append(rep.basePairs, pairs...)
 		}
 	}
 	if o.pairs > 0 && wls["agent_job"] && hasVariant(vs, "gateway-full") && hasVariant(vs, "bare") {

@@ -21,6 +21,7 @@ type report struct {
 	allocs                          *allocSplit // nil: not measured
 	pairs                           []pairSample
 	notifyPairs                     []pairSample // gateway-redis (off) against gateway-redis-notify (on)
+	basePairs                       []pairSample // gateway-redis-base against gateway-redis (BASE)
 	latencySets                     []latencySet
 	profileCPU                      string
 	profileCPUCum                   string
@@ -120,6 +121,9 @@ func (r *report) markdown() string {
 		r.started.UTC().Format("2006-01-02 15:04 UTC"), o.rounds, o.duration, o.warmup, r.elapsed.Round(time.Second))
 	if o.source != "" {
 		w("Gateway built from %s. ", o.source)
+		if o.base != "" {
+			w("gateway-redis-base built from %s. ", o.base)
+		}
 	}
 	w("Servers under test: GOMAXPROCS=%d", o.serverProcs)
 	if o.pin {
@@ -314,6 +318,7 @@ func (r *report) markdown() string {
 	}
 
 	r.pairsTable(w)
+	r.basePairsTable(w)
 	r.notifyPairsTable(w)
 	r.latencySetsTable(w)
 
