@@ -160,7 +160,7 @@ func (r *report) markdown() string {
 		w("|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 		dRPS := collect(r.samples(wl.name, "direct"), func(s httpSample) float64 { return s.closed.rps }).med
 		bRPS := collect(r.samples(wl.name, "bare"), func(s httpSample) float64 { return s.closed.rps }).med
-		for _, v := range variants {
+		for _, v := range r.variantsRun() {
 			ss := r.samples(wl.name, v.name)
 			if len(ss) == 0 {
 				continue
@@ -201,7 +201,7 @@ func (r *report) markdown() string {
 
 	// Redis calls per request, exact (probes of %d requests of one kind each).
 	var probeRows []string
-	for _, v := range variants {
+	for _, v := range r.variantsRun() {
 		for _, wl := range allWorkloads {
 			ss := r.samples(wl.name, v.name)
 			if len(ss) == 0 || len(ss[len(ss)-1].probes) == 0 {
@@ -229,7 +229,7 @@ func (r *report) markdown() string {
 		w("## Capacity inputs\n\nPer request, closed loop (the server under test has GOMAXPROCS=%d, so closed req/s is per core of the gateway): Redis CPU (user+sys of every node, `INFO cpu`) and bytes received and sent by Redis (`INFO stats`), and what one Redis core sustains at that cost (1 s / Redis CPU per request). Median over rounds.\n\n", o.serverProcs)
 		w("| workload | variant | closed req/s (per gateway core) | Redis CPU µs / req | Redis req/s per core | Redis bytes in / req | Redis bytes out / req |\n|---|---|---|---|---|---|---|\n")
 		for _, wl := range allWorkloads {
-			for _, v := range selectVariants(o.variants) {
+			for _, v := range r.variantsRun() {
 				ss := r.samples(wl.name, v.name)
 				if len(ss) == 0 || v.kind == "direct" {
 					continue
@@ -260,7 +260,7 @@ func (r *report) markdown() string {
 			o.delayConc, o.duration, o.streams)
 		w("| protocol | variant | part delay p50 µs | p99 µs | added p50 µs | added p99 µs | p99 over bare µs | parts (errors) | idle streams open | RSS / idle stream KiB |\n|---|---|---|---|---|---|---|---|---|---|\n")
 		for _, proto := range streamProtocols {
-			for _, v := range variants {
+			for _, v := range r.variantsRun() {
 				ss := r.streamSamples(v.name, proto)
 				if len(ss) == 0 {
 					continue
@@ -334,7 +334,7 @@ func (r *report) markdown() string {
 }
 
 func (r *report) firstVariant() string {
-	for _, v := range variants {
+	for _, v := range r.variantsRun() {
 		for _, s := range r.http {
 			if s.variant == v.name {
 				return v.name
@@ -674,4 +674,20 @@ func (r *report) limiterTable(w func(string, ...any), benches []goBench) {
 		w("| %s | %.0f | %.1f | %.0f | %.1f |\n", c, p.rate, p.redisUS, q.rate, q.redisUS)
 	}
 	w("\n")
+}
+
+// variantsRun are the variants the tables list: every variant, and gateway-redis-base when it
+// ran (BASE), after gateway-redis.
+func (r *report) variantsRun() []variant {
+	if r.opts.base == "" {
+		return variants
+	}
+	out := make([]variant, 0, len(variants)+1)
+	for _, v := range variants {
+		out = append(out, v)
+		if v.name == "gateway-redis" {
+			out = append(out, baseVariant)
+		}
+	}
+	return out
 }
