@@ -17,6 +17,7 @@ import (
 	"github.com/docsgate/gateway/auth"
 	"github.com/docsgate/gateway/config"
 	"github.com/docsgate/gateway/engine"
+	"github.com/docsgate/gateway/internal/hopheaders"
 	"github.com/docsgate/gateway/metrics"
 	"github.com/docsgate/gateway/tracing"
 )
@@ -134,7 +135,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		setReadDeadline(w, time.Now().Add(g.body.timeout))
 	}
 	// Before anything reads a header: the gateway checks what the upstream will receive.
-	stripConnectionNamed(r.Header)
+	hopheaders.StripConnectionNamed(r.Header)
 	sn := g.snap.Load()
 	if !canonicalPath(r.URL.Path) {
 		g.serveUnmatched(sn, nil, w, r)

@@ -1,5 +1,7 @@
-// Package days reads durations that may be written in days (90d), as operators write key
-// lifetimes and overlaps, besides what time.ParseDuration reads (36h, 30m).
+// Package days reads and writes durations in days (90d) besides Go's (36h).
+//
+// Operators write key lifetimes and rotation overlaps in days; time.ParseDuration knows no
+// unit longer than an hour.
 package days
 
 import (
