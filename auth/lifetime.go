@@ -51,6 +51,6 @@ func (l Lifetime) Expiry(requested *time.Time, now time.Time) (*time.Time, error
 	if d == 0 {
 		return nil, nil
 	}
-	t := now.Add(d).UTC().Round(0)
+	t := now.Add(d).UTC().Truncate(time.Second)
 	return &t, nil
 }

@@ -120,7 +120,7 @@ func parseExpires(s string, now time.Time) (time.Time, error) {
 		if d <= 0 {
 			return time.Time{}, auth.ErrExpiryPast
 		}
-		return now.Add(d), nil
+		return now.Add(d).UTC().Truncate(time.Second), nil
 	}
 	t, err := config.ParseDate(s)
 	if err != nil {
