@@ -19,7 +19,7 @@ import (
 
 const mainUsage = `Usage:
   gateway -config FILE [-dev] [-check-config]    run the gateway (or only validate its config)
-  gateway keys generate|add|revoke|list ...       manage API keys in the config's store
+  gateway keys generate|add|rotate|revoke|list ... manage API keys in the config's store
   gateway quota grant|override|end|reset|audit|overrides ...
                                                   change a tenant's quota through the admin API
   gateway usage top|show|history ...              read usage through the admin API

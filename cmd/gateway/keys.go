@@ -26,8 +26,10 @@ const keysTimeout = 15 * time.Second
 
 const keysUsage = `Usage:
   gateway keys generate --kind admin|assistant
-  gateway keys generate --kind admin|assistant --add -config FILE --org ORG (--project P ... | --domain D ...) [--plan NAME] [--label TEXT]
-  gateway keys add      -config FILE --kind admin|assistant --org ORG (--project P ... | --domain D ...) [--plan NAME] [--label TEXT]  < key
+  gateway keys generate --kind admin|assistant --add -config FILE --org ORG (--project P ... | --domain D ...) [--plan NAME] [--label TEXT] [--scope ROUTE ...] [--expires WHEN]
+  gateway keys add      -config FILE --kind admin|assistant --org ORG (--project P ... | --domain D ...) [--plan NAME] [--label TEXT] [--scope ROUTE ...] [--expires WHEN]  < key
+  gateway keys rotate   -config FILE DIGEST [--overlap 24h] [--expires WHEN]
+  gateway keys rotate   -config FILE --key-stdin [--overlap 24h] [--expires WHEN]  < key
   gateway keys revoke   -config FILE DIGEST
   gateway keys revoke   -config FILE --key-stdin  < key
   gateway keys list     -config FILE [-json]
@@ -40,10 +42,26 @@ after its prefix. Keys are stored in the config's Redis (redis.addrs) or, withou
 auth.keys_file (the running gateway re-reads it on reload; writers take turns on a lock file
 beside it, <keys_file>.lock).
 
+--scope names a route the key may call (repeatable; default: every route of its kind); a
+request to another route gets 403 out_of_scope. --expires is when the key stops working (401
+key_expired after it): a lifetime from now (90d, 36h), a date (2027-01-01, midnight UTC) or an
+RFC 3339 time, within auth.key_lifetime.<kind>.max; without it a new key gets
+auth.key_lifetime.<kind>.default (none by default).
+
+rotate issues the successor of a registered key: a new key with the same org, projects or
+domains, plan, label and scopes, printed once on standard output (its digest on standard
+error), and schedules the old key's end after --overlap (default 24h; 0s ends it now). Both
+keys work during the overlap and are one tenant for every limit that counts by key: a
+rotation never resets or splits a key's budget, and history and exports show the keys under
+the first key's digest. A revoked, expired or already rotated key is refused. It needs
+auth.mode: registry (in prefix mode the gateway knows no keys).
+
 revoke takes the key's DIGEST (as list shows it) or, with --key-stdin, the key itself on
 standard input (one line, never on the command line): the digest of a leaked key is then
 computed for you. list prints a table; with -json one JSON object per line, a registry entry:
-{"digest", "kind", "org", "projects" | "domains", "plan", "label", "created", "revoked"}.
+{"digest", "kind", "org", "projects" | "domains", "plan", "label", "scopes", "created",
+"revoked", "expires", "lineage", "replaces", "rotated_to", "last_used"} (last_used: to the
+minute, written by each replica once a minute).
 
 Exit codes: 0 done; 1 refused at run time (a bad key on standard input, an unknown digest,
 the store does not answer); 2 a usage or config error, found before the store is touched.
@@ -52,6 +70,7 @@ Examples:
   gateway keys generate --kind assistant --add -config gateway.yaml --org acme --domain acme-docs > key.txt
   gateway keys add -config gateway.yaml --kind admin --org acme --project p1 < key.txt
   gateway keys revoke -config gateway.yaml 3a68eb4a...
+  gateway keys rotate -config gateway.yaml --key-stdin --overlap 1h < leaked-key.txt > new-key.txt
   gateway keys revoke -config gateway.yaml --key-stdin < leaked-key.txt
   gateway keys list -config gateway.yaml -json
 `
