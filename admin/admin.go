@@ -52,8 +52,11 @@ type Options struct {
 	// KeyLifetime bounds the expiry of the keys registered and rotated (auth.key_lifetime).
 	// nil: no bounds.
 	KeyLifetime func(auth.Kind) auth.Lifetime
-	// KeyLastUse, when set, gives GET /keys each key's last use.
+	// KeyLastUse, when set, gives GET /keys and the usage page each key's last use.
 	KeyLastUse KeyLastUse
+	// KeyExpiryNotice is auth.expiry_notice of the running config: the usage page lists the
+	// keys ending within it. nil or 0: not listed.
+	KeyExpiryNotice func() time.Duration
 	// Quotas backs the /quota endpoints (grants, overrides, resets, the audit trail) and the
 	// page's lists of overrides and audit entries; nil disables them.
 	Quotas QuotaManager

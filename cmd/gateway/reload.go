@@ -139,6 +139,13 @@ func (rl *reloader) knownPlan(plan string) bool {
 	return ok
 }
 
+// runningConfig is the config in force.
+func (rl *reloader) runningConfig() *config.Config {
+	rl.mu.Lock()
+	defer rl.mu.Unlock()
+	return rl.running
+}
+
 // keyLifetime is the running config's lifetime of the keys of kind k.
 func (rl *reloader) keyLifetime(k auth.Kind) auth.Lifetime {
 	rl.mu.Lock()
