@@ -315,3 +315,56 @@ func checkRotation(t *testing.T, c rotationCase, overlap time.Duration) {
 		}
 	}
 }
+
+// The CLI's lifecycle commands on a keys file: add with --scope and --expires, rotate by the
+// key on standard input, and the refusals: a rotation of a key rotated already or revoked (1),
+// a config in prefix mode, a scope naming no route of the key's kind, an expiry past or
+// unreadable (2).
+func TestKeysLifecycleCLI(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	keysFile := filepath.Join(dir, "keys.yaml")
+	cfg := writeConfig(t, lcConfig("http://127.0.0.1:1", "", keysFile, ""))
+	k := &keyCLI{t: t, config: cfg}
+	const key = "svc_dsc_" + secretMark + "Lifecycle-0123456789abcdef"
+	d := strings.TrimSpace(k.must(key+"\n", "add", "-config", cfg, "--kind", "assistant", "--org", "acme", "--domain", "acme-docs",
+		"--scope", "assistant_message_v2", "--expires", "90d"))
+	e := k.listJSON()[d]
+	if len(e.Scopes) != 1 || e.Scopes[0] != "assistant_message_v2" || e.Expires == nil || e.Expires.Sub(time.Now().Add(90*24*time.Hour)).Abs() > time.Minute {
+		t.Fatalf("the entry added: %+v", e)
+	}
+	out := k.must(key+"\n", "rotate", "-config", cfg, "--key-stdin", "--overlap", "0s", "--expires", "2099-01-01")
+	next := strings.TrimSpace(out)
+	list := k.listJSON()
+	if n := list[auth.Digest(next)]; n.Lineage != d || n.Replaces != d || len(n.Scopes) != 1 || n.Expires == nil || n.Expires.Year() != 2099 {
+		t.Fatalf("the successor: %+v", n)
+	}
+	if o := list[d]; o.RotatedTo != auth.Digest(next) || o.Revoked == nil || o.Revoked.After(time.Now()) {
+		t.Fatalf("the old key after a rotation with no overlap: %+v", o)
+	}
+	for _, c := range []struct {
+		code  int
+		stdin string
+		args  []string
+		want  string
+	}{
+		{1, "", []string{"rotate", "-config", cfg, d}, "revoked"},
+		{1, "", []string{"rotate", "-config", cfg, strings.Repeat("a", 64)}, "no key with this digest"},
+		{2, "", []string{"rotate", "-config", cfg, d, "--overlap", "soon"}, "--overlap"},
+		{2, "", []string{"rotate", "-config", cfg, "not-a-digest"}, "not a digest"},
+		{2, "", []string{"rotate", "-config", writeConfig(t, "upstream: {url: 'http://127.0.0.1:1'}\n"), d}, "prefix"},
+		{2, key + "\n", []string{"add", "-config", cfg, "--kind", "assistant", "--org", "acme", "--domain", "d", "--scope", "agent_job"}, "--scope"},
+		{2, key + "\n", []string{"add", "-config", cfg, "--kind", "assistant", "--org", "acme", "--domain", "d", "--expires", "whenever"}, "--expires"},
+		{1, "svc_dsc_" + secretMark + "Other-0123456789abcdefgh\n", []string{"add", "-config", cfg, "--kind", "assistant", "--org", "acme", "--domain", "d", "--expires", "2020-01-01"}, "expiry"},
+	} {
+		code, stdout, stderr := k.run(c.stdin, c.args...)
+		if code != c.code || !strings.Contains(stderr, c.want) || stdout != "" {
+			t.Errorf("keys %v: exit %d, stdout %q, stderr %q; want exit %d naming %q", c.args, code, stdout, stderr, c.code, c.want)
+		}
+	}
+	for _, o := range k.outputs {
+		if strings.Contains(o, secretMark) {
+			t.Fatalf("a key given on standard input appeared in the output: %q", o)
+		}
+	}
+}
