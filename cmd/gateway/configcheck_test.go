@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -141,5 +143,26 @@ func TestConfigErrorsSuggestNames(t *testing.T) {
 				t.Errorf("%v %q: %v %s\nwant exit 2 naming %q", args, c.cfg, err, out, c.want)
 			}
 		}
+	}
+}
+
+// -check-config reads the keys file of a registry without Redis as a start does: a file that
+// is not a keys file is refused (exit 2, as the start refuses it), an empty one is warned of.
+func TestCheckConfigReadsKeysFile(t *testing.T) {
+	t.Parallel()
+	keys := filepath.Join(t.TempDir(), "keys.yaml")
+	cfg := writeConfig(t, fmt.Sprintf("upstream: {url: 'http://127.0.0.1:1'}\nauth: {mode: registry, keys_file: %q}\n", keys))
+	if err := os.WriteFile(keys, []byte("not: [a, keys, file\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, stdout, _, stderr := checkConfigRun(t, cfg); code != 2 || stdout != "" || !strings.Contains(stderr, "auth.keys_file") {
+		t.Fatalf("-check-config with a broken keys file: exit %d, stdout %q, stderr %q; want exit 2 naming auth.keys_file", code, stdout, stderr)
+	}
+	if err := os.WriteFile(keys, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, _, warnings, stderr := checkConfigRun(t, cfg)
+	if code != 0 || !slices.ContainsFunc(warnings, func(w string) bool { return strings.HasPrefix(w, "auth.keys_file "+keys+" holds no keys yet") }) {
+		t.Fatalf("-check-config with an empty keys file: exit %d, stderr %q", code, stderr)
 	}
 }
