@@ -13,7 +13,7 @@ cd "$(dirname "$0")/.."
 install_aisdk_clients() {
   local dir=aisdk-clients stamp=aisdk-clients/node_modules/.lock-sha256 want
   if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
-    echo "test-deps: node and npm are needed for aisdk-clients (Node 20 or later)" >&2
+    echo "test-deps: node and npm are needed for aisdk-clients (Node 22 or later)" >&2
     return 1
   fi
   want=$(sha256sum "$dir/package-lock.json" | cut -d' ' -f1)
