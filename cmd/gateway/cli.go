@@ -76,6 +76,10 @@ func runMain(ctx context.Context, args []string, getenv func(string) string, std
 	case "help":
 		return runHelp(args[1:], stdout, stderr)
 	case "version":
+		if len(args) == 2 && slices.Contains([]string{"-h", "-help", "--help"}, args[1]) {
+			fmt.Fprint(stdout, versionUsage)
+			return exitOK
+		}
 		if len(args) > 1 {
 			return usageError(stderr, "version", "gateway version takes no argument")
 		}

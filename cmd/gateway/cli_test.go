@@ -77,6 +77,7 @@ func TestHelpVersionAndUsageErrorsCLI(t *testing.T) {
 		{[]string{"usage", "--help"}, "gateway usage show"},
 		{[]string{"usage", "top", "-h"}, "-json prints the admin API's JSON answer"},
 		{[]string{"help", "version"}, "gateway version"},
+		{[]string{"version", "-h"}, "Prints \"gateway VERSION"},
 		{[]string{"version"}, "gateway v0.0.0-test (go"},
 		{[]string{"-version"}, "gateway v0.0.0-test (go"},
 	}
