@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"strings"
 	"syscall"
 	"testing"
@@ -55,6 +56,24 @@ func TestAdminCLIFindsItsListener(t *testing.T) {
 			code, _, errOut := cliRun(t, nil, "", "usage", "top", "-config", cfg, "-admin", dead)
 			if code != 1 || !strings.Contains(errOut, "the admin API at "+dead+" (-admin) does not answer") {
 				t.Fatalf("-admin beside -config: exit %d, %q", code, errOut)
+			}
+			if c.o.adminCAs == nil {
+				return
+			}
+			// The file's certificate is trusted, not any: a config naming another one for
+			// the same listener, or none with -admin https://..., is refused the connection.
+			data, err := os.ReadFile(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			otherCert, _, _ := selfSigned(t)
+			code, _, errOut = cliRun(t, nil, "", "usage", "top", "-config", writeConfig(t, strings.Replace(string(data), certFile, otherCert, 1)))
+			if code != 1 || !strings.Contains(errOut, "does not answer") || !strings.Contains(errOut, "certificate") {
+				t.Fatalf("-config naming another certificate: exit %d, %q; want the TLS check to refuse", code, errOut)
+			}
+			code, _, errOut = cliRun(t, nil, "", "usage", "top", "-admin", "https://"+p.admin, "-config", writeConfig(t, fmt.Sprintf("upstream: {url: %q}\n%s", up, quotaCfg)))
+			if code != 1 || !strings.Contains(errOut, "certificate") {
+				t.Fatalf("https without the certificate trusted: exit %d, %q; want the TLS check to refuse", code, errOut)
 			}
 		})
 	}
