@@ -75,10 +75,7 @@ func pageCommands(t *testing.T, file string) []docCommand {
 		out = append(out, docCommand{file: file, line: start, text: strings.TrimSpace(pending + strings.TrimSpace(code))})
 		pending = ""
 	}
-	for _, c := range inlineCommands(t, file) {
-		out = append(out, c)
-	}
-	return out
+	return append(out, inlineCommands(t, file)...)
 }
 
 // stripComment cuts a shell comment (" #" outside quotes) off a line.
