@@ -170,6 +170,9 @@ func (down) Top(context.Context, string, int) ([]limits.TopList, error)        {
 func (down) Add(context.Context, auth.Entry) error                             { return errDown }
 func (down) Revoke(context.Context, string) error                              { return errDown }
 func (down) List(context.Context) ([]auth.Entry, error)                        { return nil, errDown }
+func (down) Rotate(context.Context, string, auth.Entry, time.Time) (auth.Entry, error) {
+	return auth.Entry{}, errDown
+}
 func (down) History(context.Context, string, string, string) (limits.TenantHistory, error) {
 	return limits.TenantHistory{}, errDown
 }
@@ -231,7 +234,8 @@ func newOAServers(t *testing.T) *oaServers {
 	if err != nil {
 		t.Fatal(err)
 	}
-	keys, err := auth.NewMemoryRegistry(nil)
+	past := time.Now().Add(-time.Hour)
+	keys, err := auth.NewMemoryRegistry([]auth.Entry{{Digest: auth.Digest(oaExpiredKey), Kind: "admin", Org: "acme", Projects: []string{"*"}, Expires: &past}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -545,6 +549,9 @@ func (o oaOp) good(srv *httptest.Server) oaCall {
 	return c
 }
 
+// oaExpiredKey is registered with an expiry past.
+const oaExpiredKey = "svc_openapi_expired_key"
+
 func TestOpenAPIDrive(t *testing.T) {
 	doc, v := oaDoc(t)
 	loose, errs := validator.NewValidator(mustDoc(t))
@@ -605,6 +612,13 @@ func TestOpenAPIDrive(t *testing.T) {
 		{srv: main, method: "DELETE", target: "/keys/" + digest, good: true, status: 200},
 		{srv: main, method: "POST", target: "/keys", body: goodRequests["keys_add"][1], good: true, status: 409, code: "key_revoked"},
 		{srv: main, method: "DELETE", target: "/keys/" + strings.Repeat("0", 64), good: true, status: 404, code: "not_found"},
+		{srv: main, method: "POST", target: "/keys/" + auth.Digest("svc_other") + "/rotate", good: true, status: 201},
+		{srv: main, method: "POST", target: "/keys/" + auth.Digest("svc_other") + "/rotate", body: `{"overlap":"0s"}`, good: true, status: 409, code: "key_rotated"},
+		{srv: main, method: "POST", target: "/keys/" + digest + "/rotate", body: `{"overlap":"7d","expires":"2099-01-01"}`, good: true, status: 409, code: "key_revoked"},
+		{srv: main, method: "POST", target: "/keys/" + auth.Digest(oaExpiredKey) + "/rotate", good: true, status: 409, code: "key_expired"},
+		{srv: main, method: "POST", target: "/keys", body: `{"digest":"` + auth.Digest(oaExpiredKey) + `","kind":"admin","org":"acme","projects":["*"]}`, good: true, status: 409, code: "key_expired"},
+		{srv: main, method: "POST", target: "/keys/" + strings.Repeat("0", 64) + "/rotate", good: true, status: 404, code: "not_found"},
+		{srv: main, method: "POST", target: "/keys/" + auth.Digest("svc_other") + "/rotate", body: `{"overlap":"-1h"}`, status: 400, code: "invalid_request"},
 		{srv: main, method: "DELETE", target: "/keys/not-a-digest", status: 400, code: "invalid_request"},
 		{srv: main, method: "POST", target: "/quota/grants", body: goodRequests["quota_grant"][1], good: true, status: 201},
 		{srv: main, method: "POST", target: "/quota/grants", body: `{"limit":"agent_job_per_project","id":"proj-1","amount":0,"reason":"x"}`, status: 400, code: "invalid_request"},

@@ -127,7 +127,10 @@ func (d *decoder) fail(key, format string, args ...any) {
 	d.problems = append(d.problems, Problem{Key: key, Msg: fmt.Sprintf(format, args...)})
 }
 
-var durationType = reflect.TypeFor[time.Duration]()
+var (
+	durationType     = reflect.TypeFor[time.Duration]()
+	longDurationType = reflect.TypeFor[LongDuration]()
+)
 
 func (d *decoder) value(n *yaml.Node, v reflect.Value, path string) {
 	switch n.Kind {
@@ -279,6 +282,8 @@ func want(t reflect.Type) string {
 	switch {
 	case t == durationType:
 		return "a duration such as 30s or 100ms"
+	case t == longDurationType:
+		return "a duration such as 90d or 36h"
 	case t.Kind() == reflect.Bool:
 		return "true or false"
 	case t.Kind() == reflect.String:

@@ -67,11 +67,14 @@ const (
 	EventForecast         = "quota.forecast"
 	EventOverrideExpired  = "quota.override_expired"
 	EventKeyRevoked       = "key.revoked"
+	EventKeyRotated       = "key.rotated"
+	EventKeyExpiring      = "key.expiring"
 	EventPing             = "ping"
 )
 
 // EventTypes are the types an endpoint's events: may list.
-var EventTypes = []string{EventThresholdCrossed, EventExhausted, EventForecast, EventOverrideExpired, EventKeyRevoked}
+var EventTypes = []string{EventThresholdCrossed, EventExhausted, EventForecast, EventOverrideExpired, EventKeyRevoked,
+	EventKeyRotated, EventKeyExpiring}
 
 // QuotaEventTypes are the events a limit's counters detect, those a limit's events: may list.
 var QuotaEventTypes = []string{EventThresholdCrossed, EventExhausted, EventForecast}

@@ -3,11 +3,19 @@ package config
 import (
 	"reflect"
 	"strings"
+
+	"gopkg.in/yaml.v3"
 )
 
 // durationPattern matches what a duration key takes as a string: Go's time.ParseDuration
 // syntax (30s, 1h30m, 100ms, 0). A whole number is taken too, as nanoseconds.
 const durationPattern = `^([-+]?(([0-9]+(\.[0-9]*)?|\.[0-9]+)(ns|us|µs|μs|ms|s|m|h))+|[-+]?0)$`
+
+// longDurationPattern matches a LongDuration: a whole number of days (90d) or a duration.
+const longDurationPattern = `^([0-9]{1,5}d|([-+]?(([0-9]+(\.[0-9]*)?|\.[0-9]+)(ns|us|µs|μs|ms|s|m|h))+|[-+]?0))$`
+
+// yamlUnmarshaler is a type that decodes itself: its schema cannot be read off its Go kind.
+var yamlUnmarshaler = reflect.TypeFor[yaml.Unmarshaler]()
 
 // JSONSchema is the JSON Schema (draft-07) of the config file, generated from the Config type:
 // every key the strict decoder takes, at every depth, with its type, and no other key
@@ -31,6 +39,14 @@ func schemaOf(t reflect.Type) map[string]any {
 	switch {
 	case t == durationType:
 		return map[string]any{"type": []any{"string", "integer"}, "pattern": durationPattern}
+	case t == reflect.TypeFor[LongDuration]():
+		return map[string]any{"anyOf": []any{
+			map[string]any{"type": "string", "pattern": longDurationPattern},
+			map[string]any{"const": 0},
+		}}
+	case reflect.PointerTo(t).Implements(yamlUnmarshaler):
+		// A new type that decodes itself: give it a case above.
+		panic("config: no JSON Schema for " + t.String() + ", which decodes itself")
 	case t == reflect.TypeFor[Org]():
 		// Its short form, a list of domains, or the mapping (Org.decodeShort).
 		return map[string]any{"anyOf": []any{

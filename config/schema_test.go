@@ -64,17 +64,19 @@ func TestJSONSchemaAgreesWithTheDecoder(t *testing.T) {
 		}
 	})
 	for yml, ok := range map[string]bool{
-		"orgs: {acme: [a, b], globex: {domains: [g], plan: gold}}":   true,
-		"upstream: {timeout: 30s, dial_timeout: 1h30m}":              true,
-		"upstream: {timeout: 1000000}":                               true,
-		"plans: {gold: {assistant_per_org: {limit: 5, window: 1m}}}": true,
-		"tracing: {headers: {x-token: abc}, sample_ratio: 0.5}":      true,
-		"upstream: {timeout: forever}":                               false,
-		"upstream: {timout: 3s}":                                     false,
-		"orgs: {acme: 5}":                                            false,
-		"limits: {x: {limit: many}}":                                 false,
-		"plans: {gold: {assistant_per_org: {limt: 5}}}":              false,
-		"routes: [{name: r, stream: yes please}]":                    false,
+		"orgs: {acme: [a, b], globex: {domains: [g], plan: gold}}":                   true,
+		"upstream: {timeout: 30s, dial_timeout: 1h30m}":                              true,
+		"upstream: {timeout: 1000000}":                                               true,
+		"auth: {expiry_notice: 7d, key_lifetime: {admin: {default: 90d, max: 36h}}}": true,
+		"auth: {expiry_notice: 7 days}":                                              false,
+		"plans: {gold: {assistant_per_org: {limit: 5, window: 1m}}}":                 true,
+		"tracing: {headers: {x-token: abc}, sample_ratio: 0.5}":                      true,
+		"upstream: {timeout: forever}":                                               false,
+		"upstream: {timout: 3s}":                                                     false,
+		"orgs: {acme: 5}":                                                            false,
+		"limits: {x: {limit: many}}":                                                 false,
+		"plans: {gold: {assistant_per_org: {limt: 5}}}":                              false,
+		"routes: [{name: r, stream: yes please}]":                                    false,
 	} {
 		if err := s.Validate(asJSON(t, yml)); (err == nil) != ok {
 			t.Errorf("%s: valid %v, want %v (%v)", yml, err == nil, ok, err)

@@ -103,8 +103,9 @@ func needsNode(cmd string) bool { return strings.HasPrefix(cmd, "node aisdk-clie
 // simulator, the gateway) with a webhook endpoint (the pages on notifications need one); each
 // page runs in a directory of its own holding what the page assumes: bin/ (the demo's
 // binaries and config; gateway on the PATH), config.example.yaml, gateway.yaml (the demo's
-// config), key.txt and admin-key.txt (keys), leaked-key.txt (a registered key), and the
-// AI SDK clients. A page's commands run in order in one shell (its exports hold for the
+// config in auth.mode registry, the mode the pages on keys are about), key.txt and
+// admin-key.txt (keys), and the AI SDK clients; each block that reads leaked-key.txt finds a
+// registered key there of its own (a revocation's example and a rotation's both act on one). A page's commands run in order in one shell (its exports hold for the
 // commands after them), with GATEWAY_ADMIN_URL naming the demo's admin listener (a free port
 // here, 127.0.0.1:9090 in make demo: the CLI's default). Inline commands that are synopses (gateway -config FILE) or names
 // (gateway quota audit) are checked against the binary's help: the command exists and takes
@@ -216,7 +217,7 @@ func startDemo(t *testing.T) *demo {
 	d.fills.tenantDigest = auth.Digest("svc_dsc_demo")
 	// The pages' keys, made by the binary.
 	d.keys = map[string]string{}
-	for file, kind := range map[string]string{"key.txt": "assistant", "admin-key.txt": "admin", "leaked-key.txt": "assistant"} {
+	for file, kind := range map[string]string{"key.txt": "assistant", "admin-key.txt": "admin"} {
 		out, err := exec.Command(filepath.Join(d.bin, "gateway"), "keys", "generate", "--kind", kind).Output()
 		if err != nil {
 			t.Fatal(err)
@@ -224,11 +225,6 @@ func startDemo(t *testing.T) *demo {
 		d.keys[file] = strings.TrimSpace(string(out))
 	}
 	d.fills.adminDigest = auth.Digest(d.keys["admin-key.txt"])
-	add := exec.Command(filepath.Join(d.bin, "gateway"), "keys", "add", "-config", cfgPath, "--kind", "assistant", "--org", "acme", "--domain", "acme-docs")
-	add.Stdin = strings.NewReader(d.keys["leaked-key.txt"] + "\n")
-	if out, err := add.CombinedOutput(); err != nil {
-		t.Fatalf("registering leaked-key.txt: %v\n%s", err, out)
-	}
 	return d
 }
 
@@ -369,6 +365,11 @@ func (d *demo) pageDir(t *testing.T) string {
 		}
 		files[dst] = string(data)
 	}
+	registry := strings.Replace(files["gateway.yaml"], "\n  mode: prefix\n", "\n  mode: registry\n", 1)
+	if registry == files["gateway.yaml"] {
+		t.Fatal("the demo's config has no auth.mode prefix line to turn into registry")
+	}
+	files["gateway.yaml"] = registry
 	for f, k := range d.keys {
 		files[f] = k + "\n"
 	}
@@ -388,8 +389,15 @@ func (d *demo) runPage(t *testing.T, page string, cmds []docCommand, expect map[
 		return
 	}
 	dir, out := d.pageDir(t), t.TempDir()
+	leaked := map[int]bool{} // the blocks that read leaked-key.txt
+	for _, c := range cmds {
+		leaked[c.block] = leaked[c.block] || c.block >= 0 && strings.Contains(c.text, "leaked-key.txt")
+	}
 	var script strings.Builder
 	for i, c := range cmds {
+		if leaked[c.block] && (i == 0 || cmds[i-1].block != c.block) {
+			fmt.Fprintf(&script, "gateway keys generate --kind assistant --add -config %s/demo.yaml --org acme --domain acme-docs >leaked-key.txt 2>/dev/null || exit 1\n", d.bin)
+		}
 		// Each command's own redirections (> key.txt, < key.txt) apply inside the braces.
 		fmt.Fprintf(&script, "{\n%s\n} >%s/%d.out 2>%s/%d.err </dev/null; echo $? >%s/%d.rc\n", d.fills.apply(c.text), out, i, out, i, out, i)
 	}

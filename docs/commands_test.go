@@ -15,6 +15,7 @@ type docCommand struct {
 	line   int
 	text   string
 	inline bool
+	block  int // the page's ```sh block it is in, from 0; -1 for an inline one
 }
 
 // key names the command in the tables of TestDocumentedCommands: "FILE: COMMAND".
@@ -41,13 +42,16 @@ func pageCommands(t *testing.T, file string) []docCommand {
 	lines := readLines(t, filepath.Join(root, file))
 	var out []docCommand
 	indent, inBlock, sh := "", false, false
-	pending, start := "", 0
+	pending, start, block := "", 0, -1
 	for i, line := range lines {
 		trimmed := strings.TrimSpace(line)
 		if strings.HasPrefix(trimmed, "```") {
 			if !inBlock {
 				inBlock, sh = true, trimmed == "```sh"
 				indent = line[:len(line)-len(strings.TrimLeft(line, " "))]
+				if sh {
+					block++
+				}
 			} else {
 				inBlock = false
 			}
@@ -72,7 +76,7 @@ func pageCommands(t *testing.T, file string) []docCommand {
 			pending += strings.TrimSpace(code) + " "
 			continue
 		}
-		out = append(out, docCommand{file: file, line: start, text: strings.TrimSpace(pending + strings.TrimSpace(code))})
+		out = append(out, docCommand{file: file, line: start, text: strings.TrimSpace(pending + strings.TrimSpace(code)), block: block})
 		pending = ""
 	}
 	return append(out, inlineCommands(t, file)...)
@@ -123,7 +127,7 @@ func inlineCommands(t *testing.T, file string) []docCommand {
 			cmd = strings.Join(strings.Fields(cmd), " ")
 			if !seen[cmd] {
 				seen[cmd] = true
-				out = append(out, docCommand{file: file, line: n, text: cmd, inline: true})
+				out = append(out, docCommand{file: file, line: n, text: cmd, inline: true, block: -1})
 			}
 		}
 	}

@@ -20,7 +20,7 @@ import (
 const mainUsage = `Usage:
   gateway -config FILE [-dev]                     run the gateway
   gateway -config FILE -check-config [-strict]    validate its config, print the start's warnings
-  gateway keys generate|add|revoke|list ...       manage API keys in the config's store
+  gateway keys generate|add|rotate|revoke|list ... manage API keys in the config's store
   gateway quota grant|override|end|reset|audit|overrides ...
                                                   change a tenant's quota through the admin API
   gateway usage top|show|history ...              read usage through the admin API

@@ -143,6 +143,13 @@ func (rl *reloader) knownPlan(plan string) bool {
 	return ok
 }
 
+// keyLifetime is the running config's lifetime of the keys of kind k.
+func (rl *reloader) keyLifetime(k auth.Kind) auth.Lifetime {
+	rl.mu.Lock()
+	defer rl.mu.Unlock()
+	return keyLifetimes(rl.running).For(k)
+}
+
 // fixedChanges names the settings a reload cannot change.
 func fixedChanges(old, cfg *config.Config) []string {
 	var keys []string

@@ -128,6 +128,8 @@ func serve(ctx context.Context, path string, cfg *config.Config, dev bool) error
 	}
 	if keys != nil {
 		defer keys.Close()
+		p.lastUse = auth.NewLastUse(lastUseStore(cfg, client))
+		defer p.keepLastUse(cfg.Redis.Timeout * 10)()
 	}
 	stopTracing, err := p.buildGateway(ctx, keys)
 	if err != nil {
@@ -178,6 +180,7 @@ type process struct {
 	eng      *engine.Engine
 	gw       *proxy.Gateway
 	rl       *reloader
+	lastUse  *auth.LastUse // registry mode: the keys' last uses
 	started  time.Time
 	draining atomic.Bool
 }
@@ -189,7 +192,7 @@ func (p *process) buildGateway(ctx context.Context, keys auth.Registry) (stopTra
 		GrowTimeout: p.cfg.Redis.Timeout, Metrics: p.m, Logger: p.log}
 	opts := proxy.Options{Config: p.cfg, Logger: p.log, Metrics: p.m}
 	if keys != nil {
-		opts.Registry, eo.Registry = keys, keys
+		opts.Registry, eo.Registry, opts.LastUse = keys, keys, p.lastUse
 	}
 	if stopTracing, err = newTracing(ctx, p.cfg, p.m, &opts, p.log); err != nil {
 		return nil, err
@@ -220,6 +223,32 @@ func keyManager(cfg *config.Config, keys auth.Registry) admin.KeyManager {
 		return &fileKeys{path: cfg.Auth.KeysFile, mem: mem}
 	}
 	return keys
+}
+
+// keepLastUse writes the keys' last uses once a minute until the returned function is called
+// (after the drain, so that the last requests' uses are written too), which writes them a
+// last time, within timeout, and returns when that is done.
+func (p *process) keepLastUse(timeout time.Duration) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		flushLastUse(ctx, p.lastUse, timeout, func(err error) {
+			p.log.Warn("the keys' last uses could not be written; kept for the next try", zap.Error(err))
+		})
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
+}
+
+// keyLastUse is what GET /keys reads the last uses from; nil in prefix mode.
+func (p *process) keyLastUse() admin.KeyLastUse {
+	if p.lastUse == nil {
+		return nil
+	}
+	return p.lastUse
 }
 
 // ready is /readyz: whether this process can serve. It answers once the config is loaded and
@@ -271,6 +300,9 @@ func (p *process) adminServer(keys admin.KeyManager, cert *tls.Certificate) *htt
 			Reload:       p.rl.reload,
 			Keys:         keys,
 			KnownPlan:    p.rl.knownPlan,
+			RouteKind:    func(name string) (auth.Kind, bool) { return p.eng.Policy().RouteKind(name) },
+			KeyLifetime:  p.rl.keyLifetime,
+			KeyLastUse:   p.keyLastUse(),
 			Quotas:       p.eng,
 			History:      p.eng,
 			MaxExports:   cfg.AdminMaxExports,
