@@ -200,11 +200,15 @@ func build(o Options) (http.Handler, *routes) {
 	}
 	if o.Top != nil {
 		ui := newUI(o)
+		// The page at /ui (the document's path; a path ending in a slash is a lint error
+		// there) and at /ui/, the address the docs and bookmarks use: its assets and its own
+		// refresh use absolute paths, so it works at either.
+		mux.Handle("GET /ui", guard(http.HandlerFunc(ui.page)))
 		mux.Handle("GET /ui/{$}", guard(http.HandlerFunc(ui.page)))
 		mux.Handle("GET /ui/assets/", guard(ui.assets()))
-		mux.Handle("GET /ui", guard(http.RedirectHandler("/ui/", http.StatusMovedPermanently)))
 	}
 	// Profiles of the running gateway, for performance work; behind the token like the rest.
+	mux.Handle("GET /debug/pprof", guard(http.HandlerFunc(pprofIndex)))
 	mux.Handle("GET /debug/pprof/", guard(http.HandlerFunc(pprof.Index)))
 	mux.Handle("GET /debug/pprof/cmdline", guard(http.HandlerFunc(pprof.Cmdline)))
 	mux.Handle("GET /debug/pprof/profile", guard(http.HandlerFunc(pprof.Profile)))

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -232,7 +234,7 @@ func (d *decoder) mapping(n *yaml.Node, v reflect.Value, path string) {
 		seen[k.Value] = true
 		idx, ok := fields[k.Value]
 		if !ok {
-			d.fail(key, "unknown key (line %d)", k.Line)
+			d.fail(key, "unknown key (line %d)%s", k.Line, Suggest(k.Value, slices.Sorted(maps.Keys(fields))))
 			continue
 		}
 		d.value(val, v.Field(idx), key)

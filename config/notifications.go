@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"net/netip"
 	"net/url"
@@ -199,7 +200,7 @@ func (v *validator) notifications(c *Config) {
 			lk := indexKey(key+".limits", j)
 			switch {
 			case !names[l]:
-				v.fail(lk, "%q is not a defined limit", l)
+				v.fail(lk, "%q is not a defined limit%s", l, Suggest(l, slices.Sorted(maps.Keys(names))))
 			case slices.Index(w.Limits, l) < j:
 				v.fail(lk, "%q is listed twice", l)
 			}

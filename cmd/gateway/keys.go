@@ -272,6 +272,11 @@ func runKeys(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 		if err != nil {
 			return fail(err)
 		}
+		if !asJSON && len(list) == 0 {
+			// A header alone reads like a failure: say where nothing was found.
+			fmt.Fprintf(stdout, "no keys are registered in %s\n", keyStoreName(cfg))
+			return exitOK
+		}
 		uses, err := loadLastUse(ctx, cfg)
 		if err != nil {
 			return fail(err)
@@ -289,6 +294,14 @@ func reloadHint(stderr io.Writer, cfg *config.Config) {
 	if len(cfg.Redis.Addrs) == 0 {
 		fmt.Fprintf(stderr, "gateway keys: %s updated; running gateways read it on SIGHUP or POST /reload\n", cfg.Auth.KeysFile)
 	}
+}
+
+// keyStoreName says where `gateway keys` keeps the keys of cfg.
+func keyStoreName(cfg *config.Config) string {
+	if len(cfg.Redis.Addrs) > 0 {
+		return "Redis (redis.addrs " + strings.Join(cfg.Redis.Addrs, ",") + ")"
+	}
+	return "auth.keys_file " + cfg.Auth.KeysFile
 }
 
 func mustKind(s string) auth.Kind {

@@ -147,9 +147,7 @@ func serve(ctx context.Context, path string, cfg *config.Config, dev bool) error
 		pubLn.Close()
 		return fmt.Errorf("admin_listen %s: %w", cfg.AdminListen, err)
 	}
-	warnAdminExposure(cfg, log)
-	warnSelfUsageExposure(cfg, log)
-	warnPrivateWebhooks(cfg, log)
+	logWarnings(log, startWarnings(cfg))
 	pub := publicServer(cfg, p.gw, tlsCert, log)
 	admin := p.adminServer(keyManager(cfg, keys), adminCert)
 	errc := make(chan error, 2)
@@ -211,9 +209,6 @@ func (p *process) buildGateway(ctx context.Context, keys auth.Registry) (stopTra
 	}
 	if p.notes != nil {
 		p.notes.start(ctx, p.lim.quotas, keys)
-	}
-	if p.lim.client == nil {
-		p.log.Warn("redis.addrs is empty: limits are counted in this process only, so each replica admits its own quota; configure Redis when running more than one replica")
 	}
 	return stopTracing, nil
 }
@@ -442,30 +437,6 @@ func loadCert(key string, c *config.TLS) (*tls.Certificate, error) {
 		return nil, configError{fmt.Errorf("invalid config: %s: %w", key, err)}
 	}
 	return &cert, nil
-}
-
-// warnAdminExposure says once, at start, who can reach what when the admin listener accepts
-// connections from other hosts without a token.
-func warnAdminExposure(cfg *config.Config, log *zap.Logger) {
-	if cfg.AdminToken != "" || admin.IsLoopbackListen(cfg.AdminListen) {
-		return
-	}
-	log.Warn("admin_listen accepts connections from other hosts and admin_token is empty: anyone who can reach " +
-		cfg.AdminListen + " can read /metrics, the usage endpoints and page (tenants' usage) and /debug/pprof; " +
-		"key and reload writes are refused (403 admin_token_required) until admin_token (GATEWAY_ADMIN_TOKEN) is set. " +
-		"Set admin_token, or restrict the port with a network policy.")
-}
-
-// warnPrivateWebhooks says once, at start, which webhook endpoints may be delivered to
-// loopback, link-local, private and metadata addresses: the opt-in is the operator's, and
-// should be seen.
-func warnPrivateWebhooks(cfg *config.Config, log *zap.Logger) {
-	for i, w := range cfg.Notifications.Webhooks {
-		if w.AllowPrivateAddresses {
-			log.Warn(fmt.Sprintf("notifications.webhooks[%d].allow_private_addresses is set: deliveries to this endpoint may connect to loopback, link-local, private and cloud metadata addresses; set it only for a receiver of yours there", i),
-				zap.String("endpoint", w.Name))
-		}
-	}
 }
 
 // storeKind names the limit store for the usage page.
