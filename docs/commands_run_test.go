@@ -24,10 +24,11 @@ import (
 // notRun are the commands of the user pages that TestDocumentedCommands does not run, each
 // with why. Every other command runs as printed (with the fills of docFills).
 var notRun = map[string]string{
-	"README.md: make demo":               "this test does what make demo does: scripts/demo.sh --build and --write-config, then the simulator and the gateway (on free ports)",
-	"docs/getting-started.md: make demo": "as README.md's: this test is the demo",
-	"README.md: make test":               "the whole suite, this test among it",
-	"docs/contributing.md: make test":    "the whole suite, this test among it",
+	"README.md: make demo":                 "this test does what make demo does: scripts/demo.sh --build and --write-config, then the simulator and the gateway (on free ports)",
+	"docs/getting-started.md: make demo":   "as README.md's: this test is the demo",
+	"README.md: make test":                 "the whole suite, this test among it",
+	"docs/contributing.md: make test":      "the whole suite, this test among it",
+	"docs/contributing.md: make flakehunt": "the timing-sensitive tests three times beside busy loops (25 minutes): a contributor's run, not the suite's",
 	"README.md: key=$(printf %s \"${SECRET#whsec_}\" | base64 -d | xxd -p -c 256)":                                                                              "run by TestReadmeWebhookVerificationShell with the Standard Webhooks test vector",
 	"README.md: { printf '%s.%s.' \"$ID\" \"$TS\"; cat body.json; } | openssl dgst -sha256 -mac HMAC -macopt \"hexkey:$key\" -binary | base64 | sed 's/^/v1,/'": "run by TestReadmeWebhookVerificationShell with the Standard Webhooks test vector",
 	"docs/getting-started.md: go build -o bin/gateway ./cmd/gateway":                                                                                            "builds from the repository's sources into its bin/; this test's bin/gateway is make demo's build (scripts/build.sh)",
