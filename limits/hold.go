@@ -199,9 +199,9 @@ end
 // ARGV[2] tokens in its current window, the one the answer ends in (chargeLua; -1: released,
 // nothing charged), a streams slot ('c') is given back. ARGV[2+i] is the spec of KEYS[i],
 // ARGV[2+#KEYS+i] the allowance its admitting decision applied (0 or absent: unknown).
-// Reply: per key, "<expired> <bits crossed> <window start> <count>": expired is 1 when a
-// tokens hold that is charged had expired (or was gone); the rest is chargeLua's (0 0 0 when
-// nothing was charged).
+// Reply: per key, "<expired> <bits crossed> <window start> <count> <held>": expired is 1 when
+// a tokens hold that is charged had expired (or was gone); the rest is chargeLua's (0 0 0 0
+// when nothing was charged).
 const settleLua = windowLua + holdLua + chargeLua + `
 local t = redis.call('TIME')
 local sec = tonumber(t[1])
@@ -213,12 +213,12 @@ for i = 1, #KEYS do
   local spec = ARGV[i + 2]
   local algo = parse(spec)
   local live = unhold(KEYS[i], field, now_us)
-  local expired, bits, ws, used = 0, 0, 0, 0
+  local expired, bits, ws, used, held = 0, 0, 0, 0, 0
   if algo == 't' and n >= 0 then
     if not live then expired = 1 end
-    if n > 0 then bits, ws, used = charge(KEYS[i], spec, n, sec, now_us, tonumber(ARGV[2 + #KEYS + i]) or 0) end
+    if n > 0 then bits, ws, used, held = charge(KEYS[i], spec, n, sec, now_us, tonumber(ARGV[2 + #KEYS + i]) or 0) end
   end
-  out[i] = string.format('%d %d %d %d', expired, bits, ws, used)
+  out[i] = string.format('%d %d %d %d %d', expired, bits, ws, used, held)
 end
 return table.concat(out, ' ')
 `
@@ -322,20 +322,21 @@ func (r *Redis) settleSlot(ctx context.Context, st *settlement, idx []int) error
 }
 
 // settled reads a settleLua reply for the keys of idx: per key, whether its hold had expired,
-// then chargeLua's three numbers.
+// then chargeLua's numbers.
 func (r *Redis) settled(st *settlement, idx []int, reply string) error {
-	vals := make([]int64, 4*len(idx))
+	const per = 1 + chargeReply
+	vals := make([]int64, per*len(idx))
 	if err := scanInts(reply, vals); err != nil {
 		return err
 	}
 	charged := make([]Hit, len(idx))
-	charges := make([]int64, 0, 3*len(idx))
+	charges := make([]int64, 0, chargeReply*len(idx))
 	for j, i := range idx {
-		if vals[4*j] == 1 {
+		if vals[per*j] == 1 {
 			st.expired = append(st.expired, st.names[i])
 		}
 		charged[j] = st.held[i]
-		charges = append(charges, vals[4*j+1:4*j+4]...)
+		charges = append(charges, vals[per*j+1:per*(j+1)]...)
 	}
 	r.reportCharges(charged, charges)
 	return nil

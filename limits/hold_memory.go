@@ -28,6 +28,20 @@ func (e *memEntry) liveHolds(nowUS int64) (sum, n int64) {
 	return sum, n
 }
 
+// held sums the holds of e live at nowUS, leaving the expired ones (the caller holds the
+// shard lock; e may be nil).
+func (e *memEntry) held(nowUS int64) int64 {
+	var sum int64
+	if e != nil {
+		for _, h := range e.holds {
+			if h.expires > nowUS {
+				sum += h.amount
+			}
+		}
+	}
+	return sum
+}
+
 // addHold records hold hid of amount for h, until its rule's ReserveTTL from now; a tokens
 // limit's counter moves to the current window first (the caller holds the shard lock).
 func (m *Memory) addHold(h *memHit, hid string, amount int64, now memTime) {

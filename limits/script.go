@@ -214,8 +214,9 @@ end
 //
 // Reply: "<ok> then per key: <allowed> <remaining> <reset µs> <retry µs> <window start>",
 // followed for a q limit by "<allowance> <base>"; then, for each key whose decision crossed
-// one of its marks (thresholds.go), "<key position, from 1> <Result.Crossed bits>". One string (instead of an array of
-// integers) keeps the client's reply parsing to a single allocation.
+// one of its marks (thresholds.go), "<key position, from 1> <Result.Crossed bits> <used>
+// <held>" (Result.Used and Result.Held). One string (instead of an array of integers) keeps
+// the client's reply parsing to a single allocation.
 const takeLua = windowLua + quotaLua + `
 -- Run-time quotas are rare: one EXISTS over the decision's quota keys says whether any is
 -- to be read.
@@ -259,7 +260,7 @@ for i = 1, n do
     qk = qk + 1
     if quotas then base, g, ends = quota(KEYS[qk], limit, win, sec, now_us) end
   end
-  local h = {algo = algo, limit = allowance(base, g), base = base, ends = ends, q = q, shadow = shadow}
+  local h = {algo = algo, limit = allowance(base, g), base = base, ends = ends, q = q, shadow = shadow, rlimit = limit}
   if algo == 'f' or algo == 't' then h.mk = marks(ARGV[i]) end
   if algo == 'f' or algo == 't' then
     local ws, we = bounds(win, sec)
@@ -294,7 +295,7 @@ for i = 1, n do
 end
 
 local out = {tostring(ok)}
-local crossed = {}
+local crossed, seen = {}, {}
 for i = 1, n do
   local h = st[i]
   local a, rem, reset, retry, ws = 0, 0, 0, 0, 0
@@ -326,7 +327,7 @@ for i = 1, n do
       -- The tenant's first refusal in the window, as for requests below (the thresholds of
       -- tokens are crossed by the charges, chargeLua).
       if h.mk and h.mk.e and h.same and redis.call('HSETNX', KEYS[i], 'e', 1) == 1 then
-        crossed[i] = 256
+        crossed[i], seen[i] = 256, {h.cnt, h.held or 0}
       end
     end
   elseif h.algo == 'c' then
@@ -354,14 +355,15 @@ for i = 1, n do
       -- it, and marks it in the counter, so that it is reported once.
       if h.mk then
         local bits = cross(KEYS[i], h.mk, h.cnt + 1, h.limit, h.same, h.ws, h.we, now_us)
-        if bits > 0 then crossed[i] = bits end
+        if bits > 0 then crossed[i], seen[i] = bits, {h.cnt + 1, 0} end
       end
     else
       rem = math.max(h.limit - h.cnt, 0)
       if not h.allowed then retry = reset end
       -- The tenant's first refusal in the window (e marks it), in a window the counter holds.
       if not h.allowed and h.mk and h.mk.e and h.same and redis.call('HSETNX', KEYS[i], 'e', 1) == 1 then
-        crossed[i] = (crossed[i] or 0) + 256
+        -- The count as usage read-back shows it (quotaStateLua's state).
+        crossed[i], seen[i] = (crossed[i] or 0) + 256, {math.min(h.cnt, math.max(h.limit, h.rlimit)), 0}
       end
     end
   else
@@ -393,10 +395,10 @@ for i = 1, n do
     out[#out + 1] = string.format('%d %d %d %d %d', a, rem, reset, retry, ws)
   end
 end
--- What was crossed, after every key's fields: "<key position> <bits>" pairs, none most of
--- the time.
+-- What was crossed, after every key's fields: "<key position> <bits> <used> <held>", none
+-- most of the time.
 for i = 1, n do
-  if crossed[i] then out[#out + 1] = string.format('%d %d', i, crossed[i]) end
+  if crossed[i] then out[#out + 1] = string.format('%d %d %d %d', i, crossed[i], seen[i][1], seen[i][2]) end
 end
 return table.concat(out, ' ')
 `
@@ -493,8 +495,8 @@ return string.format('%d %d %d %d %d %d %d %d', used, math.max(allow - used - re
 // debitLua adds tokens to tokens limits ('t' specs) in their current windows (chargeLua).
 // ARGV[3i-2] is the spec of KEYS[i], ARGV[3i-1] the amount, ARGV[3i] the allowance the
 // admitting decision applied (0: unknown). Other specs are ignored. Reply: per key, "<bits
-// crossed> <window start> <count>" (0 0 0 for a key not charged).
-const debitLua = windowLua + chargeLua + `
+// crossed> <window start> <count> <held>" (0 0 0 0 for a key not charged).
+const debitLua = windowLua + holdLua + chargeLua + `
 local t = redis.call('TIME')
 local sec = tonumber(t[1])
 local now_us = sec * 1000000 + tonumber(t[2])
@@ -503,11 +505,11 @@ for i = 1, #KEYS do
   local spec = ARGV[3 * i - 2]
   local algo = parse(spec)
   local n = tonumber(ARGV[3 * i - 1])
-  local bits, ws, used = 0, 0, 0
+  local bits, ws, used, held = 0, 0, 0, 0
   if algo == 't' and n and n > 0 then
-    bits, ws, used = charge(KEYS[i], spec, n, sec, now_us, tonumber(ARGV[3 * i]) or 0)
+    bits, ws, used, held = charge(KEYS[i], spec, n, sec, now_us, tonumber(ARGV[3 * i]) or 0)
   end
-  out[i] = string.format('%d %d %d', bits, ws, used)
+  out[i] = string.format('%d %d %d %d', bits, ws, used, held)
 end
 return table.concat(out, ' ')
 `

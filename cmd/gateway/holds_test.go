@@ -95,6 +95,12 @@ type streamResult struct {
 // they end (done).
 func startStreams(t *testing.T, ps []*proc, n int, fp string) (results []streamResult, done *sync.WaitGroup) {
 	t.Helper()
+	return startStreamsTo(t, ps, n, "acme-docs", fp)
+}
+
+// startStreamsTo is startStreams for the assistant of domain.
+func startStreamsTo(t *testing.T, ps []*proc, n int, domain, fp string) (results []streamResult, done *sync.WaitGroup) {
+	t.Helper()
 	got := make(chan streamResult, n)
 	done = &sync.WaitGroup{}
 	for i := range n {
@@ -102,7 +108,7 @@ func startStreams(t *testing.T, ps []*proc, n int, fp string) (results []streamR
 		go func() {
 			defer done.Done()
 			p := ps[i%len(ps)]
-			req, _ := http.NewRequest("POST", "http://"+p.public+"/discovery/v1/assistant/acme-docs/message", strings.NewReader(`{"fp":"`+fp+`","messages":[]}`))
+			req, _ := http.NewRequest("POST", "http://"+p.public+"/discovery/v1/assistant/"+domain+"/message", strings.NewReader(`{"fp":"`+fp+`","messages":[]}`))
 			req.Header.Set("Authorization", fmt.Sprintf("Bearer svc_dsc_key%d", i))
 			req.Header.Set("Content-Type", "application/json")
 			res, err := http.DefaultClient.Do(req)
