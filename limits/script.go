@@ -272,6 +272,14 @@ for i = 1, n do
       h.reserve, h.ttl = hold_terms(ARGV[i])
       if h.reserve > 0 then
         local sum, _, hst = holds(KEYS[i], now_us)
+        if (hst.owed or 0) > 0 then
+          -- Answers whose gateway died: charged what they had passed (hold.go), whatever
+          -- this decision; then counted as any use of the window.
+          local rk, rspec, rst = KEYS[i], ARGV[i], hst
+` + reapBlock + `
+          cnt, same = count(KEYS[i], ws, win)
+          h.cnt, h.same = cnt, same
+        end
         h.held, h.hst = sum, hst
         h.allowed = h.limit - cnt - sum >= h.reserve
       end
@@ -295,7 +303,7 @@ for i = 1, n do
 end
 
 local out = {tostring(ok)}
-local crossed, seen = {}, {}
+local crossed = {}
 for i = 1, n do
   local h = st[i]
   local a, rem, reset, retry, ws = 0, 0, 0, 0, 0
@@ -327,7 +335,7 @@ for i = 1, n do
       -- The tenant's first refusal in the window, as for requests below (the thresholds of
       -- tokens are crossed by the charges, chargeLua).
       if h.mk and h.mk.e and h.same and redis.call('HSETNX', KEYS[i], 'e', 1) == 1 then
-        crossed[i], seen[i] = 256, {h.cnt, h.held or 0}
+        crossed[i], h.seen, h.seen_held = 256, h.cnt, h.held or 0
       end
     end
   elseif h.algo == 'c' then
@@ -355,7 +363,7 @@ for i = 1, n do
       -- it, and marks it in the counter, so that it is reported once.
       if h.mk then
         local bits = cross(KEYS[i], h.mk, h.cnt + 1, h.limit, h.same, h.ws, h.we, now_us)
-        if bits > 0 then crossed[i], seen[i] = bits, {h.cnt + 1, 0} end
+        if bits > 0 then crossed[i], h.seen = bits, h.cnt + 1 end
       end
     else
       rem = math.max(h.limit - h.cnt, 0)
@@ -363,7 +371,7 @@ for i = 1, n do
       -- The tenant's first refusal in the window (e marks it), in a window the counter holds.
       if not h.allowed and h.mk and h.mk.e and h.same and redis.call('HSETNX', KEYS[i], 'e', 1) == 1 then
         -- The count as usage read-back shows it (quotaStateLua's state).
-        crossed[i], seen[i] = (crossed[i] or 0) + 256, {math.min(h.cnt, math.max(h.limit, h.rlimit)), 0}
+        crossed[i], h.seen = (crossed[i] or 0) + 256, math.min(h.cnt, math.max(h.limit, h.rlimit))
       end
     end
   else
@@ -398,7 +406,7 @@ end
 -- What was crossed, after every key's fields: "<key position> <bits> <used> <held>", none
 -- most of the time.
 for i = 1, n do
-  if crossed[i] then out[#out + 1] = string.format('%d %d %d %d', i, crossed[i], seen[i][1], seen[i][2]) end
+  if crossed[i] then out[#out + 1] = string.format('%d %d %d %d', i, crossed[i], st[i].seen, st[i].seen_held or 0) end
 end
 return table.concat(out, ' ')
 `
@@ -430,7 +438,8 @@ for i = 1, #KEYS do
     end
   elseif (algo == 't' or algo == 'c') and string.sub(ARGV[2 * i], 1, 1) == '@' then
     -- A hold or slot of the decision (see hold.go).
-    unhold(KEYS[i], 'h:' .. string.sub(ARGV[2 * i], 2), now_us)
+    local f = 'h:' .. string.sub(ARGV[2 * i], 2)
+    unhold(KEYS[i], f, read('HGET', KEYS[i], f), now_us)
   elseif algo == 'g' then
     local tat = tonumber(redis.call('GET', KEYS[i]))
     if tat then

@@ -3,6 +3,7 @@ package proxy
 import (
 	"github.com/docsgate/gateway/config"
 	"github.com/docsgate/gateway/engine"
+	"github.com/docsgate/gateway/limits"
 	"github.com/docsgate/gateway/stream"
 )
 
@@ -31,6 +32,15 @@ func (q *quota) settle(s *scope, out *stream.Outcome) {
 		Plan:      s.plan,
 		Route:     s.route.Name,
 	})
+}
+
+// passed tracks what the request's answer passes (stream.Progress) and returns what it has
+// passed so far of a tokens limit, for the refreshes of its holds (engine.KeepHolds), which
+// call it from another goroutine: it reads only its own copies and the Progress' atomics.
+func (s *scope) passed() func(r *limits.Rule) int64 {
+	p, prompt := new(stream.Progress), s.promptBytes
+	s.tapBody.Track(p)
+	return func(r *limits.Rule) int64 { return p.Passed(prompt, r.EstimateMax, r.Reserve) }
 }
 
 // metricsEstimateMax is the estimate cap of the tokens metrics: the largest estimate_max of

@@ -359,7 +359,8 @@ func TestStreamsCapAtUpstream(t *testing.T) {
 
 // A replica killed with SIGKILL mid-stream leaves its token holds and stream slots behind;
 // the other replica sees them held (it denies for the slots) until reserve_ttl, then they
-// come back by themselves, never charged.
+// come back by themselves (what their answers had passed at their last refresh is charged by
+// the tenant's next decision: TestKilledReplicaAnswersCharged).
 func TestHoldsOfKilledReplicaComeBack(t *testing.T) {
 	t.Parallel()
 	for _, st := range holdStores()[1:] {
