@@ -3,10 +3,10 @@ GO        ?= go
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 FUZZTIME  ?= 15s
 
-.PHONY: help demo build test fuzz lint clean soak bench
+.PHONY: help demo build test fuzz lint clean soak bench flakehunt
 
 help: ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-8s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
 
 demo: ## the upstream simulator and the gateway (bin/demo.yaml, from config.example.yaml) with examples to try; no Redis needed
 	scripts/demo.sh
@@ -16,6 +16,9 @@ build: ## build static binaries into bin/ (scripts/build.sh: the line CI and the
 
 test: ## the whole suite with -race; installs redis-server, redis-tools, prometheus, chromium (apt-get, as root) and the AI SDK clients (npm ci) when missing
 	scripts/test.sh
+
+flakehunt: ## the timing-sensitive tests under -race, COUNT (default 3) times each, beside two busy loops (scripts/flakehunt.sh)
+	scripts/flakehunt.sh
 
 fuzz: ## run every fuzz target for FUZZTIME each (default 15s)
 	FUZZTIME=$(FUZZTIME) scripts/fuzz.sh

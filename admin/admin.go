@@ -16,6 +16,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/docsgate/gateway/auth"
 	"github.com/docsgate/gateway/limits"
 )
 
@@ -45,6 +46,17 @@ type Options struct {
 	Keys KeyManager
 	// KnownPlan tells whether the running config defines a plan; keys naming another are refused.
 	KnownPlan func(string) bool
+	// RouteKind is the key family of the running config's route of that name; keys whose
+	// scopes name no route of their kind are refused. nil: scopes are not checked.
+	RouteKind func(name string) (auth.Kind, bool)
+	// KeyLifetime bounds the expiry of the keys registered and rotated (auth.key_lifetime).
+	// nil: no bounds.
+	KeyLifetime func(auth.Kind) auth.Lifetime
+	// KeyLastUse, when set, gives GET /keys and the usage page each key's last use.
+	KeyLastUse KeyLastUse
+	// KeyExpiryNotice is auth.expiry_notice of the running config: the usage page lists the
+	// keys ending within it. nil or 0: not listed.
+	KeyExpiryNotice func() time.Duration
 	// Quotas backs the /quota endpoints (grants, overrides, resets, the audit trail) and the
 	// page's lists of overrides and audit entries; nil disables them.
 	Quotas QuotaManager
@@ -143,11 +155,13 @@ func build(o Options) (http.Handler, *routes) {
 		mux.Handle("GET /usage/export", guard(ownPagesOnly(http.HandlerFunc(h.export))))
 	}
 	if o.Keys != nil {
-		k := keys{km: o.Keys, knownPlan: o.KnownPlan}
+		k := keys{km: o.Keys, knownPlan: o.KnownPlan, routeKind: o.RouteKind, lifetime: o.KeyLifetime, lastUse: o.KeyLastUse}
 		mux.Handle("POST /keys", write(jsonOnly(http.HandlerFunc(k.add), true)))
 		mux.Handle("DELETE /keys/{digest}", write(http.HandlerFunc(k.revoke)))
+		mux.Handle("POST /keys/{digest}/rotate", write(jsonOnly(http.HandlerFunc(k.rotate), false)))
 		mux.Handle("GET /keys", guard(http.HandlerFunc(k.list)))
 		writes["POST /keys"], writes["DELETE /keys/{digest}"] = "keys.add", "keys.revoke"
+		writes["POST /keys/{digest}/rotate"] = "keys.rotate"
 	}
 	if o.Quotas != nil {
 		q := quotas{qm: o.Quotas, timeout: o.UsageTimeout, log: o.Logger}
@@ -186,11 +200,15 @@ func build(o Options) (http.Handler, *routes) {
 	}
 	if o.Top != nil {
 		ui := newUI(o)
+		// The page at /ui (the document's path; a path ending in a slash is a lint error
+		// there) and at /ui/, the address the docs and bookmarks use: its assets and its own
+		// refresh use absolute paths, so it works at either.
+		mux.Handle("GET /ui", guard(http.HandlerFunc(ui.page)))
 		mux.Handle("GET /ui/{$}", guard(http.HandlerFunc(ui.page)))
 		mux.Handle("GET /ui/assets/", guard(ui.assets()))
-		mux.Handle("GET /ui", guard(http.RedirectHandler("/ui/", http.StatusMovedPermanently)))
 	}
 	// Profiles of the running gateway, for performance work; behind the token like the rest.
+	mux.Handle("GET /debug/pprof", guard(http.HandlerFunc(pprofIndex)))
 	mux.Handle("GET /debug/pprof/", guard(http.HandlerFunc(pprof.Index)))
 	mux.Handle("GET /debug/pprof/cmdline", guard(http.HandlerFunc(pprof.Cmdline)))
 	mux.Handle("GET /debug/pprof/profile", guard(http.HandlerFunc(pprof.Profile)))

@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -203,6 +204,9 @@ type failing struct{}
 func (failing) Add(context.Context, auth.Entry) error      { return errors.New("down") }
 func (failing) Revoke(context.Context, string) error       { return errors.New("down") }
 func (failing) List(context.Context) ([]auth.Entry, error) { return nil, errors.New("down") }
+func (failing) Rotate(context.Context, string, auth.Entry, time.Time) (auth.Entry, error) {
+	return auth.Entry{}, errors.New("down")
+}
 
 func TestKeysRegistryUnavailable(t *testing.T) {
 	srv := keysServer(t, failing{})
@@ -210,6 +214,7 @@ func TestKeysRegistryUnavailable(t *testing.T) {
 	for _, c := range []struct{ method, path, body string }{
 		{"GET", "/keys", ""},
 		{"DELETE", "/keys/" + d, ""},
+		{"POST", "/keys/" + d + "/rotate", ""},
 		{"POST", "/keys", `{"digest":"` + d + `","kind":"assistant","org":"acme","domains":["d"]}`},
 	} {
 		r := call(t, srv, c.method, c.path, testToken, c.body)
@@ -225,6 +230,9 @@ type listOnly struct{ reg *auth.MemoryRegistry }
 func (l listOnly) Add(ctx context.Context, e auth.Entry) error    { return l.reg.Add(ctx, e) }
 func (l listOnly) Revoke(ctx context.Context, d string) error     { return l.reg.Revoke(ctx, d) }
 func (l listOnly) List(ctx context.Context) ([]auth.Entry, error) { return l.reg.List(ctx) }
+func (l listOnly) Rotate(ctx context.Context, old string, next auth.Entry, ends time.Time) (auth.Entry, error) {
+	return l.reg.Rotate(ctx, old, next, ends)
+}
 
 func TestKeysRevokeWithoutLookup(t *testing.T) {
 	reg, _ := auth.NewMemoryRegistry([]auth.Entry{{Digest: auth.Digest("svc_a"), Kind: "admin", Org: "o", Projects: []string{"p"}}})
@@ -246,6 +254,7 @@ func TestKeysNoToken(t *testing.T) {
 		{"POST", "/keys", `{"key":"svc_k0123456789abcdefghijklmn","kind":"admin","org":"o","projects":["*"]}`},
 		{"POST", "/keys", `{"digest":"` + d + `","kind":"admin","org":"o","projects":["*"]}`},
 		{"DELETE", "/keys/" + d, ""},
+		{"POST", "/keys/" + d + "/rotate", ""},
 	} {
 		r := call(t, srv, c.method, c.path, "", c.body)
 		if r.code != 403 || r.body["code"] != "admin_token_required" {

@@ -170,6 +170,9 @@ func (down) Top(context.Context, string, int) ([]limits.TopList, error)        {
 func (down) Add(context.Context, auth.Entry) error                             { return errDown }
 func (down) Revoke(context.Context, string) error                              { return errDown }
 func (down) List(context.Context) ([]auth.Entry, error)                        { return nil, errDown }
+func (down) Rotate(context.Context, string, auth.Entry, time.Time) (auth.Entry, error) {
+	return auth.Entry{}, errDown
+}
 func (down) History(context.Context, string, string, string) (limits.TenantHistory, error) {
 	return limits.TenantHistory{}, errDown
 }
@@ -231,7 +234,8 @@ func newOAServers(t *testing.T) *oaServers {
 	if err != nil {
 		t.Fatal(err)
 	}
-	keys, err := auth.NewMemoryRegistry(nil)
+	past := time.Now().Add(-time.Hour)
+	keys, err := auth.NewMemoryRegistry([]auth.Entry{{Digest: auth.Digest(oaExpiredKey), Kind: "admin", Org: "acme", Projects: []string{"*"}, Expires: &past}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -426,6 +430,12 @@ func (r *oaRun) do(c oaCall) {
 	}
 }
 
+// slashAliases are the patterns that serve, at the address with a trailing slash, what a
+// documented path serves without it: the document has no path ending in a slash (Redocly's
+// no-path-trailing-slash), and the docs and Go's tools still use these addresses.
+// TestSlashAliases checks that they answer as the documented path does.
+var slashAliases = map[string]string{"GET /ui/{$}": "/ui", "GET /debug/pprof/": "/debug/pprof"}
+
 func TestOpenAPIRoutes(t *testing.T) {
 	doc, _ := oaDoc(t)
 	ops := oaOps(t, doc)
@@ -445,8 +455,44 @@ func TestOpenAPIRoutes(t *testing.T) {
 		served[pattern] = true
 	}
 	for _, p := range mux.patterns {
-		if p != "/" && !served[p] {
+		if _, alias := slashAliases[p]; p != "/" && !served[p] && !alias {
 			t.Errorf("%s is served but no documented operation reaches it", p)
+		}
+	}
+}
+
+// The addresses with a trailing slash answer as the documented paths do: the usage page the
+// same page, the profiles' index the same index, whose links resolve under /debug/pprof/ at
+// either address.
+func TestSlashAliases(t *testing.T) {
+	s := newOAServers(t)
+	get := func(path string) (int, string, string) {
+		req, _ := http.NewRequest("GET", s.main.URL+path, nil)
+		req.Header.Set("Authorization", "Bearer "+oaToken)
+		res, err := noRedirects.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		body, _ := io.ReadAll(res.Body)
+		return res.StatusCode, res.Header.Get("Content-Type"), string(body)
+	}
+	for alias, path := range map[string]string{"/ui/": "/ui", "/debug/pprof/": "/debug/pprof", "/ui/?partial=1": "/ui?partial=1"} {
+		as, actype, abody := get(alias)
+		ps, pctype, pbody := get(path)
+		if as != 200 || ps != 200 || actype != pctype {
+			t.Errorf("%s: %d %s; %s: %d %s", alias, as, actype, path, ps, pctype)
+		}
+		if path == "/ui" && (!strings.Contains(abody, `href="/ui/assets/style.css"`) || !strings.Contains(pbody, `href="/ui/assets/style.css"`)) {
+			t.Errorf("%s or %s is not the usage page", alias, path)
+		}
+		if path == "/debug/pprof" {
+			if !strings.Contains(pbody, `<base href="/debug/pprof/">`) || !strings.Contains(pbody, "goroutine?debug=2") {
+				t.Errorf("/debug/pprof links nowhere:\n%s", pbody)
+			}
+			if strings.Replace(pbody, `<base href="/debug/pprof/">`, "", 1) != abody {
+				t.Errorf("/debug/pprof and /debug/pprof/ differ beyond the base element")
+			}
 		}
 	}
 }
@@ -502,6 +548,9 @@ func (o oaOp) good(srv *httptest.Server) oaCall {
 	}
 	return c
 }
+
+// oaExpiredKey is registered with an expiry past.
+const oaExpiredKey = "svc_openapi_expired_key"
 
 func TestOpenAPIDrive(t *testing.T) {
 	doc, v := oaDoc(t)
@@ -563,6 +612,13 @@ func TestOpenAPIDrive(t *testing.T) {
 		{srv: main, method: "DELETE", target: "/keys/" + digest, good: true, status: 200},
 		{srv: main, method: "POST", target: "/keys", body: goodRequests["keys_add"][1], good: true, status: 409, code: "key_revoked"},
 		{srv: main, method: "DELETE", target: "/keys/" + strings.Repeat("0", 64), good: true, status: 404, code: "not_found"},
+		{srv: main, method: "POST", target: "/keys/" + auth.Digest("svc_other") + "/rotate", good: true, status: 201},
+		{srv: main, method: "POST", target: "/keys/" + auth.Digest("svc_other") + "/rotate", body: `{"overlap":"0s"}`, good: true, status: 409, code: "key_rotated"},
+		{srv: main, method: "POST", target: "/keys/" + digest + "/rotate", body: `{"overlap":"7d","expires":"2099-01-01"}`, good: true, status: 409, code: "key_revoked"},
+		{srv: main, method: "POST", target: "/keys/" + auth.Digest(oaExpiredKey) + "/rotate", good: true, status: 409, code: "key_expired"},
+		{srv: main, method: "POST", target: "/keys", body: `{"digest":"` + auth.Digest(oaExpiredKey) + `","kind":"admin","org":"acme","projects":["*"]}`, good: true, status: 409, code: "key_expired"},
+		{srv: main, method: "POST", target: "/keys/" + strings.Repeat("0", 64) + "/rotate", good: true, status: 404, code: "not_found"},
+		{srv: main, method: "POST", target: "/keys/" + auth.Digest("svc_other") + "/rotate", body: `{"overlap":"-1h"}`, status: 400, code: "invalid_request"},
 		{srv: main, method: "DELETE", target: "/keys/not-a-digest", status: 400, code: "invalid_request"},
 		{srv: main, method: "POST", target: "/quota/grants", body: goodRequests["quota_grant"][1], good: true, status: 201},
 		{srv: main, method: "POST", target: "/quota/grants", body: `{"limit":"agent_job_per_project","id":"proj-1","amount":0,"reason":"x"}`, status: 400, code: "invalid_request"},
@@ -593,14 +649,13 @@ func TestOpenAPIDrive(t *testing.T) {
 		{srv: main, method: "POST", target: "/notifications/retry", body: `{"keys":["no slash"]}`, status: 400, code: "invalid_request"},
 		{srv: main, method: "GET", target: "/notifications?state=dead&n=5", good: true, status: 200},
 		{srv: main, method: "POST", target: "/reload", good: true, status: 200},
-		{srv: main, method: "GET", target: "/ui", good: true, status: 301},
-		{srv: main, method: "GET", target: "/ui/", good: true, status: 200},
-		{srv: main, method: "GET", target: "/ui/?partial=1", good: true, status: 200},
+		{srv: main, method: "GET", target: "/ui", good: true, status: 200},
+		{srv: main, method: "GET", target: "/ui?partial=1", good: true, status: 200},
 		{srv: main, method: "GET", target: "/ui/assets/app.js", good: true, status: 200},
 		{srv: main, method: "GET", target: "/ui/assets/style.css", good: true, status: 200},
 		{srv: main, method: "GET", target: "/ui/assets/favicon.svg", good: true, status: 200},
 		{srv: main, method: "GET", target: "/ui/assets/nope.js", good: true, status: 404},
-		{srv: main, method: "GET", target: "/debug/pprof/", good: true, status: 200},
+		{srv: main, method: "GET", target: "/debug/pprof", good: true, status: 200},
 		{srv: main, method: "GET", target: "/debug/pprof/cmdline", good: true, status: 200},
 		{srv: main, method: "GET", target: "/debug/pprof/symbol", good: true, status: 200},
 		{srv: main, method: "GET", target: "/debug/pprof/profile?seconds=1", good: true, status: 200},

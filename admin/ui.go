@@ -15,6 +15,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/docsgate/gateway/internal/days"
 	"github.com/docsgate/gateway/limits"
 	"github.com/docsgate/gateway/notify"
 )
@@ -64,6 +65,7 @@ func newUI(o Options) *ui {
 		"text":  sanitize,
 		"join":  strings.Join,
 		"int64": func(n int) int64 { return int64(n) },
+		"days":  days.Format,
 	}
 	return &ui{o: o, tmpl: template.Must(template.New("page.html").Funcs(funcs).ParseFS(uiFiles, "ui/page.html"))}
 }
@@ -131,6 +133,8 @@ type pageData struct {
 	// Notifications is set when notifications are on: the outbox's counts and its dead
 	// letters.
 	Notifications *notificationsView
+	// EndingKeys is set in registry mode: the keys ending within the expiry notice.
+	EndingKeys *endingKeysView
 }
 
 type notificationsView struct {
@@ -180,6 +184,11 @@ func (u *ui) data(ctx context.Context) pageData {
 	}
 	if u.o.Notifications != nil {
 		d.Notifications = u.notifications(ctx)
+	}
+	if u.o.Keys != nil && u.o.KeyExpiryNotice != nil {
+		if notice := u.o.KeyExpiryNotice(); notice > 0 {
+			d.EndingKeys = u.endingKeys(ctx, notice)
+		}
 	}
 	tctx, cancel := context.WithTimeout(ctx, u.o.TopTimeout)
 	defer cancel()

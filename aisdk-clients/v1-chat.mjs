@@ -27,7 +27,8 @@ await callChatApi({
   onResponse: (res) => {
     out.status = res.status;
     out.threadHeader = res.headers.get('x-thread-id');
-    out.protocol = res.headers.get('x-vercel-ai-data-stream');
+    // The header's value is the data stream protocol's version ("v1").
+    out.dataStreamHeader = res.headers.get('x-vercel-ai-data-stream');
   },
   onUpdate: () => {},
   onFinish: (msg, { usage, finishReason }) => {

@@ -22,7 +22,8 @@ async function turn(messages, threadId) {
       const res = await fetch(url, init);
       seen.status = res.status;
       seen.threadHeader = res.headers.get('x-thread-id');
-      seen.protocol = res.headers.get('x-vercel-ai-ui-message-stream');
+      // The header's value is the UI message stream protocol's version ("v1"), not the route's.
+      seen.uiMessageStreamHeader = res.headers.get('x-vercel-ai-ui-message-stream');
       return res;
     },
   });

@@ -27,6 +27,8 @@ const (
 	AuthUnavailable      = "auth_unavailable"
 	TooManyAuthFailures  = "too_many_auth_failures"
 	UpgradeNotSupported  = "upgrade_not_supported"
+	KeyExpired           = "key_expired"
+	OutOfScope           = "out_of_scope"
 )
 
 // Body keeps the platform's own shape, {"error": "..."}, which existing clients (and the

@@ -61,6 +61,8 @@ const (
 	UnknownFamily
 	// WrongKind: a key of the other family for this route.
 	WrongKind
+	// Expired: a registered key past its expiry (registry mode).
+	Expired
 )
 
 func (r Reason) String() string {
@@ -73,6 +75,8 @@ func (r Reason) String() string {
 		return "unknown_family"
 	case WrongKind:
 		return "wrong_key_type"
+	case Expired:
+		return "expired"
 	}
 	return "unknown"
 }

@@ -15,7 +15,8 @@ import (
 // entryFields are the keys an entry of the keys file may have.
 var entryFields = map[string]bool{
 	"digest": true, "kind": true, "org": true, "projects": true, "domains": true,
-	"plan": true, "label": true, "created": true, "revoked": true,
+	"plan": true, "label": true, "created": true, "revoked": true, "expires": true,
+	"scopes": true, "lineage": true, "replaces": true, "rotated_to": true,
 }
 
 // rawKeyFields are field names that suggest a raw key was pasted into the file.
@@ -32,6 +33,11 @@ var rawKeyFields = map[string]bool{"key": true, "raw_key": true, "api_key": true
 //	    label: docs site
 //	    created: 2025-01-02T03:04:05Z   # or a date: 2025-01-02 (midnight UTC)
 //	    revoked: 2026-12-31             # optional; a time to come schedules the revocation
+//	    expires: 2027-03-31             # optional; the key stops working then
+//	    scopes: [assistant_message_v2]  # optional; the routes it may call (none: all of its kind)
+//	    lineage: <64 hex>               # set by a rotation: the first key's digest
+//	    replaces: <64 hex>              # set by a rotation: the key it was rotated from
+//	    rotated_to: <64 hex>            # set by a rotation: the key it was rotated into
 //
 // Decoding is strict: an unknown field fails, naming the entry index and line. Anything that
 // looks like a raw key (a field such as key:, or any value starting with "svc_") is refused,
@@ -108,7 +114,7 @@ func decodeEntry(n *yaml.Node) (Entry, error) {
 		if err := refuseRawKeys(n.Content[i+1]); err != nil {
 			return Entry{}, fmt.Errorf("%s: %w", k.Value, err)
 		}
-		if k.Value == "created" || k.Value == "revoked" {
+		if k.Value == "created" || k.Value == "revoked" || k.Value == "expires" {
 			if err := normalizeTime(n.Content[i+1]); err != nil {
 				return Entry{}, fmt.Errorf("line %d: %s: %w", n.Content[i+1].Line, k.Value, err)
 			}

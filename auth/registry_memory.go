@@ -68,11 +68,10 @@ func (m *MemoryRegistry) Add(_ context.Context, e Entry) error {
 	var err error
 	m.update(func(es map[string]Entry) {
 		old, ok := es[e.Digest]
-		switch {
-		case ok && !old.Active():
-			err = ErrRevoked
-			return
-		case ok:
+		if ok {
+			if err = inactiveErr(old, m.now()); err != nil {
+				return
+			}
 			e = e.updating(old)
 		}
 		es[e.Digest] = e.normalize(m.now())
@@ -93,6 +92,29 @@ func (m *MemoryRegistry) Revoke(_ context.Context, digest string) error {
 	next[digest] = revokedNow(e.clone(), m.now())
 	m.entries.Store(&next)
 	return nil
+}
+
+// Rotate registers next and schedules old's end (Registry.Rotate), under one lock.
+func (m *MemoryRegistry) Rotate(_ context.Context, old string, next Entry, oldEnds time.Time) (Entry, error) {
+	if err := next.Validate(); err != nil {
+		return Entry{}, fmt.Errorf("auth: %w", err)
+	}
+	var out Entry
+	var err error
+	m.update(func(es map[string]Entry) {
+		cur, ok := es[old]
+		if !ok {
+			err = ErrUnknownKey
+			return
+		}
+		now := m.now()
+		if out, err = rotation(cur, next, oldEnds, now, func(d string) bool { _, ok := es[d]; return ok }); err != nil {
+			return
+		}
+		es[old] = out
+		es[next.Digest] = next.normalize(now)
+	})
+	return out.clone(), err
 }
 
 // List returns copies of every entry, sorted by Created then Digest.

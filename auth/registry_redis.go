@@ -270,8 +270,8 @@ func (r *RedisRegistry) Add(ctx context.Context, e Entry) error {
 		if err == nil {
 			var cur Entry
 			if json.Unmarshal(old, &cur) == nil {
-				if !cur.Active() {
-					return ErrRevoked
+				if err := inactiveErr(cur, time.Now()); err != nil {
+					return err
 				}
 				next = next.updating(cur)
 			}
@@ -292,7 +292,7 @@ func (r *RedisRegistry) Add(ctx context.Context, e Entry) error {
 			break
 		}
 	}
-	if errors.Is(err, ErrRevoked) {
+	if errors.Is(err, ErrRevoked) || errors.Is(err, ErrExpired) {
 		return err
 	}
 	if err != nil {
@@ -352,6 +352,110 @@ func (r *RedisRegistry) Revoke(ctx context.Context, digest string) error {
 		return fmt.Errorf("auth: registry revoke: %w", err)
 	}
 	return r.changed(ctx, digest)
+}
+
+// Rotate registers next and schedules old's end (Registry.Rotate). The two keys may live on
+// different Cluster nodes, so it is no one transaction: next is written first, only if its
+// digest is free (SET NX), then old is changed in a check-and-set on its own key; when that
+// is refused (old revoked, expired or rotated meanwhile), next is deleted again. A rotation
+// cut short between the two leaves next registered and unknown to anyone (its key was never
+// handed out) and old as it was.
+func (r *RedisRegistry) Rotate(ctx context.Context, old string, next Entry, oldEnds time.Time) (Entry, error) {
+	if err := next.Validate(); err != nil {
+		return Entry{}, fmt.Errorf("auth: %w", err)
+	}
+	if !ValidDigest(old) {
+		return Entry{}, ErrUnknownKey
+	}
+	cur, ok, err := r.get(ctx, old)
+	switch {
+	case err != nil:
+		return Entry{}, err
+	case !ok:
+		return Entry{}, ErrUnknownKey
+	}
+	rotatedExists := false
+	if cur.RotatedTo != "" {
+		n, err := r.client.Exists(ctx, r.keyName(cur.RotatedTo)).Result()
+		if err != nil {
+			return Entry{}, fmt.Errorf("auth: registry rotate: %w", err)
+		}
+		rotatedExists = n > 0
+	}
+	if err := inactiveErr(cur, time.Now()); err != nil {
+		return Entry{}, err
+	}
+	if cur.RotatedTo != "" && rotatedExists {
+		return Entry{}, ErrRotated
+	}
+	data, err := json.Marshal(next.normalize(time.Now()))
+	if err != nil {
+		return Entry{}, err
+	}
+	set, err := r.client.SetNX(ctx, r.keyName(next.Digest), data, 0).Result()
+	if err != nil {
+		return Entry{}, fmt.Errorf("auth: registry rotate: %w", err)
+	}
+	if !set {
+		return Entry{}, ErrKeyExists
+	}
+	out, err := r.rotateOld(ctx, old, cur.RotatedTo, next, oldEnds)
+	if err != nil {
+		_ = r.client.Del(context.WithoutCancel(ctx), r.keyName(next.Digest)).Err()
+		return Entry{}, err
+	}
+	if err := r.client.SAdd(ctx, r.index, next.Digest).Err(); err != nil {
+		return Entry{}, fmt.Errorf("auth: registry rotate (index): %w", err)
+	}
+	if err := r.changed(ctx, next.Digest); err != nil {
+		return out, err
+	}
+	return out, r.changed(ctx, old)
+}
+
+// rotateOld points old at next and schedules its end, in a check-and-set on its key: refused
+// when old changed since it was read as pointing at rotatedTo.
+func (r *RedisRegistry) rotateOld(ctx context.Context, old, rotatedTo string, next Entry, oldEnds time.Time) (Entry, error) {
+	key := r.keyName(old)
+	var out Entry
+	var err error
+	for range revokeAttempts {
+		err = r.client.Watch(ctx, func(tx *redis.Tx) error {
+			data, err := tx.Get(ctx, key).Bytes()
+			if errors.Is(err, redis.Nil) {
+				return ErrUnknownKey
+			}
+			if err != nil {
+				return err
+			}
+			cur, err := r.decode(old, data)
+			if err != nil {
+				return err
+			}
+			if cur.RotatedTo != rotatedTo {
+				return ErrRotated // rotated meanwhile
+			}
+			// Existence was checked before: next's by SET NX, an earlier successor's by EXISTS.
+			if out, err = rotation(cur, next, oldEnds, time.Now(), func(string) bool { return false }); err != nil {
+				return err
+			}
+			if data, err = json.Marshal(out); err != nil {
+				return err
+			}
+			_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
+				p.Set(ctx, key, data, 0)
+				return nil
+			})
+			return err
+		}, key)
+		if !errors.Is(err, redis.TxFailedErr) {
+			break
+		}
+	}
+	if err != nil && !errors.Is(err, ErrUnknownKey) && !errors.Is(err, ErrRevoked) && !errors.Is(err, ErrExpired) && !errors.Is(err, ErrRotated) {
+		return Entry{}, fmt.Errorf("auth: registry rotate: %w", err)
+	}
+	return out, err
 }
 
 // changed drops the digest locally and publishes it to every replica.

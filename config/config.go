@@ -124,6 +124,26 @@ type Auth struct {
 	// the client gets 429 too_many_auth_failures, its keys are not looked up and nothing of it
 	// is forwarded. 0 disables it.
 	FailureLimit int `yaml:"failure_limit"`
+	// KeyLifetime bounds the expiry of the keys registered or rotated from now on, per kind
+	// (registry mode; keys already registered keep theirs).
+	KeyLifetime KeyLifetimes `yaml:"key_lifetime"`
+	// ExpiryNotice is how long before a key's end (expiry or scheduled revocation) the
+	// key.expiring event is sent and the usage page lists the key.
+	ExpiryNotice LongDuration `yaml:"expiry_notice"`
+}
+
+// KeyLifetimes are the lifetimes of each kind of key.
+type KeyLifetimes struct {
+	Admin     KeyLifetime `yaml:"admin"`
+	Assistant KeyLifetime `yaml:"assistant"`
+}
+
+// KeyLifetime is the lifetime of the keys of one kind: Default is the expiry of a key
+// registered without one (0: Max, and with no Max the key never expires); Max the latest
+// expiry a key may be given (0: no bound).
+type KeyLifetime struct {
+	Default LongDuration `yaml:"default"`
+	Max     LongDuration `yaml:"max"`
 }
 
 // TLS names the certificate and key files of the public listener.
@@ -325,7 +345,7 @@ func Defaults() Config {
 			ShutdownGrace:     30 * time.Second,
 		},
 		Log:      Log{Level: "info", Format: "json"},
-		Auth:     Auth{Mode: "prefix", CacheTTL: 10 * time.Second, FailureLimit: 30},
+		Auth:     Auth{Mode: "prefix", CacheTTL: 10 * time.Second, FailureLimit: 30, ExpiryNotice: LongDuration(7 * 24 * time.Hour)},
 		ClientIP: ClientIP{IPv6Prefix: 64},
 		Redis: Redis{
 			Timeout:   100 * time.Millisecond,

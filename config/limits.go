@@ -1,6 +1,7 @@
 package config
 
 import (
+	"maps"
 	"regexp"
 	"slices"
 	"sort"
@@ -344,7 +345,7 @@ func (v *validator) limits(c *Config) {
 			v.fail("orgs", "an organization name is empty")
 		}
 		if _, ok := c.Plans[o.Plan]; o.Plan != "" && !ok {
-			v.fail("orgs."+org+".plan", "%q is not a plan defined under plans", o.Plan)
+			v.fail("orgs."+org+".plan", "%q is not a plan defined under plans%s", o.Plan, Suggest(o.Plan, slices.Sorted(maps.Keys(c.Plans))))
 		}
 		for _, d := range o.Domains {
 			if other, ok := seenDomain[d]; ok && other != org {
@@ -369,7 +370,7 @@ func (v *validator) limits(c *Config) {
 			key := "plans." + plan + "." + name
 			b, ok := base[name]
 			if !ok {
-				v.fail(key, "%q is not a defined limit: a plan only changes existing limits", name)
+				v.fail(key, "%q is not a defined limit: a plan only changes existing limits%s", name, Suggest(name, slices.Sorted(maps.Keys(base))))
 				continue
 			}
 			if l.By != "" && l.By != b.By {
@@ -385,10 +386,6 @@ func (v *validator) limits(c *Config) {
 	v.holdLimits(c)
 	v.cutoffLimits(c)
 	v.exactLimits(c)
-	names := map[string]bool{}
-	for _, s := range c.ResolvedLimits() {
-		names[s.Name] = true
-	}
 	for i, r := range c.Routes {
 		if r.Limits == nil {
 			continue
@@ -396,8 +393,8 @@ func (v *validator) limits(c *Config) {
 		seen := map[string]bool{}
 		for j, name := range *r.Limits {
 			key := indexKey(indexKey("routes", i)+".limits", j)
-			if !names[name] {
-				v.fail(key, "%q is not a defined limit", name)
+			if _, ok := base[name]; !ok {
+				v.fail(key, "%q is not a defined limit%s", name, Suggest(name, slices.Sorted(maps.Keys(base))))
 			}
 			if seen[name] {
 				v.fail(key, "%q is listed twice: it would be counted twice", name)

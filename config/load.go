@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -125,7 +127,10 @@ func (d *decoder) fail(key, format string, args ...any) {
 	d.problems = append(d.problems, Problem{Key: key, Msg: fmt.Sprintf(format, args...)})
 }
 
-var durationType = reflect.TypeFor[time.Duration]()
+var (
+	durationType     = reflect.TypeFor[time.Duration]()
+	longDurationType = reflect.TypeFor[LongDuration]()
+)
 
 func (d *decoder) value(n *yaml.Node, v reflect.Value, path string) {
 	switch n.Kind {
@@ -229,7 +234,7 @@ func (d *decoder) mapping(n *yaml.Node, v reflect.Value, path string) {
 		seen[k.Value] = true
 		idx, ok := fields[k.Value]
 		if !ok {
-			d.fail(key, "unknown key (line %d)", k.Line)
+			d.fail(key, "unknown key (line %d)%s", k.Line, Suggest(k.Value, slices.Sorted(maps.Keys(fields))))
 			continue
 		}
 		d.value(val, v.Field(idx), key)
@@ -277,6 +282,8 @@ func want(t reflect.Type) string {
 	switch {
 	case t == durationType:
 		return "a duration such as 30s or 100ms"
+	case t == longDurationType:
+		return "a duration such as 90d or 36h"
 	case t.Kind() == reflect.Bool:
 		return "true or false"
 	case t.Kind() == reflect.String:

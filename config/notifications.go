@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"net/netip"
 	"net/url"
@@ -66,11 +67,14 @@ const (
 	EventForecast         = "quota.forecast"
 	EventOverrideExpired  = "quota.override_expired"
 	EventKeyRevoked       = "key.revoked"
+	EventKeyRotated       = "key.rotated"
+	EventKeyExpiring      = "key.expiring"
 	EventPing             = "ping"
 )
 
 // EventTypes are the types an endpoint's events: may list.
-var EventTypes = []string{EventThresholdCrossed, EventExhausted, EventForecast, EventOverrideExpired, EventKeyRevoked}
+var EventTypes = []string{EventThresholdCrossed, EventExhausted, EventForecast, EventOverrideExpired, EventKeyRevoked,
+	EventKeyRotated, EventKeyExpiring}
 
 // QuotaEventTypes are the events a limit's counters detect, those a limit's events: may list.
 var QuotaEventTypes = []string{EventThresholdCrossed, EventExhausted, EventForecast}
@@ -196,7 +200,7 @@ func (v *validator) notifications(c *Config) {
 			lk := indexKey(key+".limits", j)
 			switch {
 			case !names[l]:
-				v.fail(lk, "%q is not a defined limit", l)
+				v.fail(lk, "%q is not a defined limit%s", l, Suggest(l, slices.Sorted(maps.Keys(names))))
 			case slices.Index(w.Limits, l) < j:
 				v.fail(lk, "%q is listed twice", l)
 			}

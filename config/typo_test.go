@@ -63,43 +63,57 @@ func misspell(k string) string {
 	return k[:len(k)-2] + k[len(k)-1:]
 }
 
-// Every key of config.example.yaml, misspelled in turn, is refused with its full path and
-// line: at the top level, in lists (routes), in maps of names (limits) and below.
-func TestEveryMisspelledExampleKeyIsRefused(t *testing.T) {
+// exampleKeys reads config.example.yaml and lists the keys of it that name a schema field.
+func exampleKeys(t *testing.T) (data []byte, doc *yaml.Node, keys []keyRef) {
+	t.Helper()
 	_, file, _, _ := runtime.Caller(0)
 	data, err := os.ReadFile(filepath.Join(filepath.Dir(file), "..", "config.example.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var doc yaml.Node
-	if err := yaml.Unmarshal(data, &doc); err != nil {
+	doc = &yaml.Node{}
+	if err := yaml.Unmarshal(data, doc); err != nil {
 		t.Fatal(err)
 	}
-	var keys []keyRef
-	schemaKeys(&doc, reflect.TypeFor[Config](), "", &keys)
+	schemaKeys(doc, reflect.TypeFor[Config](), "", &keys)
 	if len(keys) < 60 {
 		t.Fatalf("only %d keys found in the example: the walk is broken", len(keys))
 	}
-	seenPaths := map[string]bool{}
+	return data, doc, keys
+}
+
+// eachMisspelt calls f with the example with each key misspelt in turn, and the misspelt
+// key's path.
+func eachMisspelt(t *testing.T, doc *yaml.Node, keys []keyRef, f func(k keyRef, bad string, out []byte)) {
+	t.Helper()
 	for _, k := range keys {
-		seenPaths[k.path] = true
 		orig := k.node.Value
 		k.node.Value = misspell(orig)
-		out, err := yaml.Marshal(&doc)
+		out, err := yaml.Marshal(doc)
 		k.node.Value = orig
 		if err != nil {
 			t.Fatal(err)
 		}
-		bad := k.path[:len(k.path)-len(orig)] + misspell(orig)
-		_, err = Parse(strings.NewReader(string(out)), nil)
+		f(k, k.path[:len(k.path)-len(orig)]+misspell(orig), out)
+	}
+}
+
+// Every key of config.example.yaml, misspelled in turn, is refused with its full path and
+// line: at the top level, in lists (routes), in maps of names (limits) and below.
+func TestEveryMisspelledExampleKeyIsRefused(t *testing.T) {
+	_, doc, keys := exampleKeys(t)
+	seenPaths := map[string]bool{}
+	eachMisspelt(t, doc, keys, func(k keyRef, bad string, out []byte) {
+		seenPaths[k.path] = true
+		_, err := Parse(strings.NewReader(string(out)), nil)
 		if err == nil {
 			t.Errorf("%s misspelled as %s: accepted", k.path, bad)
-			continue
+			return
 		}
 		if !strings.Contains(err.Error(), bad+": unknown key (line ") {
 			t.Errorf("%s misspelled: the error does not name %s: %v", k.path, bad, err)
 		}
-	}
+	})
 	// The walk reached inside maps of names and lists.
 	for _, p := range []string{"limits.assistant_per_org.limit", "limits.assistant_tokens_per_org.unit", "routes[0].path", "redis.breaker.failures", "log.sampling.initial"} {
 		if !seenPaths[p] {

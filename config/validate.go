@@ -104,6 +104,9 @@ func (c *Config) Validate() error {
 	if c.Auth.FailureLimit < 0 {
 		v.fail("auth.failure_limit", "must not be negative (0 disables it)")
 	}
+	v.keyLifetime("auth.key_lifetime.admin", c.Auth.KeyLifetime.Admin)
+	v.keyLifetime("auth.key_lifetime.assistant", c.Auth.KeyLifetime.Assistant)
+	v.nonNegative("auth.expiry_notice", time.Duration(c.Auth.ExpiryNotice))
 	v.routes(c.Routes)
 	v.limits(c)
 	v.selfUsage(c.SelfUsage)
@@ -261,6 +264,14 @@ func ParseDate(s string) (time.Time, error) {
 func (v *validator) positive(key string, d time.Duration) {
 	if d <= 0 {
 		v.fail(key, "must be a positive duration such as 30s")
+	}
+}
+
+func (v *validator) keyLifetime(key string, l KeyLifetime) {
+	v.nonNegative(key+".default", time.Duration(l.Default))
+	v.nonNegative(key+".max", time.Duration(l.Max))
+	if l.Max > 0 && l.Default > l.Max {
+		v.fail(key+".default", "is longer than %s.max", key)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/docsgate/gateway/limits"
+	"github.com/docsgate/gateway/policy"
 )
 
 // The gateway's side of run-time quotas (see limits/quota.go): it knows the limits, what
@@ -28,6 +29,12 @@ func (e *Engine) quotaRule(ctx context.Context, name, id string) (*limits.Rule, 
 	id, err := p.QuotaID(b, id)
 	if err != nil {
 		return nil, "", err
+	}
+	if b == policy.ByKey {
+		// A rotated key's quota is its lineage's: the counter its requests count in.
+		if _, id, _, err = e.key(ctx, id); err != nil {
+			return nil, "", fmt.Errorf("engine: quota: %w", err)
+		}
 	}
 	t := e.tenantOf(ctx, p, b, id)
 	for _, l := range p.LimitsOfPlan(t.plan) {

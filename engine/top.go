@@ -45,10 +45,7 @@ func (e *Engine) tenantOf(ctx context.Context, p *policy.Policy, b policy.By, id
 	case policy.ByOrg:
 		return tenant{plan: p.PlanOf(id)}
 	case policy.ByKey:
-		if e.o.Registry == nil {
-			return tenant{}
-		}
-		k, ok, err := e.o.Registry.Lookup(ctx, id)
+		k, _, ok, err := e.key(ctx, id) // the lineage's newest key
 		if err != nil || !ok {
 			return tenant{}
 		}

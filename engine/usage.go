@@ -86,17 +86,15 @@ func (e *Engine) usageHits(ctx context.Context, what, subject string) ([]limits.
 		}
 		id = p.AddrID(a.Unmap())
 	case policy.ByKey:
-		id = auth.Digest(subject)
-		if e.o.Registry != nil {
-			k, ok, err := e.o.Registry.Lookup(ctx, id)
-			if err != nil {
-				return nil, fmt.Errorf("engine: usage: key registry: %w", err)
-			}
-			if ok {
-				plan = k.Plan
-				if plan == "" {
-					plan = p.PlanOf(k.Org)
-				}
+		k, tenant, ok, err := e.key(ctx, auth.Digest(subject))
+		if err != nil {
+			return nil, fmt.Errorf("engine: usage: %w", err)
+		}
+		id = tenant // a rotated key's use is its lineage's
+		if ok {
+			plan = k.Plan
+			if plan == "" {
+				plan = p.PlanOf(k.Org)
 			}
 		}
 	}

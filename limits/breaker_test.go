@@ -135,11 +135,14 @@ func TestClusterMasterDownOpensOnlyItsBreaker(t *testing.T) {
 	// Until the replica takes over: the healthy masters' tenants see no error at all.
 	rc := replica.Client(t)
 	healthyErrs, deadErrs := 0, 0
-	deadline := time.Now().Add(30 * time.Second)
+	// The wait is for the promotion itself (cluster-node-timeout plus the election), bounded
+	// only so that a Cluster that never fails over ends the test: 2 minutes, far beyond the
+	// seconds it takes even on a loaded machine.
+	deadline := time.Now().Add(2 * time.Minute)
 	promoted := false
 	for !promoted {
 		if time.Now().After(deadline) {
-			t.Fatal("the replica never took over")
+			t.Fatal("the replica never took over within 2 minutes")
 		}
 		for _, x := range gs {
 			for _, id := range healthy {
@@ -162,12 +165,16 @@ func TestClusterMasterDownOpensOnlyItsBreaker(t *testing.T) {
 	t.Logf("until the promotion: %d errors for the dead master's tenant, %d for the healthy ones", deadErrs, healthyErrs)
 
 	// The dead master's tenant is decided again (go-redis follows the new layout), and the
-	// dead master's breaker is dropped: the new master is a node of its own.
+	// dead master's breaker is dropped: the new master is a node of its own. The client learns
+	// the layout in steps (a call may succeed through a redirection while the slot table still
+	// names no master for the slot, and that already drops the dead node's breaker), so the
+	// wait is for the state the test checks: the promoted replica called as the slot's master.
 	for _, x := range gs {
-		deadline := time.Now().Add(15 * time.Second)
+		deadline := time.Now().Add(time.Minute)
 		for {
 			err := take(x.g, Hit{Rule: r, ID: dead})
-			if err == nil && len(x.g.OpenNodes()) == 0 && slices.Contains(x.log.all(), victim.Addr+" gone") {
+			ev := x.log.all()
+			if err == nil && len(x.g.OpenNodes()) == 0 && slices.Contains(ev, victim.Addr+" gone") && slices.Contains(ev, replica.Addr+" seen") {
 				break
 			}
 			if time.Now().After(deadline) {
@@ -180,9 +187,6 @@ func TestClusterMasterDownOpensOnlyItsBreaker(t *testing.T) {
 			if strings.HasSuffix(e, " opened") && e != victim.Addr+" opened" {
 				t.Errorf("%s: a healthy node's breaker opened: events %v", x.name, events)
 			}
-		}
-		if !slices.Contains(events, replica.Addr+" seen") {
-			t.Errorf("%s: the promoted replica was never called: events %v", x.name, events)
 		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"sort"
 	"sync"
 	"testing"
+	"time"
 )
 
 func tokenRule(t testing.TB, name string, limit int64, win string) *Rule {
@@ -121,6 +122,7 @@ func scanAll(t *testing.T, s Store, r *Rule, resolve func(string) *Rule) []scann
 func testScan(t *testing.T, b backend) {
 	ctx := context.Background()
 	s := b.stores(t, 1)[0]
+	firstHour := time.Now().UTC().Hour() == 0
 	base := rule(t, "per_org", 50, "hour", Fixed)
 	gold := rule(t, "per_org", 500, "hour", Fixed)
 	daily := rule(t, "per_org", 50, "day", Fixed) // a plan that changed the window
@@ -151,9 +153,20 @@ func testScan(t *testing.T, b backend) {
 		}
 		return base
 	}
+	// In a day's first hour the day window and the hour window begin together: dayorg's count
+	// was used in this hour, so the hourly scan lists it too (a plan's change of window carries
+	// the units used inside the new window).
 	got := scanAll(t, s, base, resolve)
-	if len(got) != 38 {
-		t.Fatalf("scanned %d counters, want 38", len(got))
+	if again := time.Now().UTC().Hour() == 0; again != firstHour {
+		t.Skip("the scan straddled the day's first hour's edge; the expected count is ambiguous")
+	}
+	wantN := 38
+	if firstHour {
+		wantN = 39
+		want["dayorg"] = 1
+	}
+	if len(got) != wantN {
+		t.Fatalf("scanned %d counters, want %d", len(got), wantN)
 	}
 	for _, g := range got {
 		lim := int64(50)

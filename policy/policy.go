@@ -5,6 +5,7 @@ import (
 	"maps"
 	"slices"
 
+	"github.com/docsgate/gateway/auth"
 	"github.com/docsgate/gateway/config"
 	"github.com/docsgate/gateway/limits"
 )
@@ -53,6 +54,16 @@ func Compile(cfg *config.Config, notify *config.Notifications) (*Policy, error) 
 
 // Routes is the route table: the built-in routes first, then the config's, in its order.
 func (p *Policy) Routes() []*Route { return p.routes }
+
+// RouteKind is the key family of the route of that name (what a key's scopes may name).
+func (p *Policy) RouteKind(name string) (auth.Kind, bool) {
+	for _, rt := range p.routes {
+		if rt.Name == name {
+			return rt.Key, true
+		}
+	}
+	return 0, false
+}
 
 // Orgs are the configured orgs, sorted.
 func (p *Policy) Orgs() []string { return p.orgs }

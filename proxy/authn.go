@@ -26,6 +26,7 @@ type keyCheck struct {
 	registry KeyLookup // nil: prefix mode
 	failures *auth.FailureBudget
 	tracing  *tracing.Spans // nil: off
+	lastUse  *auth.LastUse  // registry mode: each key's last use; nil: none kept
 	log      *zap.Logger
 }
 
@@ -106,8 +107,11 @@ func (k *keyCheck) registered(s *scope, r *http.Request, digest string) bool {
 	case !ok:
 		k.reject(s, "unknown_key", auth.UnknownFamily)
 		return false
-	case !e.Active():
+	case e.RevokedAt(s.start):
 		k.reject(s, "revoked", auth.UnknownFamily)
+		return false
+	case e.Expired(s.start):
+		k.reject(s, "expired", auth.Expired)
 		return false
 	case e.Kind != rt.Key.String():
 		// An entry registered by digest carries the kind its registrant said; the prefix is
@@ -125,6 +129,15 @@ func (k *keyCheck) registered(s *scope, r *http.Request, digest string) bool {
 		s.fail(http.StatusForbidden, apierror.Body{Error: "This API key is not allowed for this " + what + ".", Code: apierror.Forbidden})
 		return false
 	}
+	if !e.AllowsRoute(rt.Name) {
+		s.route.metrics.AuthRejected("out_of_scope")
+		s.fail(http.StatusForbidden, apierror.Body{Error: "This API key may not call this endpoint: its scopes do not name it.", Code: apierror.OutOfScope})
+		return false
+	}
+	if k.lastUse != nil {
+		k.lastUse.Touch(digest, s.start) // in memory: written to the store once a minute
+	}
+	s.digest = e.Tenant() // what the limits by key count: the key's lineage
 	s.org = e.Org
 	s.plan = e.Plan
 	s.label = e.Label
@@ -157,6 +170,9 @@ func (k *keyCheck) reject(s *scope, label string, reason auth.Reason) {
 			msg = "This endpoint needs an assistant API key (svc_dsc_...); admin keys must never be used from browsers."
 		}
 		s.fail(http.StatusForbidden, apierror.Body{Error: msg, Code: apierror.WrongKeyType})
+	case auth.Expired:
+		s.w.Header().Set("WWW-Authenticate", `Bearer error="invalid_token", error_description="the key has expired"`)
+		s.fail(http.StatusUnauthorized, apierror.Body{Error: "This API key has expired.", Code: apierror.KeyExpired})
 	case auth.Missing:
 		s.w.Header().Set("WWW-Authenticate", "Bearer")
 		s.fail(http.StatusUnauthorized, apierror.Body{

@@ -21,6 +21,7 @@ import (
 	"github.com/docsgate/gateway/config"
 	"github.com/docsgate/gateway/h1"
 	"github.com/docsgate/gateway/internal/bufpool"
+	"github.com/docsgate/gateway/internal/hopheaders"
 )
 
 // newTransport is the transport upstream.transport names: the gateway's own HTTP/1.1 pool
@@ -135,11 +136,11 @@ func (g *Gateway) bodyBroke(s *scope, r *http.Request) {
 
 // rewrite targets the upstream: path and query kept, Host set to the upstream's,
 // Authorization forwarded, X-Forwarded-* set, X-Request-ID passed on, and what the gateway
-// answers or decides itself removed (cleanOutgoing).
+// answers or decides itself removed (hopheaders.CleanOutgoing).
 func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
 	s := scopeFrom(pr.In.Context())
 	pr.SetURL(g.upstream)
-	cleanOutgoing(pr.Out.Header)
+	hopheaders.CleanOutgoing(pr.Out.Header)
 	s.setXForwarded(pr)
 	if !s.route.Stream {
 		// ReverseProxy wraps the outgoing body in its own no-op closer, which hides from

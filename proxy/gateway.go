@@ -17,6 +17,7 @@ import (
 	"github.com/docsgate/gateway/auth"
 	"github.com/docsgate/gateway/config"
 	"github.com/docsgate/gateway/engine"
+	"github.com/docsgate/gateway/internal/hopheaders"
 	"github.com/docsgate/gateway/metrics"
 	"github.com/docsgate/gateway/tracing"
 )
@@ -33,6 +34,8 @@ type Options struct {
 	// Registry, when set, is the key registry every key must be found in (auth.mode:
 	// registry); nil checks keys by prefix alone.
 	Registry KeyLookup
+	// LastUse, with Registry, records each key's last use (in memory: the caller flushes it).
+	LastUse *auth.LastUse
 	// Tracing, when set, traces every request (server span, child spans, context to the
 	// upstream); WrapTransport should then be Tracing.UpstreamTransport, for the client span.
 	Tracing *tracing.Spans
@@ -78,7 +81,7 @@ func New(o Options) (*Gateway, error) {
 		metrics:    o.Metrics,
 		upstream:   up,
 		writeStall: cfg.Server.WriteStallTimeout,
-		keys:       keyCheck{registry: o.Registry, failures: auth.NewFailureBudget(time.Now), tracing: o.Tracing, log: o.Logger},
+		keys:       keyCheck{registry: o.Registry, lastUse: o.LastUse, failures: auth.NewFailureBudget(time.Now), tracing: o.Tracing, log: o.Logger},
 		body:       bodyReader{timeout: cfg.Server.ReadBodyTimeout},
 		quota: quota{engine: o.Engine, tracing: o.Tracing, log: o.Logger, allowOnError: cfg.Redis.OnError == "allow",
 			states: sync.Pool{New: func() any { return new(limitState) }}},
@@ -132,7 +135,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		setReadDeadline(w, time.Now().Add(g.body.timeout))
 	}
 	// Before anything reads a header: the gateway checks what the upstream will receive.
-	stripConnectionNamed(r.Header)
+	hopheaders.StripConnectionNamed(r.Header)
 	sn := g.snap.Load()
 	if !canonicalPath(r.URL.Path) {
 		g.serveUnmatched(sn, nil, w, r)

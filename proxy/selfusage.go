@@ -160,12 +160,11 @@ func (g *Gateway) selfUsageAdmitted(s *scope, su *selfUsage, rt *route, r *http.
 		selfUsageRefused(s, "self_usage.per_address_per_minute", "from this address", su.perAddress, retry)
 		return false
 	}
-	// The route's own authentication, its refusals counted under this endpoint. (A copy of
-	// the route and of its policy, named as this endpoint: the policy's route is shared by
-	// every request and never written.)
-	as, pr := *rt, *rt.Route
-	pr.Name = su.route.Name
-	as.Route, as.metrics = &pr, su.route.metrics
+	// The route's own authentication (a key's scopes must name the route asked about), its
+	// refusals counted under this endpoint: a copy of the route, never written, with this
+	// endpoint's metrics.
+	as := *rt
+	as.metrics = su.route.metrics
 	s.route = &as
 	ok := g.keys.authenticate(s, r)
 	s.route = su.route

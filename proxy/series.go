@@ -28,7 +28,7 @@ func authReasons(sn *snapshot, registry bool) []string {
 		out = append(out, "too_many_failures")
 	}
 	if registry {
-		out = append(out, "unknown_key", "revoked", "forbidden")
+		out = append(out, "unknown_key", "revoked", "expired", "forbidden", "out_of_scope")
 	}
 	return out
 }

@@ -29,7 +29,10 @@
 #     working tree.   OUT=bench/results/latest.md
 #   BASE=<git revision> also builds the gateway from that revision as gateway-redis-base: it
 #     runs in every round beside the others, and PAIRS pairs of it against gateway-redis on
-#     agent_job and both streamed routes measure a change against what it changes, in one run
+#     agent_job and both streamed routes measure a change against what it changes, in one run;
+#     with gateway-full among VARIANTS, PAIRS pairs of gateway-full-base (the base revision
+#     with the full config: registry mode) against gateway-full on agent_job and
+#     assistant_message too
 # Smoke run: ROUNDS=1 DURATION=1s WARMUP=300ms STREAMS=500 PROFILE=0 GOBENCH_COUNT=1 make bench
 set -euo pipefail
 cd "$(dirname "$0")/.."

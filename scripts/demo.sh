@@ -6,6 +6,7 @@
 #
 #   scripts/demo.sh                      # the demo
 #   scripts/demo.sh --write-config FILE  # only write the demo's config to FILE (the docs test)
+#   scripts/demo.sh --build DIR          # only build the demo's binaries into DIR (the docs test)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd -P)
@@ -37,15 +38,32 @@ write_config() {
   done
 }
 
-if [ "${1:-}" = "--write-config" ]; then
+# build DIR: the gateway and the simulator, as a release is built (scripts/build.sh): the
+# version from git describe and the commit recorded, so that `gateway version` and
+# gateway_build_info say which checkout the demo runs, whatever GOFLAGS says of -buildvcs.
+build() {
+  scripts/build.sh "$1"
+}
+
+case "${1:-}" in
+--write-config)
   [ $# -eq 2 ] || { echo "usage: scripts/demo.sh --write-config FILE" >&2; exit 2; }
   write_config "$2" "$(dirname "$2")/demo-keys.yaml"
   exit 0
-fi
+  ;;
+--build)
+  [ $# -eq 2 ] || { echo "usage: scripts/demo.sh --build DIR" >&2; exit 2; }
+  build "$2"
+  exit 0
+  ;;
+"") ;;
+*)
+  echo "usage: scripts/demo.sh [--write-config FILE | --build DIR]" >&2
+  exit 2
+  ;;
+esac
 
-mkdir -p bin
-go build -o bin/gateway ./cmd/gateway
-go build -o bin/upstream-sim ./cmd/upstream-sim
+build bin
 write_config bin/demo.yaml "$root/bin/demo-keys.yaml"
 
 sim='' gw=''
@@ -120,7 +138,7 @@ Try, in another terminal:
        -H 'Authorization: Bearer svc_dsc_demo' -H 'Content-Type: application/json' \\
        -d '{"fp":"anonymous","messages":[{"id":"1","role":"user","parts":[{"type":"text","text":"How do I start?"}]}]}'
 
-   The same through a real AI SDK 5 client (Node 20 or later):
+   The same through a real AI SDK 5 client (Node 22 or later):
 
   $aisdk
 

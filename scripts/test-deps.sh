@@ -3,17 +3,19 @@
 # run a real Redis and a real Redis Cluster on loopback ports), prometheus (promtool tests
 # the alert rules, and deploy/ runs every dashboard query through a real Prometheus),
 # chromium (the usage page and a cross-origin stream are opened in a real headless browser),
-# and the real AI SDK clients of aisdk-clients/ (npm ci, from its package-lock.json). Installs
-# packages through apt-get when run as root; otherwise says exactly what to install.
+# the real AI SDK clients of aisdk-clients/ and Redocly's OpenAPI linter of openapi-lint/ (npm
+# ci, from their package-lock.json). Installs packages through apt-get when run as root;
+# otherwise says exactly what to install.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# The AI SDK clients: npm ci when node_modules is missing or older than the lock file (the
-# lock file's hash is kept beside the installed modules). Node and npm must be there.
-install_aisdk_clients() {
-  local dir=aisdk-clients stamp=aisdk-clients/node_modules/.lock-sha256 want
+# The npm projects (the AI SDK clients, the OpenAPI linter): npm ci in DIR when node_modules is
+# missing or older than the lock file (the lock file's hash is kept beside the installed
+# modules). Node and npm must be there.
+install_npm_dir() {
+  local dir=$1 stamp=$1/node_modules/.lock-sha256 want
   if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
-    echo "test-deps: node and npm are needed for aisdk-clients (Node 20 or later)" >&2
+    echo "test-deps: node and npm are needed for $dir (Node 22 or later)" >&2
     return 1
   fi
   want=$(sha256sum "$dir/package-lock.json" | cut -d' ' -f1)
@@ -24,7 +26,8 @@ install_aisdk_clients() {
   (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error)
   echo "$want" >"$stamp"
 }
-install_aisdk_clients
+install_npm_dir aisdk-clients
+install_npm_dir openapi-lint
 
 missing=()
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)

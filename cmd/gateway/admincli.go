@@ -1,18 +1,11 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"crypto/tls"
-	"crypto/x509"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
-	"net/http"
 	"net/url"
-	"os"
-	"strconv"
 	"strings"
 	"time"
 )
@@ -20,25 +13,38 @@ import (
 // adminTimeout bounds one CLI call to the admin API (`gateway quota`, `gateway usage`).
 const adminTimeout = 15 * time.Second
 
-// adminFlags are the flags every command that talks to the admin API takes. The admin token
-// is read from GATEWAY_ADMIN_TOKEN, never from the command line.
+// adminFlags are the flags every command that talks to the admin API takes; client (in
+// adminclient.go) turns them into an adminClient. The admin token is read from
+// GATEWAY_ADMIN_TOKEN or the -config file, never from the command line. A new command that
+// talks to the admin API embeds adminFlags, calls register on its flag set (it then owns no
+// -config flag of its own) and sends its request with call, or with client and do when it
+// prints the answer itself.
 type adminFlags struct {
-	admin, cacert string
-	asJSON        bool
+	admin, config, cacert string
+	asJSON                bool
 }
 
-func (a *adminFlags) register(fs *flag.FlagSet, getenv func(string) string) {
-	a.admin = getenv("GATEWAY_ADMIN_URL")
-	if a.admin == "" {
-		a.admin = "http://127.0.0.1:9090"
-	}
-	fs.StringVar(&a.admin, "admin", a.admin, "the admin listener's URL")
+// adminFlagsUsage is the help's paragraph on these flags, shared by the commands' help texts.
+const adminFlagsUsage = `  -admin URL    the admin listener (default: the admin_listen of -config, else
+                GATEWAY_ADMIN_URL, else http://127.0.0.1:9090)
+  -config FILE  the gateway's config file: the admin listener's address and TLS (its own
+                certificate is trusted), and its admin_token when GATEWAY_ADMIN_TOKEN is unset
+  -cacert FILE  trust this CA for an https admin URL (PEM)
+  -json         print the admin API's JSON answer as it came, instead of a line or a table
+`
+
+func (a *adminFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&a.admin, "admin", "", "the admin listener's URL")
+	fs.StringVar(&a.config, "config", "", "the gateway's config file (the admin listener's address, TLS and token)")
 	fs.StringVar(&a.cacert, "cacert", "", "CA certificate (PEM) for an https admin URL")
 	fs.BoolVar(&a.asJSON, "json", false, "print the JSON answer as it came")
 }
 
-// check validates the admin URL without the network.
+// check validates -admin without the network; the rest is resolved by client.
 func (a *adminFlags) check() error {
+	if a.admin == "" {
+		return nil
+	}
 	if u, err := url.Parse(a.admin); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return fmt.Errorf("-admin %q: want http://host:port or https://host:port", printable(clipArg(a.admin)))
 	}
@@ -51,31 +57,24 @@ type adminRequest struct {
 	body         any // JSON, or nil for none
 }
 
-// call sends c and prints its answer: the JSON as it came with -json, else through print. An
-// error answer prints "gateway: CODE: MESSAGE" (the API's error code) and exits 1, as does an
-// admin listener that does not answer.
-func (a *adminFlags) call(ctx context.Context, c adminRequest, getenv func(string) string, stdout, stderr io.Writer, print func(io.Writer, []byte) error) int {
-	client, err := adminHTTPClient(a.cacert)
+// call sends r and prints its answer: the JSON as it came with -json, else through print. An
+// error answer prints "gateway: CODE: MESSAGE" (adminClient.refusal) and exits 1, as does an
+// admin listener that does not answer; a -config or -cacert that cannot be read exits 2.
+func (a *adminFlags) call(ctx context.Context, r adminRequest, getenv func(string) string, stdout, stderr io.Writer, print func(io.Writer, []byte) error) int {
+	c, err := a.client(getenv)
 	if err != nil {
 		fmt.Fprintf(stderr, "gateway: %v\n", err)
 		return exitUsage
 	}
 	ctx, cancel := context.WithTimeout(ctx, adminTimeout)
 	defer cancel()
-	status, data, err := callAdmin(ctx, client, c.method, strings.TrimSuffix(a.admin, "/")+c.path, getenv("GATEWAY_ADMIN_TOKEN"), c.body)
+	status, data, err := c.do(ctx, r.method, r.path, r.body)
 	if err != nil {
-		fmt.Fprintf(stderr, "gateway: the admin API does not answer: %v\n", err)
+		fmt.Fprintf(stderr, "gateway: %v\n", err)
 		return exitFailure
 	}
 	if status >= 300 {
-		var e struct{ Error, Code string }
-		if json.Unmarshal(data, &e) != nil || e.Code == "" {
-			e.Error, e.Code = strings.TrimSpace(string(data)), strconv.Itoa(status)
-		}
-		if strings.TrimSpace(e.Error) == "" {
-			e.Error = http.StatusText(status)
-		}
-		fmt.Fprintf(stderr, "gateway: %s: %s\n", printable(e.Code), printable(clipAnswer(e.Error)))
+		fmt.Fprintf(stderr, "gateway: %s\n", c.refusal(status, data))
 		return exitFailure
 	}
 	if a.asJSON {
@@ -97,48 +96,4 @@ func clipAnswer(s string) string {
 		return s[:300] + "..."
 	}
 	return s
-}
-
-func adminHTTPClient(cacert string) (*http.Client, error) {
-	if cacert == "" {
-		return &http.Client{}, nil
-	}
-	pem, err := os.ReadFile(cacert)
-	if err != nil {
-		return nil, fmt.Errorf("-cacert: %w", err)
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(pem) {
-		return nil, fmt.Errorf("-cacert %s: no PEM certificate", cacert)
-	}
-	return &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pool}}}, nil
-}
-
-// callAdmin sends one admin API request with the token (when set) and returns the answer.
-func callAdmin(ctx context.Context, client *http.Client, method, target, token string, body any) (int, []byte, error) {
-	var rd io.Reader
-	if body != nil {
-		data, err := json.Marshal(body)
-		if err != nil {
-			return 0, nil, err
-		}
-		rd = bytes.NewReader(data)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, target, rd)
-	if err != nil {
-		return 0, nil, err
-	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	res, err := client.Do(req)
-	if err != nil {
-		return 0, nil, err
-	}
-	defer res.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(res.Body, 64<<20))
-	return res.StatusCode, data, err
 }

@@ -181,8 +181,8 @@ routes:
 					t.Fatalf("turn %d: text %q, want %q", i, turn["text"], want)
 				}
 				types, _ := turn["chunkTypes"].([]any)
-				if len(types) == 0 || types[len(types)-1] != "finish" || turn["protocol"] != "v1" {
-					t.Fatalf("turn %d: chunks %v, protocol header %v", i, types, turn["protocol"])
+				if len(types) == 0 || types[len(types)-1] != "finish" || turn["uiMessageStreamHeader"] != "v1" {
+					t.Fatalf("turn %d: chunks %v, x-vercel-ai-ui-message-stream %v", i, types, turn["uiMessageStreamHeader"])
 				}
 				meta, _ := turn["metadata"].(map[string]any)
 				usage, _ := meta["usage"].(map[string]any)
@@ -218,7 +218,7 @@ routes:
 		}
 		usage, _ := out["usage"].(map[string]any)
 		thread, _ := out["threadHeader"].(string)
-		if out["finishReason"] != "stop" || usage == nil || !strings.HasPrefix(thread, "thread_") || out["protocol"] != "v1" {
+		if out["finishReason"] != "stop" || usage == nil || !strings.HasPrefix(thread, "thread_") || out["dataStreamHeader"] != "v1" {
 			t.Fatalf("ai4 client read %v", out)
 		}
 		prompt, completion := num(usage["promptTokens"]), num(usage["completionTokens"])

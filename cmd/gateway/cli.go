@@ -18,8 +18,9 @@ import (
 // server, a store that does not answer) exits 1.
 
 const mainUsage = `Usage:
-  gateway -config FILE [-dev] [-check-config]    run the gateway (or only validate its config)
-  gateway keys generate|add|revoke|list ...       manage API keys in the config's store
+  gateway -config FILE [-dev]                     run the gateway
+  gateway -config FILE -check-config [-strict]    validate its config, print the start's warnings
+  gateway keys generate|add|rotate|revoke|list ... manage API keys in the config's store
   gateway quota grant|override|end|reset|audit|overrides ...
                                                   change a tenant's quota through the admin API
   gateway usage top|show|history ...              read usage through the admin API
@@ -30,7 +31,9 @@ const mainUsage = `Usage:
 
 Flags of the gateway itself:
   -config FILE     the YAML config file (see config.example.yaml)
-  -check-config    validate the config file (routes and limits compiled too) and exit
+  -check-config    validate the config file (routes and limits compiled, the keys file read),
+                   print every warning a start would log, and exit
+  -strict          with -check-config: exit 2 when there is a warning (for CI)
   -dev             readable console logs at debug level, for development
   -version         print the version and exit
 
@@ -73,6 +76,10 @@ func runMain(ctx context.Context, args []string, getenv func(string) string, std
 	case "help":
 		return runHelp(args[1:], stdout, stderr)
 	case "version":
+		if len(args) == 2 && slices.Contains([]string{"-h", "-help", "--help"}, args[1]) {
+			fmt.Fprint(stdout, versionUsage)
+			return exitOK
+		}
 		if len(args) > 1 {
 			return usageError(stderr, "version", "gateway version takes no argument")
 		}

@@ -70,12 +70,14 @@ func TestHelpVersionAndUsageErrorsCLI(t *testing.T) {
 		{[]string{"keys", "-h"}, "--key-stdin"},
 		{[]string{"keys", "revoke", "-h"}, "--key-stdin"},
 		{[]string{"keys", "add", "--help"}, "gateway keys add"},
-		{[]string{"help", "quota"}, "-json        print the admin API's JSON answer"},
+		{[]string{"help", "quota"}, "-json         print the admin API's JSON answer"},
+		{[]string{"help", "quota"}, "-config FILE  the gateway's config file"},
 		{[]string{"quota", "grant", "-h"}, "gateway quota grant"},
-		{[]string{"help", "usage"}, "gateway usage history [-admin URL] --limit NAME --id ID [--unit requests|tokens] [-json]"},
+		{[]string{"help", "usage"}, "gateway usage history [-admin URL | -config FILE] --limit NAME --id ID [--unit requests|tokens] [-json]"},
 		{[]string{"usage", "--help"}, "gateway usage show"},
 		{[]string{"usage", "top", "-h"}, "-json prints the admin API's JSON answer"},
 		{[]string{"help", "version"}, "gateway version"},
+		{[]string{"version", "-h"}, "Prints \"gateway VERSION"},
 		{[]string{"version"}, "gateway v0.0.0-test (go"},
 		{[]string{"-version"}, "gateway v0.0.0-test (go"},
 	}
@@ -297,7 +299,7 @@ func TestUsageCLI(t *testing.T) {
 
 	// top
 	table := must("", "top", "--limit", "agent_job_per_project")
-	if !strings.HasPrefix(table, "agent_job_per_project (hour, requests)\nID ") {
+	if !strings.HasPrefix(table, "agent_job_per_project (requests per hour)\nID ") {
 		t.Fatalf("top table:\n%s", table)
 	}
 	if r := row(table, "p1"); r[3] != "2" || r[5] != "3" || r[6] != "1" || r[7] != "66.7%" {

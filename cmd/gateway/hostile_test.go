@@ -445,7 +445,7 @@ func TestAdminNeverPublic(t *testing.T) {
 	paths := []string{
 		"/metrics", "/healthz", "/readyz", "/usage/projects/p", "/usage/orgs/o", "/usage/ips/127.0.0.1", "/usage/key",
 		"/usage/top", "/usage/top?limit=assistant_per_org", "/ui/", "/ui", "/ui/assets/app.js", "/ui/?partial=1",
-		"/debug/pprof/", "/debug/pprof/cmdline", "/debug/pprof/heap", "/debug/pprof/goroutine?debug=2",
+		"/debug/pprof/", "/debug/pprof", "/debug/pprof/cmdline", "/debug/pprof/heap", "/debug/pprof/goroutine?debug=2",
 		"//metrics", "/metrics/", "/./metrics", "/%6detrics", "/v2/../metrics", "/METRICS", "/metrics;x", "/metrics%00",
 		"/discovery/../healthz", "/v2/agent/../../debug/pprof/",
 	}

@@ -26,8 +26,10 @@ const keysTimeout = 15 * time.Second
 
 const keysUsage = `Usage:
   gateway keys generate --kind admin|assistant
-  gateway keys generate --kind admin|assistant --add -config FILE --org ORG (--project P ... | --domain D ...) [--plan NAME] [--label TEXT]
-  gateway keys add      -config FILE --kind admin|assistant --org ORG (--project P ... | --domain D ...) [--plan NAME] [--label TEXT]  < key
+  gateway keys generate --kind admin|assistant --add -config FILE --org ORG (--project P ... | --domain D ...) [--plan NAME] [--label TEXT] [--scope ROUTE ...] [--expires WHEN]
+  gateway keys add      -config FILE --kind admin|assistant --org ORG (--project P ... | --domain D ...) [--plan NAME] [--label TEXT] [--scope ROUTE ...] [--expires WHEN]  < key
+  gateway keys rotate   -config FILE DIGEST [--overlap 24h] [--expires WHEN]
+  gateway keys rotate   -config FILE --key-stdin [--overlap 24h] [--expires WHEN]  < key
   gateway keys revoke   -config FILE DIGEST
   gateway keys revoke   -config FILE --key-stdin  < key
   gateway keys list     -config FILE [-json]
@@ -40,10 +42,26 @@ after its prefix. Keys are stored in the config's Redis (redis.addrs) or, withou
 auth.keys_file (the running gateway re-reads it on reload; writers take turns on a lock file
 beside it, <keys_file>.lock).
 
+--scope names a route the key may call (repeatable; default: every route of its kind); a
+request to another route gets 403 out_of_scope. --expires is when the key stops working (401
+key_expired after it): a lifetime from now (90d, 36h), a date (2027-01-01, midnight UTC) or an
+RFC 3339 time, within auth.key_lifetime.<kind>.max; without it a new key gets
+auth.key_lifetime.<kind>.default (none by default).
+
+rotate issues the successor of a registered key: a new key with the same org, projects or
+domains, plan, label and scopes, printed once on standard output (its digest on standard
+error), and schedules the old key's end after --overlap (default 24h; 0s ends it now). Both
+keys work during the overlap and are one tenant for every limit that counts by key: a
+rotation never resets or splits a key's budget, and history and exports show the keys under
+the first key's digest. A revoked, expired or already rotated key is refused. It needs
+auth.mode: registry (in prefix mode the gateway knows no keys).
+
 revoke takes the key's DIGEST (as list shows it) or, with --key-stdin, the key itself on
 standard input (one line, never on the command line): the digest of a leaked key is then
 computed for you. list prints a table; with -json one JSON object per line, a registry entry:
-{"digest", "kind", "org", "projects" | "domains", "plan", "label", "created", "revoked"}.
+{"digest", "kind", "org", "projects" | "domains", "plan", "label", "scopes", "created",
+"revoked", "expires", "lineage", "replaces", "rotated_to", "last_used"} (last_used: to the
+minute, written by each replica once a minute).
 
 Exit codes: 0 done; 1 refused at run time (a bad key on standard input, an unknown digest,
 the store does not answer); 2 a usage or config error, found before the store is touched.
@@ -52,22 +70,28 @@ Examples:
   gateway keys generate --kind assistant --add -config gateway.yaml --org acme --domain acme-docs > key.txt
   gateway keys add -config gateway.yaml --kind admin --org acme --project p1 < key.txt
   gateway keys revoke -config gateway.yaml 3a68eb4a...
+  gateway keys rotate -config gateway.yaml --key-stdin --overlap 1h < leaked-key.txt > new-key.txt
   gateway keys revoke -config gateway.yaml --key-stdin < leaked-key.txt
   gateway keys list -config gateway.yaml -json
 `
 
 // runKeys is the `gateway keys` subcommand: add, revoke and list registered keys.
 func runKeys(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	sub, args, code, done := subcommand(args, "keys", []string{"generate", "add", "revoke", "list"}, stdout, stderr)
+	sub, args, code, done := subcommand(args, "keys", []string{"generate", "add", "rotate", "revoke", "list"}, stdout, stderr)
 	if done {
 		return code
+	}
+	if sub == "rotate" {
+		return runKeysRotate(ctx, args, stdin, stdout, stderr)
 	}
 
 	fs := newFlagSet("gateway keys " + sub)
 	configPath := fs.String("config", "", "path to the gateway's YAML config file")
 	var (
 		kind, org, plan, label string
+		expires                string
 		projects, domains      listFlag
+		scopes                 listFlag
 		asJSON, register       bool
 		keyStdin               bool
 	)
@@ -82,6 +106,8 @@ func runKeys(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 		fs.Var(&domains, "domain", "domain an assistant key may be used on (repeatable; * for any)")
 		fs.StringVar(&plan, "plan", "", "plan of the key (optional)")
 		fs.StringVar(&label, "label", "", "a note for operators (optional)")
+		fs.StringVar(&expires, "expires", "", "when the key stops working: a lifetime (90d, 36h), a date or an RFC 3339 time; default: the kind's default lifetime")
+		fs.Var(&scopes, "scope", "a route the key may call (repeatable; default: every route of its kind)")
 	case "list":
 		fs.BoolVar(&asJSON, "json", false, "one JSON object per line instead of a table")
 	case "revoke":
@@ -102,8 +128,8 @@ func runKeys(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 		if !ok {
 			return usage("--kind must be admin or assistant")
 		}
-		if org != "" || len(projects) > 0 || len(domains) > 0 || plan != "" || label != "" || *configPath != "" {
-			return usage("--org, --project, --domain, --plan, --label and -config register the key: add --add")
+		if org != "" || len(projects) > 0 || len(domains) > 0 || plan != "" || label != "" || expires != "" || len(scopes) > 0 || *configPath != "" {
+			return usage("--org, --project, --domain, --plan, --label, --expires, --scope and -config register the key: add --add")
 		}
 		key, err := auth.Generate(k)
 		if err != nil {
@@ -140,7 +166,7 @@ func runKeys(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 			return usage("--kind must be admin or assistant")
 		}
 		entry = auth.Entry{Kind: k.String(), Org: org, Projects: projects, Domains: domains, Plan: plan, Label: label,
-			Digest: strings.Repeat("0", 64)} // placeholder until the key is read
+			Scopes: scopes, Digest: strings.Repeat("0", 64)} // placeholder until the key is read
 		err := entry.Validate()
 		if err == nil {
 			err = entry.CheckText()
@@ -160,6 +186,17 @@ func runKeys(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	}
 	if _, ok := cfg.Plans[entry.Plan]; entry.Plan != "" && !ok {
 		return usage("--plan %q is not defined under plans in %s", entry.Plan, *configPath)
+	}
+	if sc, ok := unknownScope(cfg, &entry); !ok {
+		return usage("--scope %q is not the name of a route of %s keys in %s", printable(clipArg(sc)), entry.Kind, *configPath)
+	}
+	var asked *time.Time
+	if expires != "" {
+		t, err := parseExpires(expires, time.Now())
+		if err != nil {
+			return usage("--expires: %v", err)
+		}
+		asked = &t
 	}
 	ctx, cancel := context.WithTimeout(ctx, keysTimeout)
 	defer cancel()
@@ -187,7 +224,12 @@ func runKeys(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 			return fail(fmt.Errorf("the key on standard input: %w", err))
 		}
 		entry.Digest = id.Digest
-		err = withStore(ctx, cfg, func(s keyStore) error { return s.Add(ctx, entry) })
+		err = withStore(ctx, cfg, func(s keyStore) error {
+			if err := setExpiry(ctx, s, &entry, asked, keyLifetimes(cfg)); err != nil {
+				return err
+			}
+			return s.Add(ctx, entry)
+		})
 		if err != nil {
 			return fail(err)
 		}
@@ -230,7 +272,16 @@ func runKeys(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 		if err != nil {
 			return fail(err)
 		}
-		if err := printKeys(stdout, list, asJSON); err != nil {
+		if !asJSON && len(list) == 0 {
+			// A header alone reads like a failure: say where nothing was found.
+			fmt.Fprintf(stdout, "no keys are registered in %s\n", keyStoreName(cfg))
+			return exitOK
+		}
+		uses, err := loadLastUse(ctx, cfg)
+		if err != nil {
+			return fail(err)
+		}
+		if err := printKeys(stdout, auth.WithLastUse(list, uses), asJSON); err != nil {
 			return fail(err)
 		}
 	}
@@ -243,6 +294,14 @@ func reloadHint(stderr io.Writer, cfg *config.Config) {
 	if len(cfg.Redis.Addrs) == 0 {
 		fmt.Fprintf(stderr, "gateway keys: %s updated; running gateways read it on SIGHUP or POST /reload\n", cfg.Auth.KeysFile)
 	}
+}
+
+// keyStoreName says where `gateway keys` keeps the keys of cfg.
+func keyStoreName(cfg *config.Config) string {
+	if len(cfg.Redis.Addrs) > 0 {
+		return "Redis (redis.addrs " + strings.Join(cfg.Redis.Addrs, ",") + ")"
+	}
+	return "auth.keys_file " + cfg.Auth.KeysFile
 }
 
 func mustKind(s string) auth.Kind {
@@ -304,6 +363,8 @@ func readKey(stdin io.Reader, stderr io.Writer) (string, error) {
 type keyStore interface {
 	Add(ctx context.Context, e auth.Entry) error
 	Revoke(ctx context.Context, digest string) error
+	Rotate(ctx context.Context, old string, next auth.Entry, oldEnds time.Time) (auth.Entry, error)
+	Lookup(ctx context.Context, digest string) (auth.Entry, bool, error)
 	List(ctx context.Context) ([]auth.Entry, error)
 }
 
@@ -407,20 +468,24 @@ func printKeys(w io.Writer, list []auth.Entry, asJSON bool) error {
 		return nil
 	}
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
-	fmt.Fprintln(tw, "DIGEST\tKIND\tORG\tGRANTS\tPLAN\tLABEL\tCREATED\tREVOKED")
+	fmt.Fprintln(tw, "DIGEST\tKIND\tORG\tGRANTS\tSCOPES\tPLAN\tLABEL\tCREATED\tREVOKED\tEXPIRES\tLAST USED")
 	for _, e := range list {
 		grants := "projects=" + strings.Join(e.Projects, ",")
 		if e.Kind == "assistant" {
 			grants = "domains=" + strings.Join(e.Domains, ",")
 		}
-		revoked := "-"
-		if e.Revoked != nil {
-			revoked = e.Revoked.UTC().Format(time.RFC3339)
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Digest, e.Kind, dash(printable(e.Org)), printable(grants), dash(printable(e.Plan)),
-			dash(printable(e.Label)), e.Created.UTC().Format(time.RFC3339), revoked)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Digest, e.Kind, dash(printable(e.Org)), printable(grants),
+			dash(printable(strings.Join(e.Scopes, ","))), dash(printable(e.Plan)), dash(printable(e.Label)),
+			e.Created.UTC().Format(time.RFC3339), timeOrDash(e.Revoked), timeOrDash(e.Expires), timeOrDash(e.LastUsed))
 	}
 	return tw.Flush()
+}
+
+func timeOrDash(t *time.Time) string {
+	if t == nil {
+		return "-"
+	}
+	return t.UTC().Format(time.RFC3339)
 }
 
 func dash(s string) string {

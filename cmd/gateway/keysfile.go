@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/docsgate/gateway/auth"
 	"github.com/docsgate/gateway/config"
@@ -24,6 +25,16 @@ func (f *fileKeys) Add(ctx context.Context, e auth.Entry) error {
 
 func (f *fileKeys) Revoke(ctx context.Context, digest string) error {
 	return f.change(ctx, func(s keyStore) error { return s.Revoke(ctx, digest) })
+}
+
+func (f *fileKeys) Rotate(ctx context.Context, old string, next auth.Entry, oldEnds time.Time) (auth.Entry, error) {
+	var prev auth.Entry
+	err := f.change(ctx, func(s keyStore) error {
+		var err error
+		prev, err = s.Rotate(ctx, old, next, oldEnds)
+		return err
+	})
+	return prev, err
 }
 
 func (f *fileKeys) List(ctx context.Context) ([]auth.Entry, error) {

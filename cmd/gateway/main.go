@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
+	"github.com/docsgate/gateway/config"
 	"github.com/docsgate/gateway/engine"
 	"github.com/docsgate/gateway/limits"
 	"github.com/docsgate/gateway/metrics"
@@ -46,6 +47,7 @@ type flags struct {
 	version     bool
 	dev         bool
 	checkConfig bool
+	strict      bool
 }
 
 func parseFlags(args []string) (flags, error) {
@@ -54,7 +56,8 @@ func parseFlags(args []string) (flags, error) {
 	fs.StringVar(&f.config, "config", "", "path to the YAML config file (see config.example.yaml)")
 	fs.BoolVar(&f.version, "version", false, "print the version and exit")
 	fs.BoolVar(&f.dev, "dev", false, "readable console logs at debug level, for development")
-	fs.BoolVar(&f.checkConfig, "check-config", false, "validate the config file and exit")
+	fs.BoolVar(&f.checkConfig, "check-config", false, "validate the config file, print every warning a start would log, and exit")
+	fs.BoolVar(&f.strict, "strict", false, "with -check-config: exit 2 when there is a warning (for CI)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return f, err
@@ -66,6 +69,9 @@ func parseFlags(args []string) (flags, error) {
 	}
 	if !f.version && f.config == "" {
 		return f, errors.New("-config FILE is required")
+	}
+	if f.strict && !f.checkConfig {
+		return f, errors.New("-strict applies to -check-config only: a start logs its warnings and runs")
 	}
 	return f, nil
 }
@@ -90,16 +96,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	if f.checkConfig {
-		// Compile the routes and limits too, as a start would (route conflicts are found
-		// there), without touching Redis or the network.
-		m := metrics.New(prometheus.NewRegistry())
-		eng := engine.New(engine.Options{Limiter: limits.NewMemory(), Metrics: m, Logger: zap.NewNop()})
-		if _, err := proxy.New(proxy.Options{Config: cfg, Logger: zap.NewNop(), Metrics: m, Engine: eng}); err != nil {
-			fmt.Fprintf(stderr, "gateway: %v\n", redacted(err, cfg))
-			return exitUsage
-		}
-		fmt.Fprintf(stdout, "gateway: %s is valid\n", f.config)
-		return exitOK
+		return checkConfig(f, cfg, stdout, stderr)
 	}
 	if err := serve(ctx, f.config, cfg, f.dev); err != nil {
 		err = redacted(err, cfg)
@@ -111,4 +108,42 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitFailure
 	}
 	return exitOK
+}
+
+// checkConfig is -check-config: it refuses what a start would refuse before it touches Redis
+// or the network (routes and limits compiled, the keys file read), prints on standard error
+// every warning a start would log ("gateway: warning: ..."), and with -strict fails on them.
+func checkConfig(f flags, cfg *config.Config, stdout, stderr io.Writer) int {
+	m := metrics.New(prometheus.NewRegistry())
+	eng := engine.New(engine.Options{Limiter: limits.NewMemory(), Metrics: m, Logger: zap.NewNop()})
+	_, err := proxy.New(proxy.Options{Config: cfg, Logger: zap.NewNop(), Metrics: m, Engine: eng})
+	if err == nil && keysFileOnly(cfg) {
+		_, err = newRegistry(context.Background(), nil, cfg, zap.NewNop())
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "gateway: %v\n", redacted(err, cfg))
+		return exitUsage
+	}
+	warnings := startWarnings(cfg)
+	for _, w := range warnings {
+		fmt.Fprintf(stderr, "gateway: warning: %s\n", w)
+	}
+	switch {
+	case len(warnings) == 0:
+		fmt.Fprintf(stdout, "gateway: %s is valid\n", f.config)
+	case f.strict:
+		fmt.Fprintf(stderr, "gateway: %s is valid but has %s, and -strict fails on warnings\n", f.config, plural(len(warnings), "warning"))
+		return exitUsage
+	default:
+		fmt.Fprintf(stdout, "gateway: %s is valid, with %s (above; -strict fails on them)\n", f.config, plural(len(warnings), "warning"))
+	}
+	return exitOK
+}
+
+// plural is "1 warning", "2 warnings".
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }

@@ -67,6 +67,11 @@ type notifier struct {
 	// by is what each limit of the config in force counts by (configure), for the crossings
 	// of charges, which know only the rule.
 	by atomic.Pointer[map[string]string]
+	// notice is auth.expiry_notice of the config in force (configure): how long before a
+	// key's end key.expiring is sent.
+	notice atomic.Int64
+	// marks remember the key.expiring events announced, over the days of a notice.
+	marks notify.Marks
 	// wants is the config's notifications: what some endpoint takes.
 	wants *config.Notifications
 	// unwritten are events whose write into the outbox failed, oldest first by share: the
@@ -93,8 +98,10 @@ func newNotifier(cfg *config.Config, m *metrics.Metrics, log *zap.Logger) *notif
 	// nor be bounded like, the request path's calls.
 	if nt.client = newReaderClient(cfg.Redis); nt.client != nil {
 		nt.box = notify.NewRedis(nt.client, cfg.Redis.KeyPrefix, outboxMax)
+		nt.marks = notify.NewRedisMarks(nt.client, cfg.Redis.KeyPrefix)
 	} else {
 		nt.box = notify.NewMemory(outboxMax)
+		nt.marks = &notify.MemoryMarks{}
 	}
 	var eps []notify.Endpoint
 	var names []string
@@ -140,6 +147,7 @@ func (nt *notifier) configure(cfg *config.Config) {
 		by[s.Name] = s.By
 	}
 	nt.by.Store(&by)
+	nt.notice.Store(int64(cfg.Auth.ExpiryNotice))
 }
 
 // charged is the limits' WithCrossings: what a charge of tokens crossed, queued as crossed
@@ -216,20 +224,20 @@ func (nt *notifier) run(ctx context.Context) {
 	}
 }
 
-// watch announces the ends of overrides (quota.override_expired) and the revocations of keys
-// (key.revoked), read every overridesEvery and keysEvery until ctx ends. Every replica reads them; the outbox
-// takes each event once (Event.Once with an id derived from what it reports). An override
-// is announced when it leaves the list at its expiry (one ended early by an operator is not
-// announced); one that expires while no replica runs is not either. keys is nil in prefix
-// mode.
+// watch announces the ends of overrides (quota.override_expired) and the keys' events
+// (key.revoked, key.rotated, key.expiring: keyevents.go), read every overridesEvery and
+// keysEvery until ctx ends. Every replica reads them; the outbox takes each event once
+// (Event.Once with an id derived from what it reports). An override is announced when it
+// leaves the list at its expiry (one ended early by an operator is not announced); one that
+// expires while no replica runs is not either. keys is nil in prefix mode.
 func (nt *notifier) watch(ctx context.Context, quotas limits.QuotaStore, keys auth.Registry) {
 	var seen map[string]limits.Override // nil until the first read
-	announced := map[string]time.Time{} // revocations published, by id, until revokedWithin
-	var keysRead time.Time
+	ke := &keyEvents{nt: nt, announced: map[string]time.Time{}}
+	var keysNext time.Time
 	if !nt.wants.Wants(config.EventOverrideExpired, "") {
 		quotas = nil // read only for an endpoint that takes them
 	}
-	if !nt.wants.Wants(config.EventKeyRevoked, "") {
+	if !ke.wanted() {
 		keys = nil
 	}
 	if quotas == nil && keys == nil {
@@ -247,9 +255,11 @@ func (nt *notifier) watch(ctx context.Context, quotas limits.QuotaStore, keys au
 				}
 			}
 		}
-		if keys != nil && time.Since(keysRead) >= keysEvery {
-			nt.keysRevoked(ctx, keys, announced)
-			keysRead = time.Now()
+		if keys != nil && !time.Now().Before(keysNext) {
+			keysNext = ke.read(ctx, keys)
+		}
+		if keys != nil {
+			wait = min(wait, max(time.Until(keysNext), 50*time.Millisecond))
 		}
 		select {
 		case <-ctx.Done():
@@ -287,38 +297,6 @@ func (nt *notifier) overridesEnded(ctx context.Context, quotas limits.QuotaStore
 				"expires": o.Expires.UTC().Format(time.RFC3339), "reason": o.Reason}})
 	}
 	return inForce, true
-}
-
-func (nt *notifier) keysRevoked(ctx context.Context, keys auth.Registry, announced map[string]time.Time) {
-	rctx, cancel := context.WithTimeout(ctx, overridesEvery)
-	defer cancel()
-	list, err := keys.List(rctx)
-	if err != nil {
-		nt.log.Warn("keys not read for key.revoked", zap.Error(err))
-		return
-	}
-	now := time.Now()
-	for id, at := range announced {
-		if now.Sub(at) > revokedWithin {
-			delete(announced, id)
-		}
-	}
-	for _, e := range list {
-		if e.Revoked == nil || e.Revoked.After(now) || now.Sub(*e.Revoked) > revokedWithin {
-			continue
-		}
-		rev := e.Revoked.UTC().Format(time.RFC3339Nano)
-		id := notify.StableID(config.EventKeyRevoked, e.Digest, rev)
-		if _, ok := announced[id]; ok {
-			continue
-		}
-		announced[id] = *e.Revoked
-		data := map[string]any{"key": e.Digest, "tenant": e.Digest, "by": "key", "kind": e.Kind, "org": e.Org, "revoked_at": e.Revoked.UTC().Format(time.RFC3339)}
-		if e.Label != "" {
-			data["label"] = e.Label
-		}
-		nt.submit(ctx, notify.Event{Type: config.EventKeyRevoked, ID: id, Time: *e.Revoked, Once: true, Data: data})
-	}
 }
 
 // submit hands the watch's ev to run, waiting for room (the watch is on no request's path);

@@ -19,17 +19,17 @@ import (
 )
 
 const quotaUsage = `Usage:
-  gateway quota grant    [-admin URL] --limit NAME --id ID --amount N --reason TEXT
-  gateway quota override [-admin URL] --limit NAME --id ID --value N (--ttl 1h | --expires TIME) --reason TEXT
-  gateway quota end      [-admin URL] --limit NAME --id ID --reason TEXT
-  gateway quota reset    [-admin URL] --limit NAME --id ID --reason TEXT
-  gateway quota audit    [-admin URL] [-n 100]
-  gateway quota overrides [-admin URL]
+  gateway quota grant    [-admin URL | -config FILE] --limit NAME --id ID --amount N --reason TEXT
+  gateway quota override [-admin URL | -config FILE] --limit NAME --id ID --value N (--ttl 1h | --expires TIME) --reason TEXT
+  gateway quota end      [-admin URL | -config FILE] --limit NAME --id ID --reason TEXT
+  gateway quota reset    [-admin URL | -config FILE] --limit NAME --id ID --reason TEXT
+  gateway quota audit    [-admin URL | -config FILE] [-n 100]
+  gateway quota overrides [-admin URL | -config FILE]
 
 Changes one tenant's quota of one limit at run time, through a running gateway's admin API
 (every replica applies it at its next decision; with Redis it survives restarts), and reads
-the audit trail every change leaves. The admin token is read from GATEWAY_ADMIN_TOKEN, never
-from the command line. ID is what /usage/top shows: a project id, an org, an IP (or IPv6
+the audit trail every change leaves. The admin token is read from GATEWAY_ADMIN_TOKEN (or the
+admin_token of -config), never from the command line. ID is what /usage/top shows: a project id, an org, an IP (or IPv6
 prefix) or a key's digest.
 
   grant     adds N to the tenant's allowance for the current window only (grants add up);
@@ -43,16 +43,15 @@ prefix) or a key's digest.
   overrides every override in force
 
 Flags:
-  -admin URL   the admin listener (default http://127.0.0.1:9090, or GATEWAY_ADMIN_URL)
-  -cacert FILE trust this CA for an https admin URL (PEM)
-  -json        print the admin API's JSON answer as it came, instead of a line or a table
-
+` + adminFlagsUsage + `
 Exit codes: 0 done; 1 the admin API refused or did not answer ("gateway: CODE: MESSAGE", the
-API's error code); 2 a usage error, found before any request (bad flag, --ttl that is not a
-duration, --expires that is not an RFC 3339 time, a missing or too long --reason).
+API's error code); 2 a usage or config error, found before any request (bad flag, --ttl that is
+not a duration, --expires that is not an RFC 3339 time, a missing or too long --reason, a
+-config file that is not valid).
 
 Examples:
   export GATEWAY_ADMIN_TOKEN=...   # the gateway's admin_token
+  gateway quota audit -config /etc/gateway/config.yaml   # its admin_listen, TLS and admin_token
   gateway quota grant -admin http://10.0.0.5:9090 --limit agent_job_per_project --id p1 --amount 5000 --reason "ticket 4711: launch week"
   gateway quota override --limit assistant_per_org --id acme --value 10 --ttl 8h --reason "incident 93: abusive traffic"
   gateway quota override --limit assistant_per_ip --id 2001:db8:1:2::/64 --value 0 --expires 2027-01-01T00:00:00Z --reason "scraper"
@@ -76,7 +75,7 @@ func runQuota(ctx context.Context, args []string, getenv func(string) string, st
 	}
 	var a quotaArgs
 	fs := newFlagSet("gateway quota " + sub)
-	a.register(fs, getenv)
+	a.register(fs)
 	a.flags(fs, sub)
 	positional, code, done := parseCommand(fs, args, "quota", stdout, stderr)
 	if done {

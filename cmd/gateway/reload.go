@@ -16,6 +16,7 @@ import (
 	"github.com/docsgate/gateway/auth"
 	"github.com/docsgate/gateway/config"
 	"github.com/docsgate/gateway/metrics"
+	"github.com/docsgate/gateway/policy"
 	"github.com/docsgate/gateway/proxy"
 )
 
@@ -110,8 +111,11 @@ func (rl *reloader) applyConfig(cfg *config.Config) (zapcore.Level, error) {
 	if l, err := zapcore.ParseLevel(cfg.Log.Level); err == nil && !rl.dev {
 		level = l
 	}
-	if selfUsageExposure(cfg) != selfUsageExposure(rl.running) {
-		warnSelfUsageExposure(cfg, rl.log) // what a reload newly exposes, said as at start
+	if msg := selfUsageExposure(cfg); msg != "" && msg != selfUsageExposure(rl.running) {
+		rl.log.Warn(msg) // what a reload newly exposes, said as at start
+	}
+	for _, p := range policy.Unused(cfg) {
+		rl.log.Warn(config.Redact(p.String(), cfg.Secrets()...))
 	}
 	rl.running = cfg
 	rl.notes.configure(cfg)
@@ -137,6 +141,20 @@ func (rl *reloader) knownPlan(plan string) bool {
 	defer rl.mu.Unlock()
 	_, ok := rl.running.Plans[plan]
 	return ok
+}
+
+// runningConfig is the config in force.
+func (rl *reloader) runningConfig() *config.Config {
+	rl.mu.Lock()
+	defer rl.mu.Unlock()
+	return rl.running
+}
+
+// keyLifetime is the running config's lifetime of the keys of kind k.
+func (rl *reloader) keyLifetime(k auth.Kind) auth.Lifetime {
+	rl.mu.Lock()
+	defer rl.mu.Unlock()
+	return keyLifetimes(rl.running).For(k)
 }
 
 // fixedChanges names the settings a reload cannot change.
@@ -181,9 +199,6 @@ func newRegistry(ctx context.Context, client redis.UniversalClient, cfg *config.
 	entries, err := loadKeysFile(cfg.Auth.KeysFile)
 	if err != nil {
 		return nil, configError{fmt.Errorf("invalid config: auth.keys_file: %w", err)}
-	}
-	if cfg.Auth.KeysFile != "" && len(entries) == 0 {
-		log.Warn("auth.keys_file holds no keys yet: every request is refused until keys are added", zap.String("keys_file", cfg.Auth.KeysFile))
 	}
 	r, err := auth.NewMemoryRegistry(entries)
 	if err != nil {

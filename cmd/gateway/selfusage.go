@@ -3,8 +3,6 @@ package main
 import (
 	"strings"
 
-	"go.uber.org/zap"
-
 	"github.com/docsgate/gateway/config"
 )
 
@@ -36,11 +34,4 @@ func selfUsageExposure(cfg *config.Config) string {
 	return "self_usage.prefix_mode_exposes is set while auth.mode is prefix, where the gateway cannot tell a real key from a made-up one: " +
 		su.Path + " shows anyone " + strings.Join(what, "; ") +
 		". Remove it to show callers only their own address's counters, or use auth.mode registry."
-}
-
-// warnSelfUsageExposure says, at start, what the usage endpoint exposes (selfUsageExposure).
-func warnSelfUsageExposure(cfg *config.Config, log *zap.Logger) {
-	if msg := selfUsageExposure(cfg); msg != "" {
-		log.Warn(msg)
-	}
 }

@@ -128,6 +128,8 @@ func serve(ctx context.Context, path string, cfg *config.Config, dev bool) error
 	}
 	if keys != nil {
 		defer keys.Close()
+		p.lastUse = auth.NewLastUse(lastUseStore(cfg, client))
+		defer p.keepLastUse(cfg.Redis.Timeout * 10)()
 	}
 	stopTracing, err := p.buildGateway(ctx, keys)
 	if err != nil {
@@ -145,9 +147,7 @@ func serve(ctx context.Context, path string, cfg *config.Config, dev bool) error
 		pubLn.Close()
 		return fmt.Errorf("admin_listen %s: %w", cfg.AdminListen, err)
 	}
-	warnAdminExposure(cfg, log)
-	warnSelfUsageExposure(cfg, log)
-	warnPrivateWebhooks(cfg, log)
+	logWarnings(log, startWarnings(cfg))
 	pub := publicServer(cfg, p.gw, tlsCert, log)
 	admin := p.adminServer(keyManager(cfg, keys), adminCert)
 	errc := make(chan error, 2)
@@ -180,6 +180,7 @@ type process struct {
 	eng      *engine.Engine
 	gw       *proxy.Gateway
 	rl       *reloader
+	lastUse  *auth.LastUse // registry mode: the keys' last uses
 	started  time.Time
 	draining atomic.Bool
 }
@@ -191,7 +192,7 @@ func (p *process) buildGateway(ctx context.Context, keys auth.Registry) (stopTra
 		GrowTimeout: p.cfg.Redis.Timeout, Metrics: p.m, Logger: p.log}
 	opts := proxy.Options{Config: p.cfg, Logger: p.log, Metrics: p.m}
 	if keys != nil {
-		opts.Registry, eo.Registry = keys, keys
+		opts.Registry, eo.Registry, opts.LastUse = keys, keys, p.lastUse
 	}
 	if stopTracing, err = newTracing(ctx, p.cfg, p.m, &opts, p.log); err != nil {
 		return nil, err
@@ -209,9 +210,6 @@ func (p *process) buildGateway(ctx context.Context, keys auth.Registry) (stopTra
 	if p.notes != nil {
 		p.notes.start(ctx, p.lim.quotas, keys)
 	}
-	if p.lim.client == nil {
-		p.log.Warn("redis.addrs is empty: limits are counted in this process only, so each replica admits its own quota; configure Redis when running more than one replica")
-	}
 	return stopTracing, nil
 }
 
@@ -225,6 +223,32 @@ func keyManager(cfg *config.Config, keys auth.Registry) admin.KeyManager {
 		return &fileKeys{path: cfg.Auth.KeysFile, mem: mem}
 	}
 	return keys
+}
+
+// keepLastUse writes the keys' last uses once a minute until the returned function is called
+// (after the drain, so that the last requests' uses are written too), which writes them a
+// last time, within timeout, and returns when that is done.
+func (p *process) keepLastUse(timeout time.Duration) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		flushLastUse(ctx, p.lastUse, timeout, func(err error) {
+			p.log.Warn("the keys' last uses could not be written; kept for the next try", zap.Error(err))
+		})
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
+}
+
+// keyLastUse is what GET /keys reads the last uses from; nil in prefix mode.
+func (p *process) keyLastUse() admin.KeyLastUse {
+	if p.lastUse == nil {
+		return nil
+	}
+	return p.lastUse
 }
 
 // ready is /readyz: whether this process can serve. It answers once the config is loaded and
@@ -266,16 +290,22 @@ func (p *process) adminServer(keys admin.KeyManager, cert *tls.Certificate) *htt
 	cfg := p.cfg
 	srv := &http.Server{
 		Handler: admin.Handler(admin.Options{
-			Ready:        p.ready,
-			Metrics:      metrics.Handler(p.reg),
-			Usage:        p.eng,
-			Top:          p.eng,
-			TopTimeout:   30 * time.Second,
-			State:        p.state,
-			UIRefresh:    cfg.AdminUIRefresh,
-			Reload:       p.rl.reload,
-			Keys:         keys,
-			KnownPlan:    p.rl.knownPlan,
+			Ready:       p.ready,
+			Metrics:     metrics.Handler(p.reg),
+			Usage:       p.eng,
+			Top:         p.eng,
+			TopTimeout:  30 * time.Second,
+			State:       p.state,
+			UIRefresh:   cfg.AdminUIRefresh,
+			Reload:      p.rl.reload,
+			Keys:        keys,
+			KnownPlan:   p.rl.knownPlan,
+			RouteKind:   func(name string) (auth.Kind, bool) { return p.eng.Policy().RouteKind(name) },
+			KeyLifetime: p.rl.keyLifetime,
+			KeyLastUse:  p.keyLastUse(),
+			KeyExpiryNotice: func() time.Duration {
+				return time.Duration(p.rl.runningConfig().Auth.ExpiryNotice)
+			},
 			Quotas:       p.eng,
 			History:      p.eng,
 			MaxExports:   cfg.AdminMaxExports,
@@ -407,30 +437,6 @@ func loadCert(key string, c *config.TLS) (*tls.Certificate, error) {
 		return nil, configError{fmt.Errorf("invalid config: %s: %w", key, err)}
 	}
 	return &cert, nil
-}
-
-// warnAdminExposure says once, at start, who can reach what when the admin listener accepts
-// connections from other hosts without a token.
-func warnAdminExposure(cfg *config.Config, log *zap.Logger) {
-	if cfg.AdminToken != "" || admin.IsLoopbackListen(cfg.AdminListen) {
-		return
-	}
-	log.Warn("admin_listen accepts connections from other hosts and admin_token is empty: anyone who can reach " +
-		cfg.AdminListen + " can read /metrics, the usage endpoints and page (tenants' usage) and /debug/pprof; " +
-		"key and reload writes are refused (403 admin_token_required) until admin_token (GATEWAY_ADMIN_TOKEN) is set. " +
-		"Set admin_token, or restrict the port with a network policy.")
-}
-
-// warnPrivateWebhooks says once, at start, which webhook endpoints may be delivered to
-// loopback, link-local, private and metadata addresses: the opt-in is the operator's, and
-// should be seen.
-func warnPrivateWebhooks(cfg *config.Config, log *zap.Logger) {
-	for i, w := range cfg.Notifications.Webhooks {
-		if w.AllowPrivateAddresses {
-			log.Warn(fmt.Sprintf("notifications.webhooks[%d].allow_private_addresses is set: deliveries to this endpoint may connect to loopback, link-local, private and cloud metadata addresses; set it only for a receiver of yours there", i),
-				zap.String("endpoint", w.Name))
-		}
-	}
 }
 
 // storeKind names the limit store for the usage page.

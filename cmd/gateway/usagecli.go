@@ -15,12 +15,12 @@ import (
 )
 
 const usageUsage = `Usage:
-  gateway usage top     [-admin URL] [--limit NAME] [-n 20] [-json]
-  gateway usage show    [-admin URL] (--org ORG | --project ID | --ip IP | --key-stdin) [-json]
-  gateway usage history [-admin URL] --limit NAME --id ID [--unit requests|tokens] [-json]
+  gateway usage top     [-admin URL | -config FILE] [--limit NAME] [-n 20] [-json]
+  gateway usage show    [-admin URL | -config FILE] (--org ORG | --project ID | --ip IP | --key-stdin) [-json]
+  gateway usage history [-admin URL | -config FILE] --limit NAME --id ID [--unit requests|tokens] [-json]
 
 Reads usage through a running gateway's admin API. The admin token is read from
-GATEWAY_ADMIN_TOKEN, never from the command line.
+GATEWAY_ADMIN_TOKEN (or the admin_token of -config), never from the command line.
 
   top      the N tenants nearest their limit (highest fraction first) in the current window,
            for every enabled limit or the one --limit names (N from 1 to 1000, default 20)
@@ -44,16 +44,14 @@ Tables by default; -json prints the admin API's JSON answer as it came:
             "override" in the limit's own unit
 
 Flags:
-  -admin URL   the admin listener (default http://127.0.0.1:9090, or GATEWAY_ADMIN_URL)
-  -cacert FILE trust this CA for an https admin URL (PEM)
-  -json        print the admin API's JSON answer instead of a table
-
+` + adminFlagsUsage + `
 Exit codes: 0 done; 1 the admin API refused or did not answer ("gateway: CODE: MESSAGE", the
-API's error code, e.g. unknown_limit); 2 a usage error, found before any request.
+API's error code, e.g. unknown_limit); 2 a usage or config error, found before any request.
 
 Examples:
   export GATEWAY_ADMIN_TOKEN=...   # the gateway's admin_token
   gateway usage top -n 5
+  gateway usage top -config /etc/gateway/config.yaml   # its admin_listen, TLS and admin_token
   gateway usage top --limit assistant_per_org -json
   gateway usage show --org acme
   gateway usage show --key-stdin < key.txt
@@ -77,7 +75,7 @@ func runUsage(ctx context.Context, args []string, getenv func(string) string, st
 	}
 	var a usageArgs
 	fs := newFlagSet("gateway usage " + sub)
-	a.register(fs, getenv)
+	a.register(fs)
 	switch sub {
 	case "top":
 		fs.StringVar(&a.limit, "limit", "", "only this limit (default: every enabled limit)")
@@ -247,6 +245,14 @@ func quota(granted int64, o *usageOverride) string {
 	return dash(s)
 }
 
+// planName is a tenant's plan as the usage page names it: "default" for the default limits.
+func planName(plan string) string {
+	if plan == "" {
+		return "default"
+	}
+	return printable(plan)
+}
+
 func reservedText(r *int64) string {
 	if r == nil {
 		return "-"
@@ -281,9 +287,18 @@ func printTop(w io.Writer, data []byte, one bool) error {
 		if i > 0 {
 			fmt.Fprintln(w)
 		}
-		fmt.Fprintf(w, "%s (%s, %s)\n", printable(l.Limit), printable(l.Window), printable(l.Unit))
+		// As the usage page says it: "requests per hour", or a streams limit's "streams in flight".
+		if l.Window == "" {
+			fmt.Fprintf(w, "%s (%s in flight)\n", printable(l.Limit), printable(l.Unit))
+		} else {
+			fmt.Fprintf(w, "%s (%s per %s)\n", printable(l.Limit), printable(l.Unit), printable(l.Window))
+		}
 		if len(l.Tenants) == 0 {
-			fmt.Fprintln(w, "  no use in the current window")
+			if l.Window == "" {
+				fmt.Fprintln(w, "  no answer in flight")
+			} else {
+				fmt.Fprintln(w, "  no use in the current window")
+			}
 			continue
 		}
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
@@ -293,7 +308,7 @@ func printTop(w io.Writer, data []byte, one bool) error {
 			if t.Label != "" {
 				id += " (" + printable(t.Label) + ")"
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%d\t%d\t%s\t%s\t%s\n", id, dash(printable(t.Org)), dash(printable(t.Plan)), t.Used,
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%d\t%d\t%s\t%s\t%s\n", id, dash(printable(t.Org)), planName(t.Plan), t.Used,
 				reservedText(t.Reserved), t.Limit, t.Remaining, percent(t.Fraction), t.Reset.UTC().Format(time.RFC3339), quota(t.Granted, t.Override))
 		}
 		if err := tw.Flush(); err != nil {

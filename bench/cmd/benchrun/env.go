@@ -52,6 +52,11 @@ var variants = []variant{
 // the working tree against the base in one run.
 var baseVariant = variant{"gateway-redis-base", "gateway", "redis", true}
 
+// fullBaseVariant is gateway-full built from the base revision: it runs only in the base
+// pairs, against gateway-full, for a change that only registry mode (or another feature of the
+// full config) meets, such as recording the keys' last use.
+var fullBaseVariant = variant{"gateway-full-base", "gateway", "full", true}
+
 // notifyVariant is gateway-redis with notifications on: a webhook to a sink of benchrun's,
 // thresholds and a forecast on every limit, which no request crosses. It runs only in the
 // notification pairs (-notify-pairs): what notifications cost a request that crosses nothing.

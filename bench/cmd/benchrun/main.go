@@ -168,6 +168,20 @@ func run(o options, procs *child.Group) int {
 			rep.basePairs = append(rep.basePairs, pairs...)
 		}
 	}
+	if o.pairs > 0 && e.gatewayBase != "" && hasVariant(vs, "gateway-full") {
+		// The same in registry mode with every feature on: agent_job and the v1 stream.
+		for _, w := range allWorkloads {
+			if !wls[w.name] || (w.name != "agent_job" && w.name != "assistant_message") {
+				continue
+			}
+			pairs, err := e.measurePairsOf(fullBaseVariant, selectVariants("gateway-full")[0], w, o.pairs, o.pairDuration)
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "bench: full base pairs %s: %v\n", w.name, err)
+				return 1
+			}
+			rep.basePairs = append(rep.basePairs, pairs...)
+		}
+	}
 	if o.pairs > 0 && wls["agent_job"] && hasVariant(vs, "gateway-full") && hasVariant(vs, "bare") {
 		// agent_job with every feature of the example config on (the 1.3× target).
 		pairs, err := e.measurePairs(allWorkloads[0], "gateway-full", o.pairs, o.pairDuration)

@@ -152,32 +152,39 @@ func (r *report) notifyPairsTable(w func(string, ...any)) {
 
 // basePairsTable writes the pairs of the base revision against the working tree, per workload.
 func (r *report) basePairsTable(w func(string, ...any)) {
-	for _, wl := range allWorkloads {
-		var pairs []pairSample
-		for _, p := range r.basePairs {
-			if p.workload == wl.name {
-				pairs = append(pairs, p)
-			}
+	for _, v := range []string{"gateway-redis", "gateway-full"} {
+		for _, wl := range allWorkloads {
+			r.basePairsOf(w, v, wl)
 		}
-		if len(pairs) == 0 {
-			continue
-		}
-		w("## The working tree against the base revision, paired runs: %s\n\n%d pairs of closed-loop %s runs (%s each after a %s warm-up, wrk 1 thread %d connections), gateway-redis-base (%s) and gateway-redis back to back, alternating which goes first; %s with GOMAXPROCS=%d. Every pair:\n\n",
-			wl.name, len(pairs), wl.name, r.opts.pairDuration, r.opts.warmup, r.opts.conns, r.opts.base, r.opts.placement("both servers"), r.opts.serverProcs)
-		w("| pair | first | base req/s | new req/s | new / base | base CPU µs / req | new CPU µs / req | errors (base / new) |\n|---|---|---|---|---|---|---|---|\n")
-		var ratios, cpu []float64
-		for i, p := range pairs {
-			first := "base"
-			if p.gatewayFirst {
-				first = "new"
-			}
-			w("| %d | %s | %.0f | %.0f | %.3f | %.1f | %.1f | %d / %d |\n", i+1, first, p.bare, p.gateway, p.ratio(), p.bareCPU, p.gwCPU, p.bareErrs, p.gwErrors)
-			ratios = append(ratios, p.ratio())
-			if p.bareCPU > 0 {
-				cpu = append(cpu, p.gwCPU/p.bareCPU)
-			}
-		}
-		st, c := statOf(ratios), statOf(cpu)
-		w("\nnew / base over the pairs: req/s median %.3f (min %.3f, max %.3f); CPU per request median %.3f (min %.3f, max %.3f).\n\n", st.med, st.min, st.max, c.med, c.min, c.max)
 	}
+}
+
+// basePairsOf writes the pairs of variant v's base against v on workload wl, if any ran.
+func (r *report) basePairsOf(w func(string, ...any), v string, wl workload) {
+	var pairs []pairSample
+	for _, p := range r.basePairs {
+		if p.workload == wl.name && p.variant == v {
+			pairs = append(pairs, p)
+		}
+	}
+	if len(pairs) == 0 {
+		return
+	}
+	w("## The working tree against the base revision, paired runs: %s, %s\n\n%d pairs of closed-loop %s runs (%s each after a %s warm-up, wrk 1 thread %d connections), %s-base (%s) and %s back to back, alternating which goes first; %s with GOMAXPROCS=%d. Every pair:\n\n",
+		wl.name, v, len(pairs), wl.name, r.opts.pairDuration, r.opts.warmup, r.opts.conns, v, r.opts.base, v, r.opts.placement("both servers"), r.opts.serverProcs)
+	w("| pair | first | base req/s | new req/s | new / base | base CPU µs / req | new CPU µs / req | errors (base / new) |\n|---|---|---|---|---|---|---|---|\n")
+	var ratios, cpu []float64
+	for i, p := range pairs {
+		first := "base"
+		if p.gatewayFirst {
+			first = "new"
+		}
+		w("| %d | %s | %.0f | %.0f | %.3f | %.1f | %.1f | %d / %d |\n", i+1, first, p.bare, p.gateway, p.ratio(), p.bareCPU, p.gwCPU, p.bareErrs, p.gwErrors)
+		ratios = append(ratios, p.ratio())
+		if p.bareCPU > 0 {
+			cpu = append(cpu, p.gwCPU/p.bareCPU)
+		}
+	}
+	st, c := statOf(ratios), statOf(cpu)
+	w("\nnew / base over the pairs: req/s median %.3f (min %.3f, max %.3f); CPU per request median %.3f (min %.3f, max %.3f).\n\n", st.med, st.min, st.max, c.med, c.min, c.max)
 }

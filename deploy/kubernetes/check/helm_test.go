@@ -14,6 +14,7 @@ import (
 	"helm.sh/helm/v3/pkg/engine"
 	"helm.sh/helm/v3/pkg/lint"
 	"helm.sh/helm/v3/pkg/lint/support"
+	"helm.sh/helm/v3/pkg/strvals"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -302,6 +303,11 @@ func TestChartRefuses(t *testing.T) {
 		{"redis: {password: a-redis-password, existingSecret: ops-redis}", "not both"},
 		{"service: {type: ExternalName}", "/service/type"},
 		{"adminToken: {existingSecert: ops-admin}", "existingSecert"},
+		// The gateway's own keys, from its config definition (deploy/helmschema): a misspelt
+		// one fails the install instead of crash-looping the pods.
+		{"config: {upstream: {timout: 3s}}", "timout"},
+		{"config: {limits: {agent_job_per_project: {limt: 5}}}", "limt"},
+		{"config: {redis: {tls: 'yes'}}", "/config/redis/tls"},
 	} {
 		var vals map[string]any
 		if err := yaml.Unmarshal([]byte(tc.vals), &vals); err != nil {
@@ -310,6 +316,21 @@ func TestChartRefuses(t *testing.T) {
 		_, err := render(vals)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("values %s: helm template error %v, want one naming %s", tc.vals, err, tc.want)
+		}
+	}
+	// As deploy/README.md's commands give values: --set, parsed as helm parses it.
+	for set, ok := range map[string]bool{
+		"config.upstream.timout=3s":                         false,
+		"config.upstream.timeout=3s":                        true,
+		"config.client_ip.trusted_proxies={10.96.200.0/29}": true,
+		"config.limits.agent_job_per_project.limit=20":      true,
+	} {
+		vals := map[string]any{}
+		if err := strvals.ParseInto(set, vals); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := render(vals); (err == nil) != ok {
+			t.Errorf("--set %s: helm template error %v, want it to pass: %v", set, err, ok)
 		}
 	}
 }
