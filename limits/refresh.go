@@ -88,8 +88,10 @@ for i = 1, #KEYS do
   local reserve, ttl = hold_terms(spec)
   local exp = now_us + ttl * 1000
   local lapsed = 1
-  local v = read('HMGET', key, field, pfield, 'hx') -- hx: only while the hash has holds
-  if (tonumber(v[3]) or now_us + 1) <= now_us then
+  local tokens = string.sub(spec, 1, 1) == 't'
+  local v
+  if tokens then v = read('HMGET', key, field, pfield, 'hx') else v = {read('HGET', key, field)} end
+  if tokens and (tonumber(v[3]) or now_us + 1) <= now_us then -- hx: only while the hash has holds
     local _, _, st = holds(key, now_us) -- some hold expired: reaped first, this one's too
     if (st.owed or 0) > 0 then
       local rk, rspec, rst = key, spec, st
