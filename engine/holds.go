@@ -24,11 +24,17 @@ type holdKeeper struct {
 	timer *time.Timer
 }
 
+// Progress says, at any moment and from any goroutine, what an answer in flight has passed so
+// far of a tokens limit r: its charge had it ended then (see limits.Refresher).
+type Progress interface {
+	Passed(r *limits.Rule) int64
+}
+
 // KeepHolds starts refreshing the holds an admitted request's decision took (a.Held) while
-// its answer lives; route names it in the log, and passed (nil: nothing is known) says, at
-// any moment and from any goroutine, what the answer has passed so far of a tokens limit (its
-// charge had it ended then: see limits.Refresher). Call it once the request is forwarded.
-func (e *Engine) KeepHolds(a *Admission, route string, passed func(r *limits.Rule) int64) {
+// its answer lives; route names it in the log, and each refresh leaves in the tokens holds
+// what p (nil: nothing is known) says the answer has passed. Call it once the request is
+// forwarded.
+func (e *Engine) KeepHolds(a *Admission, route string, p Progress) {
 	every := limits.RefreshEvery(a.held)
 	if every <= 0 {
 		return
@@ -44,6 +50,10 @@ func (e *Engine) KeepHolds(a *Admission, route string, passed func(r *limits.Rul
 		defer k.mu.Unlock()
 		if k.done {
 			return
+		}
+		var passed func(r *limits.Rule) int64 // made here, off the request path
+		if p != nil {
+			passed = p.Passed
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), bound)
 		lapsed, err := e.o.Limiter.Refresh(ctx, hold, held, passed)

@@ -34,14 +34,17 @@ func (q *quota) settle(s *scope, out *stream.Outcome) {
 	})
 }
 
-// passed tracks what the request's answer passes (stream.Progress) and returns what it has
-// passed so far of a tokens limit, for the refreshes of its holds (engine.KeepHolds), which
-// call it from another goroutine: it reads only its own copies and the Progress' atomics.
-func (s *scope) passed() func(r *limits.Rule) int64 {
-	p, prompt := new(stream.Progress), s.promptBytes
-	s.tapBody.Track(p)
-	return func(r *limits.Rule) int64 { return p.Passed(prompt, r.EstimateMax, r.Reserve) }
+// trackProgress makes the request's answer publish what it passes (stream.Progress), for the
+// refreshes of its holds (engine.KeepHolds); call it before they start.
+func (s *scope) trackProgress() engine.Progress {
+	s.progress.Start(s.promptBytes)
+	s.tapBody.Track(&s.progress)
+	return s
 }
+
+// Passed implements engine.Progress, from the refreshes' goroutine: it reads only the
+// Progress, whose prompt was set before they started and whose counts are atomics.
+func (s *scope) Passed(r *limits.Rule) int64 { return s.progress.Passed(r.EstimateMax, r.Reserve) }
 
 // metricsEstimateMax is the estimate cap of the tokens metrics: the largest estimate_max of
 // the request's tokens limits, else the default.

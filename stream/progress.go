@@ -8,9 +8,14 @@ import "sync/atomic"
 // limits.Refresher). Two atomic stores per read of an answer that holds tokens; none for the
 // others.
 type Progress struct {
-	text     atomic.Int64 // the answer text's bytes (Outcome.TextBytes)
-	reported atomic.Int64 // the prompt and completion tokens the stream reported so far
+	promptBytes int          // the request's conversation text (Start)
+	text        atomic.Int64 // the answer text's bytes (Outcome.TextBytes)
+	reported    atomic.Int64 // the prompt and completion tokens the stream reported so far
 }
+
+// Start readies p for the answer to a request with promptBytes of conversation text; call it
+// before p is handed to a reader or a Body.
+func (p *Progress) Start(promptBytes int) { p.promptBytes = promptBytes }
 
 // note publishes what the tap has counted after a read.
 func (p *Progress) note(o *Outcome) {
@@ -22,13 +27,12 @@ func (p *Progress) note(o *Outcome) {
 
 // Passed is what the answer has passed so far of one tokens limit (estimateMax and reserve:
 // its caps): its charge had it ended at the last read, as an answer whose client went away
-// (Charge.Of); 0 while neither answer text nor a usage report has passed. promptBytes is the
-// request's conversation text.
-func (p *Progress) Passed(promptBytes int, estimateMax, reserve int64) int64 {
+// (Charge.Of); 0 while neither answer text nor a usage report has passed.
+func (p *Progress) Passed(estimateMax, reserve int64) int64 {
 	text, reported := p.text.Load(), p.reported.Load()
 	if text == 0 && reported == 0 {
 		return 0
 	}
 	o := Outcome{TextBytes: text, Usage: reported > 0, Prompt: reported}
-	return ChargeOf(&o, promptBytes).Of(estimateMax, reserve)
+	return ChargeOf(&o, p.promptBytes).Of(estimateMax, reserve)
 }

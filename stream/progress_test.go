@@ -12,12 +12,13 @@ import (
 // estimate; the caps of each tokens limit apply as Charge.Of's.
 func TestProgressPublishesWhatPassed(t *testing.T) {
 	var p Progress
+	p.Start(40) // 40 bytes of conversation text: 10 tokens
 	var b Body
 	b.Track(&p)
 	pr, pw := io.Pipe()
 	var tap DataStream
 	tap.Reset(nil)
-	b.Reset(pr, &tap, nil, 40, nil) // 40 bytes of conversation text: 10 tokens
+	b.Reset(pr, &tap, nil, 40, nil)
 	buf := make([]byte, 256)
 	send := func(s string) {
 		t.Helper()
@@ -27,18 +28,18 @@ func TestProgressPublishesWhatPassed(t *testing.T) {
 		}
 	}
 	send("f:{\"messageId\":\"m\"}\n")
-	if got := p.Passed(40, 1000, 100); got != 0 {
+	if got := p.Passed(1000, 100); got != 0 {
 		t.Fatalf("nothing passed yet: %d", got)
 	}
 	send("0:" + `"` + strings.Repeat("x", 30) + `"` + "\n") // 30 bytes: 8 tokens
-	if got := p.Passed(40, 1000, 100); got != 18 {
+	if got := p.Passed(1000, 100); got != 18 {
 		t.Fatalf("after the first text: %d, want 10 + 8", got)
 	}
-	if got := p.Passed(40, 4, 100); got != 12 {
+	if got := p.Passed(4, 100); got != 12 {
 		t.Fatalf("estimate_max 4 caps the prompt: %d, want 4 + 8", got)
 	}
 	send(`e:{"finishReason":"stop","usage":{"promptTokens":20,"completionTokens":30},"isContinued":false}` + "\n")
-	if got := p.Passed(40, 1000, 100); got != 50 {
+	if got := p.Passed(1000, 100); got != 50 {
 		t.Fatalf("after a usage report: %d, want 50", got)
 	}
 	pw.Close()
