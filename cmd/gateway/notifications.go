@@ -79,6 +79,8 @@ type notifier struct {
 	unwritten *notify.Queue[notify.Event]
 	running   atomic.Bool
 	runDone   chan struct{}
+	// deliverDone is closed when the deliveries (notify's Run) have ended.
+	deliverDone chan struct{}
 }
 
 // shareOf is whose a crossing's events are: a limit by ip counts visitors.
@@ -90,7 +92,7 @@ func newNotifier(cfg *config.Config, m *metrics.Metrics, log *zap.Logger) *notif
 	if !cfg.Notifications.Enabled() {
 		return nil
 	}
-	nt := &notifier{log: log.Named("notifications"), m: m, wants: &cfg.Notifications, runDone: make(chan struct{}),
+	nt := &notifier{log: log.Named("notifications"), m: m, wants: &cfg.Notifications, runDone: make(chan struct{}), deliverDone: make(chan struct{}),
 		queue: notify.NewQueue(crossingQueue, shareOf), ready: make(chan struct{}, 1), events: make(chan notify.Event, 64),
 		unwritten: notify.NewQueue(maxUnwritten, func(ev notify.Event) notify.Share { return ev.Share })}
 	nt.drops = newDropLog(nt.log)
@@ -195,10 +197,10 @@ func (nt *notifier) start(ctx context.Context, quotas limits.QuotaStore, keys au
 // run writes queued crossings and the watch's events into the outbox, and delivers from it,
 // until ctx ends; every retryWrites it retries the unwritten and logs what was dropped.
 func (nt *notifier) run(ctx context.Context) {
+	go func() { nt.n.Run(ctx); close(nt.deliverDone) }()
+	// The queues are close's once this loop returns: runDone says so at once, without waiting
+	// for deliveries in flight (close waits for those before it releases the client).
 	defer close(nt.runDone)
-	done := make(chan struct{})
-	go func() { nt.n.Run(ctx); close(done) }()
-	defer func() { <-done }()
 	t := time.NewTicker(outboxPoll)
 	defer t.Stop()
 	retry := time.NewTicker(retryWrites)
@@ -323,10 +325,13 @@ func (nt *notifier) close() {
 	}
 	deadline := time.Now().Add(closeWrite)
 	if nt.running.Load() {
-		select { // run owns the unwritten until it returns
+		select { // run owns the queue and the unwritten until it returns
 		case <-nt.runDone:
 		case <-time.After(closeWrite):
-			nt.log.Warn("notifications: the delivery loop did not stop in time")
+			// Never touched from two goroutines: what is still queued is lost with the process.
+			nt.log.Warn("notifications: the writing loop did not stop in time; what it holds is not written")
+			nt.release(deadline.Add(closeWrite))
+			return
 		}
 	}
 	ctx, cancel := context.WithDeadline(context.Background(), deadline.Add(closeWrite))
@@ -346,6 +351,19 @@ func (nt *notifier) close() {
 		nt.dropEvent(ev, metrics.DropShutdown)
 	}
 	nt.drops.flush()
+	nt.release(deadline.Add(closeWrite))
+}
+
+// release waits (until deadline) for the deliveries in flight, which end with run's context,
+// then closes the outbox's client.
+func (nt *notifier) release(deadline time.Time) {
+	if nt.running.Load() {
+		select {
+		case <-nt.deliverDone:
+		case <-time.After(time.Until(deadline)):
+			nt.log.Warn("notifications: deliveries in flight did not end in time")
+		}
+	}
 	if nt.client != nil {
 		_ = nt.client.Close()
 	}

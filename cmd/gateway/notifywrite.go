@@ -124,10 +124,10 @@ func (nt *notifier) write(ctx context.Context, evs []notify.Event) error {
 }
 
 // writeUnwritten retries the unwritten in order, writeBatch at a time, until a write fails
-// again.
+// again or ctx ends (run stops; close writes the rest with a context of its own).
 func (nt *notifier) writeUnwritten(ctx context.Context) {
 	n := 0
-	for nt.unwritten.Len() > 0 {
+	for nt.unwritten.Len() > 0 && ctx.Err() == nil {
 		evs := nt.unwritten.Pop(writeBatch)
 		if nt.write(ctx, evs) != nil {
 			nt.unwritten.PushFront(evs)
