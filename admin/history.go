@@ -28,6 +28,19 @@ type windowJSON struct {
 	End   time.Time `json:"end"`
 	Used  int64     `json:"used"`
 	Limit int64     `json:"limit"`
+	// The current window of the limit's own unit: the allowance in force (as /usage shows
+	// it), its grants and the override in force, where there is one.
+	Allowance *int64                `json:"allowance,omitempty"`
+	Granted   *int64                `json:"granted,omitempty"`
+	Override  *limits.OverrideTerms `json:"override,omitempty"`
+}
+
+func windowOf(u limits.WindowUse) windowJSON {
+	w := windowJSON{Start: u.Start, End: u.End, Used: u.Used, Limit: u.Limit}
+	if u.Current {
+		w.Allowance, w.Granted, w.Override = &u.Allowance, &u.Granted, u.Override
+	}
+	return w
 }
 
 // history serves GET /usage/history?limit=NAME&id=ID[&unit=requests|tokens].
@@ -51,7 +64,7 @@ func (h *handler) history(w http.ResponseWriter, r *http.Request) {
 		Windows []windowJSON `json:"windows"`
 	}{Limit: th.Limit, ID: th.ID, Unit: th.Unit, Windows: make([]windowJSON, 0, len(th.Windows))}
 	for _, u := range th.Windows {
-		out.Windows = append(out.Windows, windowJSON{u.Start, u.End, u.Used, u.Limit})
+		out.Windows = append(out.Windows, windowOf(u))
 	}
 	writeJSON(w, http.StatusOK, out)
 }

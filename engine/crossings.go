@@ -17,8 +17,16 @@ type Crossing struct {
 	Org         string // the request's org, when known
 	Label       string // the registered key's label, when known
 	WindowStart time.Time
-	Used        int64 // the tenant's use after the decision
-	Quota       int64 // the allowance in force: the limit or override, plus grants
+	// Unit is what the limit counts, requests or tokens: each unit has a counter of its own
+	// (a change of unit starts one), which reports its crossings on its own.
+	Unit string
+	// Used is the tenant's counter after the decision or charge, as usage read-back shows
+	// it (/usage's used); Reserved, for a tokens limit with a reserve (Reserves), what the
+	// answers in flight hold besides (/usage's reserved).
+	Used     int64
+	Reserved int64
+	Reserves bool
+	Quota    int64 // the allowance in force: the limit or override, plus grants
 	// Thresholds reached, as fractions of Quota; Exhausted: the tenant's first refusal;
 	// Forecast: at the window's rate so far, the tenant runs out before the window ends.
 	Thresholds []float64
@@ -41,20 +49,19 @@ func (e *Engine) reportCrossings(req *Request, d *Decision) {
 		if bits == 0 {
 			continue
 		}
-		// A tokens limit's refusal counts the holds of its answers in flight as used.
-		used := max(res.Limit-res.Remaining, 0)
 		c := CrossingOf(l.Rule, bits)
 		c.Tenant, c.By, c.Org, c.Label, c.Time = d.Hits[i].ID, l.By.String(), req.Org, req.Label, req.Start
-		c.WindowStart, c.Used, c.Quota = time.Unix(res.WindowStart, 0).UTC(), used, res.Limit
+		c.WindowStart, c.Used, c.Reserved, c.Quota = time.Unix(res.WindowStart, 0).UTC(), res.Used, res.Held, res.Limit
 		e.o.Crossings(c)
 	}
 }
 
 // CrossingOf is the crossing the bits of limits.Result.Crossed (or limits.Crossed) say a
-// decision or a charge made on rule: the limit's name and what was reached. The caller fills
-// in the tenant and the numbers.
+// decision or a charge made on rule: the limit's name, its unit and what was reached. The
+// caller fills in the tenant and the numbers.
 func CrossingOf(rule *limits.Rule, bits uint16) Crossing {
-	c := Crossing{Limit: rule.Name, Exhausted: bits&limits.CrossedExhausted != 0, Forecast: bits&limits.CrossedForecast != 0}
+	c := Crossing{Limit: rule.Name, Unit: rule.Unit.String(), Reserves: rule.Unit == limits.Tokens && rule.Reserve > 0,
+		Exhausted: bits&limits.CrossedExhausted != 0, Forecast: bits&limits.CrossedForecast != 0}
 	for j := range rule.Thresholds.Len() {
 		if bits&(1<<j) != 0 {
 			c.Thresholds = append(c.Thresholds, rule.Thresholds.At(j))

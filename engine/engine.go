@@ -31,7 +31,7 @@ type Decider interface {
 // answer ends, refreshes them while it lives, grows a hold its answer runs past.
 type Holder interface {
 	Settle(ctx context.Context, hold string, hits []limits.Hit, n int64) ([]string, error)
-	Refresh(ctx context.Context, hold string, hits []limits.Hit) ([]string, error)
+	Refresh(ctx context.Context, hold string, hits []limits.Hit, passed func(r *limits.Rule) int64) ([]string, error)
 	Grow(ctx context.Context, hold string, h limits.Hit, want int64) (int64, error)
 }
 

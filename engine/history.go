@@ -17,17 +17,21 @@ import (
 
 // History answers a tenant's use of limit name in each kept window, newest first, counted in
 // unit ("" for the limit's own: another reads what the limit counted before a change of its
-// unit). An unknown limit wraps limits.ErrUnknownLimit, a bad id or unit is a
-// *limits.InvalidError of field "id" or "unit", a GCRA limit wraps limits.ErrNoHistory.
+// unit). Each window's limit is the tenant's plan's as configured now, and the current
+// window has the allowance in force with its grants and override; in another unit than the
+// limit's own neither applies (limitInUnit). An unknown limit wraps limits.ErrUnknownLimit, a
+// bad id or unit is a *limits.InvalidError of field "id" or "unit", a GCRA limit wraps
+// limits.ErrNoHistory.
 func (e *Engine) History(ctx context.Context, name, id, unit string) (limits.TenantHistory, error) {
 	if e.o.History == nil {
 		return limits.TenantHistory{}, fmt.Errorf("engine: history: %w: %q", limits.ErrUnknownLimit, name)
 	}
-	rule, id, err := e.quotaRule(ctx, name, id)
+	own, id, err := e.quotaRule(ctx, name, id)
 	if err != nil {
 		return limits.TenantHistory{}, err
 	}
-	if rule, err = inUnit(rule, unit); err != nil {
+	rule, err := inUnit(own, unit)
+	if err != nil {
 		return limits.TenantHistory{}, err
 	}
 	ws, err := e.o.History.History(ctx, rule, id)
@@ -35,9 +39,22 @@ func (e *Engine) History(ctx context.Context, name, id, unit string) (limits.Ten
 		return limits.TenantHistory{}, fmt.Errorf("engine: history: %w", err)
 	}
 	for i := range ws {
-		ws[i].Limit = rule.Limit
+		ws[i].Limit = limitInUnit(own, rule.Unit)
+		if rule != own { // no allowance of this unit is in force
+			ws[i].Current, ws[i].Allowance, ws[i].Granted, ws[i].Override = false, 0, 0, nil
+		}
 	}
 	return limits.TenantHistory{Limit: name, ID: id, Unit: rule.Unit.String(), Windows: ws}, nil
+}
+
+// limitInUnit is the limit that bounds counts of unit under r, the rule in force: r's limit
+// when r counts that unit, else 0 (a limit of another unit bounds no such count). History and
+// export report it alike.
+func limitInUnit(r *limits.Rule, unit limits.Unit) int64 {
+	if r == nil || r.Unit != unit {
+		return 0
+	}
+	return r.Limit
 }
 
 // Export answers every tenant with use of limit name in one window, counted in unit (as
@@ -125,10 +142,7 @@ func (e *Engine) exportRows(ctx context.Context, p *policy.Policy, pl policy.Pla
 				return
 			}
 			t := e.tenantOf(ctx, p, pl.By, id)
-			row := limits.ExportRow{ID: id, Used: used, Plan: t.plan, Label: t.label, Org: t.org}
-			if r := pl.RuleFor(t.plan); r != nil && r.Unit == ref.Unit {
-				row.Limit = r.Limit // a limit of another unit is no bound on these counts
-			}
+			row := limits.ExportRow{ID: id, Used: used, Plan: t.plan, Label: t.label, Org: t.org, Limit: limitInUnit(pl.RuleFor(t.plan), ref.Unit)}
 			if !yield(row, nil) {
 				return
 			}

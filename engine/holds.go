@@ -15,16 +15,26 @@ import (
 // back, but a live answer must never drop out of its limits however long it runs, or a
 // streams cap would admit past itself. Every limits.RefreshEvery (a quarter of the shortest
 // reserve_ttl), one store write off the request path, until the answer is settled. One timer
-// per answer with holds, none per part.
+// per answer with holds, none per part. Each refresh leaves in the tokens holds what the
+// answer has passed so far, which the store charges if the hold expires unsettled (this
+// gateway died): such an answer loses only what passed since its last refresh.
 type holdKeeper struct {
 	mu    sync.Mutex // held by a refresh under way, and by stop
 	done  bool
 	timer *time.Timer
 }
 
+// Progress says, at any moment and from any goroutine, what an answer in flight has passed so
+// far of a tokens limit r: its charge had it ended then (see limits.Refresher).
+type Progress interface {
+	Passed(r *limits.Rule) int64
+}
+
 // KeepHolds starts refreshing the holds an admitted request's decision took (a.Held) while
-// its answer lives; route names it in the log. Call it once the request is forwarded.
-func (e *Engine) KeepHolds(a *Admission, route string) {
+// its answer lives; route names it in the log, and each refresh leaves in the tokens holds
+// what p (nil: nothing is known) says the answer has passed. Call it once the request is
+// forwarded.
+func (e *Engine) KeepHolds(a *Admission, route string, p Progress) {
 	every := limits.RefreshEvery(a.held)
 	if every <= 0 {
 		return
@@ -41,8 +51,12 @@ func (e *Engine) KeepHolds(a *Admission, route string) {
 		if k.done {
 			return
 		}
+		var passed func(r *limits.Rule) int64 // made here, off the request path
+		if p != nil {
+			passed = p.Passed
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), bound)
-		lapsed, err := e.o.Limiter.Refresh(ctx, hold, held)
+		lapsed, err := e.o.Limiter.Refresh(ctx, hold, held, passed)
 		cancel()
 		if err != nil {
 			// The next refresh takes again what expires meanwhile.

@@ -20,12 +20,12 @@ type countingLimiter struct {
 	block     atomic.Pointer[chan struct{}]
 }
 
-func (l *countingLimiter) Refresh(ctx context.Context, hold string, hits []limits.Hit) ([]string, error) {
+func (l *countingLimiter) Refresh(ctx context.Context, hold string, hits []limits.Hit, passed func(*limits.Rule) int64) ([]string, error) {
 	l.refreshes.Add(1)
 	if b := l.block.Load(); b != nil {
 		<-*b
 	}
-	return l.Memory.Refresh(ctx, hold, hits)
+	return l.Memory.Refresh(ctx, hold, hits, passed)
 }
 
 // An answer's holds are refreshed every quarter of reserve_ttl while it lives; stop waits for
@@ -35,7 +35,7 @@ func TestHoldKeeperRefreshesUntilStopped(t *testing.T) {
 	e := New(Options{Limiter: lim, Metrics: metrics.New(prometheus.NewRegistry()), Logger: zap.NewNop()})
 	a := &Admission{hold: "h"}
 	a.held = []limits.Hit{{Rule: &limits.Rule{Name: "st", Limit: 1, Unit: limits.Streams, ReserveTTL: 200 * time.Millisecond}, ID: "x"}}
-	e.KeepHolds(a, "r")
+	e.KeepHolds(a, "r", nil)
 	time.Sleep(400 * time.Millisecond)
 	if n := lim.refreshes.Load(); n < 3 {
 		t.Fatalf("%d refreshes in 400 ms, every 50 ms", n)

@@ -28,7 +28,8 @@ import (
 // window shorter than their ttl (a shadow limit debits the answers it had no room to hold).
 // For a spec with marks (thresholds.go), it marks what the charge was the first to reach
 // against allow, the allowance the admitting decision applied (cross). It returns those bits
-// of Result.Crossed, the window's start and the count after the charge.
+// of Result.Crossed, the window's start, the count after the charge and, when it crossed
+// something, what the live holds keep (else 0): chargeReply numbers. It needs holdLua.
 const chargeLua = `
 local function charge(key, spec, n, sec, now_us, allow)
   -- In the spec's window: the gateway settles an answer with the rule in force when it ends
@@ -47,10 +48,15 @@ local function charge(key, spec, n, sec, now_us, allow)
     keep_until(key, kept_until(we, win, keep) * 1000, now_us)
   end
   local mk = allow > 0 and marks(spec)
-  if not mk then return 0, ws, used end
-  return cross(key, mk, used, allow, same, ws, we, now_us), ws, used
+  if not mk then return 0, ws, used, 0 end
+  local bits = cross(key, mk, used, allow, same, ws, we, now_us)
+  if bits == 0 then return 0, ws, used, 0 end
+  return bits, ws, used, (holds(key, now_us))
 end
 `
+
+// chargeReply is how many numbers a charge replies with (chargeLua).
+const chargeReply = 4
 
 // Debit implements Store: one script call (on a Cluster, one per key, pipelined).
 func (r *Redis) Debit(ctx context.Context, hits []Hit, n int64) error {
@@ -75,7 +81,7 @@ func (r *Redis) Debit(ctx context.Context, hits []Hit, n int64) error {
 	if len(keys) == 0 {
 		return nil
 	}
-	vals := make([]int64, 3*len(keys)) // per key: the bits crossed, the window start, the count
+	vals := make([]int64, chargeReply*len(keys)) // per key: chargeLua's numbers
 	if r.cluster != nil && len(keys) > 1 {
 		// The keys may live on different nodes: one call per key, in one pipeline.
 		cmds := make([]*redis.Cmd, len(keys))
@@ -84,8 +90,9 @@ func (r *Redis) Debit(ctx context.Context, hits []Hit, n int64) error {
 			if err := c.Err(); err != nil && err != redis.Nil {
 				continue // its node's error is in err
 			}
-			if reply, _ := c.Val().(string); scanInts(reply, vals[3*i:3*i+3]) != nil {
-				clear(vals[3*i : 3*i+3]) // unknown: nothing reported
+			v := vals[chargeReply*i : chargeReply*(i+1)]
+			if reply, _ := c.Val().(string); scanInts(reply, v) != nil {
+				clear(v) // unknown: nothing reported
 			}
 		}
 		r.reportCharges(charged, vals)
@@ -105,14 +112,15 @@ func (r *Redis) Debit(ctx context.Context, hits []Hit, n int64) error {
 }
 
 // reportCharges reports what charges crossed (WithCrossings): vals holds, for each of hits,
-// the bits crossed, the window start and the count after the charge (chargeLua).
+// chargeLua's numbers: the bits crossed, the window start, the count after the charge and
+// the live holds.
 func (r *Redis) reportCharges(hits []Hit, vals []int64) {
 	if r.onCrossed == nil {
 		return
 	}
 	for i, h := range hits {
-		if v := vals[3*i : 3*i+3]; v[0] > 0 && v[0] <= crossedMax {
-			r.onCrossed(Crossed{Rule: h.Rule, ID: h.ID, Bits: uint16(v[0]), WindowStart: v[1], Used: v[2], Allow: h.Allow})
+		if v := vals[chargeReply*i : chargeReply*(i+1)]; v[0] > 0 && v[0] <= crossedMax {
+			r.onCrossed(Crossed{Rule: h.Rule, ID: h.ID, Bits: uint16(v[0]), WindowStart: v[1], Used: v[2], Held: v[3], Allow: h.Allow})
 		}
 	}
 }
@@ -147,7 +155,7 @@ func (m *Memory) charge(h *memHit, n int64, now memTime, crossed []Crossed) []Cr
 		return crossed
 	}
 	if bits := e.cross(r, h.allow, ws, we, now.us); bits != 0 {
-		crossed = append(crossed, Crossed{Rule: h.rule, ID: h.key.id, Bits: bits, WindowStart: ws, Used: e.n, Allow: h.allow})
+		crossed = append(crossed, Crossed{Rule: h.rule, ID: h.key.id, Bits: bits, WindowStart: ws, Used: e.n, Held: e.held(now.us), Allow: h.allow})
 	}
 	return crossed
 }

@@ -42,8 +42,12 @@ local sec, usec = tonumber(t[1]), tonumber(t[2])
 local now_us = sec * 1000000 + usec
 local algo, limit, win = parse(ARGV[1])
 local _, ttl = hold_terms(ARGV[1])
-local allow, used = state(KEYS[1], KEYS[2], algo, limit, win, sec, usec)
 local _, _, st = holds(KEYS[1], now_us)
+if (st.owed or 0) > 0 then -- what expired holds passed is used
+  local rk, rspec, rst = KEYS[1], ARGV[1], st
+` + reapBlock + `
+end
+local allow, used = state(KEYS[1], KEYS[2], algo, limit, win, sec, usec)
 local field = 'h:' .. ARGV[2]
 local want = tonumber(ARGV[3])
 local old, exp = 0, nil
@@ -113,6 +117,7 @@ func (m *Memory) Grow(ctx context.Context, hold string, hit Hit, want int64) (in
 		base, g, _ := q.terms(r.Limit, now.us, h.we)
 		allow := allowance(base, g)
 		e := m.entry(h)
+		m.reapHolds(h, now) // expired holds first: what they passed is used, as growLua
 		var used int64
 		if e.expires > now.us {
 			used, _ = e.current(r.Window, h.ws)

@@ -10,16 +10,7 @@ import (
 // 3-master Redis Cluster, each also behind a Guard as the gateway uses it.
 func TestGrow(t *testing.T) {
 	t.Parallel() // servers of its own, and no latency bound
-	for _, b := range backends(t, true) {
-		t.Run(b.name, func(t *testing.T) {
-			t.Parallel()
-			testGrow(t, b.stores(t, 1)[0])
-		})
-		t.Run(b.name+"/guard", func(t *testing.T) {
-			t.Parallel()
-			testGrow(t, NewGuard(b.stores(t, 1)[0], GuardOptions{Timeout: time.Second}))
-		})
-	}
+	onEveryStore(t, testGrow)
 }
 
 // testGrow: a hold grows as far as the allowance has room net of the used tokens and the
@@ -33,14 +24,7 @@ func testGrow(t *testing.T, s Store) {
 	tok := reserveRule(t, "tok", 1000, 100, ttl)
 	hits := []Hit{{Rule: tok, ID: id}}
 	g := s.(Grower)
-	take := func() Decision {
-		t.Helper()
-		var d Decision
-		if err := s.Take(ctx, hits, &d); err != nil || !d.Allowed {
-			t.Fatalf("take: %v %+v", err, d)
-		}
-		return d
-	}
+	take := func() Decision { t.Helper(); return admitted(t, s, hits) }
 	grow := func(hold string, want, got int64) {
 		t.Helper()
 		n, err := g.Grow(ctx, hold, hits[0], want)

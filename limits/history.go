@@ -64,7 +64,18 @@ var ErrUnknownWindow = errors.New("limits: window not kept")
 type WindowUse struct {
 	Start, End time.Time
 	Used       int64
-	Limit      int64 // the limit of the tenant's plan (run-time grants and overrides aside)
+	// Limit is the limit of the tenant's plan as configured now (run-time grants and
+	// overrides aside), 0 when the limit counts another unit now; the store leaves it to the
+	// caller, which knows the plans.
+	Limit int64
+	// Current marks the window in progress (the first of a history), the one run-time quota
+	// applies to: Allowance is the tenant's allowance in force in it, as usage read-back
+	// shows it (the limit or the override in force, plus the window's grants), Granted the
+	// window's grants and Override the override in force (nil: none). The caller clears
+	// Current for the counters of a unit the limit no longer counts: no allowance applies.
+	Current            bool
+	Allowance, Granted int64
+	Override           *OverrideTerms
 }
 
 // TenantHistory is one tenant's use of one limit, window by window, newest first.
@@ -157,12 +168,19 @@ func Kept(r *Rule, now int64) []int64 {
 	return out
 }
 
-// historyOf builds a tenant's history at Unix second now from a lookup of each window's count.
-func historyOf(r *Rule, now int64, used func(ws int64) int64) []WindowUse {
-	starts := Kept(r, now)
+// historyOf builds a tenant's history at now (Unix µs) from a lookup of each window's count,
+// and its run-time quota q for the current window.
+func historyOf(r *Rule, q quotaTerms, nowUS int64, used func(ws int64) int64) []WindowUse {
+	starts := Kept(r, nowUS/1e6)
 	out := make([]WindowUse, len(starts))
 	for i, ws := range starts {
 		out[i] = WindowUse{Start: time.Unix(ws, 0).UTC(), End: time.Unix(r.Window.Shift(ws, 1), 0).UTC(), Used: used(ws)}
+	}
+	cur := &out[0]
+	base, g, ends := q.terms(r.Limit, nowUS, cur.End.Unix())
+	cur.Current, cur.Allowance, cur.Granted = true, allowance(base, g), g
+	if ends > 0 {
+		cur.Override = &OverrideTerms{Value: base, Expires: time.UnixMicro(ends).UTC()}
 	}
 	return out
 }
@@ -299,8 +317,9 @@ func (m *Memory) History(ctx context.Context, r *Rule, id string) ([]WindowUse, 
 		uses = append(append(uses, pastUse{e.ws, e.n}), e.past...)
 	}
 	sh.mu.Unlock()
+	q, _ := m.quotas.get(r, id)
 	by := byWindow(r.Window, uses)
-	return historyOf(r, now.sec, func(ws int64) int64 { return by[ws] }), nil
+	return historyOf(r, q, now.us, func(ws int64) int64 { return by[ws] }), nil
 }
 
 // byWindow sums counts by the window of w containing each one's start: windows of another

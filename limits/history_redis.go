@@ -112,12 +112,15 @@ local function give_back_kept(key, win, keep, ws, sec)
 end
 `
 
-// historyReadLua answers the store's TIME and the counter's hash (fields and values).
+// historyReadLua answers the store's TIME (seconds and µs), the counter KEYS[1]'s hash (fields
+// and values) and the tenant's quota KEYS[2] (its fields ov, ox, g and ge).
 const historyReadLua = `
 local t = redis.call('TIME')
 local v = redis.pcall('HGETALL', KEYS[1])
 if type(v) == 'table' and v.err then return redis.error_reply(v.err .. ' (key ' .. KEYS[1] .. ')') end
-return {t[1], v}
+local q = redis.pcall('HMGET', KEYS[2], 'ov', 'ox', 'g', 'ge')
+if type(q) == 'table' and q.err then return redis.error_reply(q.err .. ' (key ' .. KEYS[2] .. ')') end
+return {t[1], v, q, t[2]}
 `
 
 var historyReadScript = redis.NewScript(historyReadLua)
@@ -128,22 +131,26 @@ func (r *Redis) History(ctx context.Context, rule *Rule, id string) ([]WindowUse
 	if err != nil {
 		return nil, err
 	}
-	key := cr.keyPre + id + "}"
-	v, err := historyReadScript.Run(ctx, r.client, []string{key}).Slice()
+	keys := []string{cr.keyPre + id + "}", cr.quotaPre + id + "}"} // one slot: the id's
+	v, err := historyReadScript.Run(ctx, r.client, keys).Slice()
 	if err != nil {
-		return nil, r.followTopology(ctx, withKey(fmt.Errorf("limits: history %s: %w", rule.Name, err), []string{key}))
+		return nil, r.followTopology(ctx, withKey(fmt.Errorf("limits: history %s: %w", rule.Name, err), keys))
 	}
-	var now int64
-	var kv []any
-	if len(v) == 2 {
-		now, err = strconv.ParseInt(str(v[0]), 10, 64)
+	var sec, usec int64
+	var kv, q []any
+	if len(v) == 4 {
+		sec, err = strconv.ParseInt(str(v[0]), 10, 64)
 		kv, _ = v[1].([]any)
+		q, _ = v[2].([]any)
+		if err == nil {
+			usec, err = strconv.ParseInt(str(v[3]), 10, 64)
+		}
 	}
-	if len(v) != 2 || err != nil || len(kv)%2 != 0 {
-		return nil, withKey(fmt.Errorf("limits: history %s: %w %v", rule.Name, errMalformedReply, v), []string{key})
+	if len(v) != 4 || err != nil || len(kv)%2 != 0 {
+		return nil, withKey(fmt.Errorf("limits: history %s: %w %v", rule.Name, errMalformedReply, v), keys)
 	}
 	by := byWindow(rule.Window, usesOf(kv))
-	return historyOf(rule, now, func(ws int64) int64 { return by[ws] }), nil
+	return historyOf(rule, quotaOfFields(q), sec*1e6+usec, func(ws int64) int64 { return by[ws] }), nil
 }
 
 // usesOf reads the windows of a counter hash's fields and values (HGETALL): the current one

@@ -33,12 +33,22 @@ import (
 // answer's tokens all the same (never lost; possibly past the limit), and Settle names its
 // limit so that it can be counted.
 //
+// An answer's tokens are not lost with its gateway either, but for what passed since its last
+// refresh: each refresh leaves in the hold what the answer has passed so far (Refresher), and
+// the first write on the tenant's counter (a decision, a refresh, a growth) that finds the hold
+// expired charges those tokens in the window current then (reaping). The reaped hold stays as a
+// hold of 0 for another ReserveTTL, which says its tokens are charged: were its answer alive
+// after all (its gateway cut off from the store for a whole ReserveTTL), its refresh takes the
+// hold again and its settle charges only the rest.
+//
 // In Redis a hold is a field "h:<hold>" = "<amount> <expiry, Unix µs>" of the limit's
 // counter hash (a tokens limit: beside its window's s and n) or of the limit's own hash
 // "<prefix>:<name>:streams:{<id>}" (a streams limit), which lives as long as its last hold
-// and its window. The hash also keeps the sum, number and earliest expiry of its holds, so a
-// decision reads three fields; the first decision after a hold expired reads the holds whole
-// and drops the expired ones (holdLua).
+// and its window; a refreshed tokens hold has a field "p:<hold>" = "<passed> <charged>" beside
+// it: what its answer had passed at its last refresh, and what reaping charged of it. The
+// hash also keeps the sum, number and earliest expiry of its holds, so a decision reads three
+// fields; the first decision after a hold expired reads the holds whole, reaps what expired
+// holds had passed and drops the rest (holdLua, reapLua).
 
 // DefaultReserveTTL is how long a hold or a slot lives when its rule sets no ReserveTTL. An
 // answer in flight refreshes its holds (Refresh, refresh.go), so it may run longer: this is
@@ -129,8 +139,10 @@ func (d *Decision) Held(hits []Hit, dst []Hit) []Hit {
 // one may have expired, to drop the expired ones. holds(key, now_us) returns the live sum and
 // number and the state st that store(key, st) writes back (the expired holds dropped) and
 // hold(key, hid, amount, ttl, now_us, st, keep_ms) adds a hold to, keeping the hash until its
-// last hold and at least until keep_ms (its window's end). Numbers past 10^14 (µs) are
-// formatted: Lua would write them in exponent notation.
+// last hold and at least until keep_ms (its window's end). An expired hold whose answer had
+// passed tokens not charged yet (its "p:<hold>") is not dropped but listed in st.reaped, its
+// tokens in st.owed, for a writer's reap (reapLua); a read alone leaves them. Numbers past
+// 10^14 (µs) are formatted: Lua would write them in exponent notation.
 const holdLua = `
 -- hold_terms reads a hold's words of a spec, after the window: reserve and ttl (ms); 0, 0
 -- for a spec without.
@@ -144,18 +156,32 @@ local function holds(key, now_us)
   local st = {sum = tonumber(v[1]) or 0, cnt = tonumber(v[2]) or 0, x = tonumber(v[3])}
   if st.cnt > 0 and st.x and st.x <= now_us then
     local all = read('HGETALL', key)
-    st = {sum = 0, cnt = 0, dead = {}}
+    st = {sum = 0, cnt = 0, dead = {}, reaped = {}, owed = 0}
+    local passed, held = {}, {}
+    for j = 1, #all, 2 do
+      local kind, id = string.sub(all[j], 1, 2), string.sub(all[j], 3)
+      if kind == 'p:' then passed[id] = all[j + 1] elseif kind == 'h:' then held[id] = true end
+    end
     for j = 1, #all, 2 do
       local f = all[j]
-      if string.sub(f, 1, 2) == 'h:' then
+      local kind, id = string.sub(f, 1, 2), string.sub(f, 3)
+      if kind == 'h:' then
         local amt, exp = string.match(all[j + 1], '^(%d+) (%d+)$')
         amt, exp = tonumber(amt), tonumber(exp)
+        local p, c = string.match(passed[id] or '', '^(%d+) (%d+)$')
+        p, c = tonumber(p) or 0, tonumber(c) or 0
         if amt and exp > now_us then
           st.sum, st.cnt = st.sum + amt, st.cnt + 1
           if not st.x or exp < st.x then st.x = exp end
+        elseif amt and amt > 0 and p > c then
+          st.reaped[#st.reaped + 1] = {id, p}
+          st.owed = st.owed + p - c
         else
           st.dead[#st.dead + 1] = f
+          if passed[id] then st.dead[#st.dead + 1] = 'p:' .. id end
         end
+      elseif kind == 'p:' and not held[id] then
+        st.dead[#st.dead + 1] = f -- its hold was ended by a gateway that knew no p:
       end
     end
   end
@@ -180,45 +206,91 @@ local function hold(key, hid, amount, ttl, now_us, st, keep_ms)
   keep_until(key, math.max(math.ceil(exp / 1000), keep_ms), now_us)
 end
 
--- unhold removes the hold field; it returns whether it was there and still live.
-local function unhold(key, field, now_us)
-  local v = read('HGET', key, field)
+-- unhold removes the hold field, whose value v the caller read (nil: gone); it returns whether
+-- it was there and still live (a reaped hold, of 0, is not).
+local function unhold(key, field, v, now_us)
   if not v then return false end
   local amt, exp = string.match(v, '^(%d+) (%d+)$')
   redis.call('HDEL', key, field)
+  local a = tonumber(amt) or 0
   if redis.call('HINCRBY', key, 'hc', -1) <= 0 then
     redis.call('HDEL', key, 'hs', 'hc', 'hx')
-  else
-    redis.call('HINCRBY', key, 'hs', -(tonumber(amt) or 0))
+  elseif a > 0 then -- (Redis takes no "-0")
+    redis.call('HINCRBY', key, 'hs', -a)
   end
-  return tonumber(exp) ~= nil and tonumber(exp) > now_us
+  return tonumber(exp) ~= nil and tonumber(exp) > now_us and a > 0
 end
+`
+
+// passedLua reads a "p:<hold>" value: passed_of(v) is what the answer had passed, and what
+// of it reaping charged (0 0 for nil).
+const passedLua = `
+local function passed_of(v)
+  local p, c = string.match(v or '', '^(%d+) (%d+)$')
+  return tonumber(p) or 0, tonumber(c) or 0
+end
+`
+
+// reapLua (after holdLua and chargeLua) is how a writer charges what expired holds had passed
+// (holds' st.reaped and st.owed): reap(key, spec, st, sec, now_us) charges st.owed in the
+// current window (charge, reporting no crossing: the next charge reports what it passed),
+// leaves each reaped hold as a hold of 0 for another ttl whose p: says its tokens are charged,
+// and stores st (the dead fields dropped).
+const reapLua = `
+local function reap(key, spec, st, sec, now_us)
+  if st.reaped and #st.reaped > 0 then
+    local _, ttl = hold_terms(spec)
+    local exp = now_us + ttl * 1000
+    for _, r in ipairs(st.reaped) do
+      redis.call('HSET', key, 'h:' .. r[1], string.format('0 %d', exp), 'p:' .. r[1], string.format('%d %d', r[2], r[2]))
+      st.cnt = st.cnt + 1
+      if not st.x or exp < st.x then st.x = exp end
+    end
+    charge(key, spec, st.owed, sec, now_us, 0)
+    keep_until(key, math.ceil(exp / 1000), now_us)
+  end
+  store(key, st)
+  st.reaped, st.owed, st.dead = nil, 0, nil
+end
+`
+
+// reapBlock reaps the holds of key rk (spec rspec) with the state rst that holds read
+// (reapLua, which needs chargeLua; sec and now_us in scope), in a block that runs only when
+// rst.owed says there is something to reap: the definitions are made there, so the scripts
+// that may reap but seldom do (the take, which runs for every request) do not pay for them on
+// each call.
+const reapBlock = chargeLua + reapLua + `
+reap(rk, rspec, rst, sec, now_us)
 `
 
 // settleLua ends the holds of decision ARGV[1] on KEYS: a tokens limit ('t') is charged
 // ARGV[2] tokens in its current window, the one the answer ends in (chargeLua; -1: released,
-// nothing charged), a streams slot ('c') is given back. ARGV[2+i] is the spec of KEYS[i],
-// ARGV[2+#KEYS+i] the allowance its admitting decision applied (0 or absent: unknown).
-// Reply: per key, "<expired> <bits crossed> <window start> <count>": expired is 1 when a
-// tokens hold that is charged had expired (or was gone); the rest is chargeLua's (0 0 0 when
-// nothing was charged).
-const settleLua = windowLua + holdLua + chargeLua + `
+// nothing charged), less what reaping charged of its hold already (its p:), a streams slot
+// ('c') is given back. ARGV[2+i] is the spec of KEYS[i], ARGV[2+#KEYS+i] the allowance its
+// admitting decision applied (0 or absent: unknown). Reply: per key, "<expired> <bits crossed>
+// <window start> <count> <held>": expired is 1 when a tokens hold that is charged had expired
+// (or was gone); the rest is chargeLua's (0 0 0 0 when nothing was charged).
+const settleLua = windowLua + holdLua + passedLua + chargeLua + `
 local t = redis.call('TIME')
 local sec = tonumber(t[1])
 local now_us = sec * 1000000 + tonumber(t[2])
-local field = 'h:' .. ARGV[1]
+local field, pfield = 'h:' .. ARGV[1], 'p:' .. ARGV[1]
 local n = tonumber(ARGV[2])
 local out = {}
 for i = 1, #KEYS do
   local spec = ARGV[i + 2]
   local algo = parse(spec)
-  local live = unhold(KEYS[i], field, now_us)
-  local expired, bits, ws, used = 0, 0, 0, 0
+  local v = {}
+  if algo == 't' then v = read('HMGET', KEYS[i], field, pfield) else v[1] = read('HGET', KEYS[i], field) end
+  local live = unhold(KEYS[i], field, v[1], now_us)
+  local _, charged = passed_of(v[2])
+  if v[2] then redis.call('HDEL', KEYS[i], pfield) end
+  local expired, bits, ws, used, held = 0, 0, 0, 0, 0
   if algo == 't' and n >= 0 then
     if not live then expired = 1 end
-    if n > 0 then bits, ws, used = charge(KEYS[i], spec, n, sec, now_us, tonumber(ARGV[2 + #KEYS + i]) or 0) end
+    if n > charged then bits, ws, used, held = charge(KEYS[i], spec, n - charged, sec, now_us, tonumber(ARGV[2 + #KEYS + i]) or 0) end
   end
-  out[i] = string.format('%d %d %d %d', expired, bits, ws, used)
+  out[i] = string.format('%d %d %d %d %d', expired, bits, ws, used, held)
 end
 return table.concat(out, ' ')
 `
@@ -322,20 +394,21 @@ func (r *Redis) settleSlot(ctx context.Context, st *settlement, idx []int) error
 }
 
 // settled reads a settleLua reply for the keys of idx: per key, whether its hold had expired,
-// then chargeLua's three numbers.
+// then chargeLua's numbers.
 func (r *Redis) settled(st *settlement, idx []int, reply string) error {
-	vals := make([]int64, 4*len(idx))
+	const per = 1 + chargeReply
+	vals := make([]int64, per*len(idx))
 	if err := scanInts(reply, vals); err != nil {
 		return err
 	}
 	charged := make([]Hit, len(idx))
-	charges := make([]int64, 0, 3*len(idx))
+	charges := make([]int64, 0, chargeReply*len(idx))
 	for j, i := range idx {
-		if vals[4*j] == 1 {
+		if vals[per*j] == 1 {
 			st.expired = append(st.expired, st.names[i])
 		}
 		charged[j] = st.held[i]
-		charges = append(charges, vals[4*j+1:4*j+4]...)
+		charges = append(charges, vals[per*j+1:per*(j+1)]...)
 	}
 	r.reportCharges(charged, charges)
 	return nil

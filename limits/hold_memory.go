@@ -9,10 +9,13 @@ import (
 type memHold struct {
 	amount  int64
 	expires int64 // Unix µs
+	// passed is what the hold's answer had passed at its last refresh, charged what reaping
+	// charged of it (the Redis hold's p:).
+	passed, charged int64
 }
 
 // liveHolds sums the holds of e live at nowUS and drops the expired ones (the caller holds
-// the shard lock; e may be nil).
+// the shard lock, and has reaped e's holds for a tokens limit: reapHolds; e may be nil).
 func (e *memEntry) liveHolds(nowUS int64) (sum, n int64) {
 	if e == nil {
 		return 0, 0
@@ -26,6 +29,45 @@ func (e *memEntry) liveHolds(nowUS int64) (sum, n int64) {
 		n++
 	}
 	return sum, n
+}
+
+// reapHolds charges to h's counter, in the current window, what its expired holds' answers
+// had passed and was not charged yet, and leaves each such hold as a hold of 0 for another
+// ReserveTTL (reapLua); the caller holds the shard lock.
+func (m *Memory) reapHolds(h *memHit, now memTime) {
+	e := h.e
+	if e == nil {
+		return
+	}
+	r := &h.cr.snap
+	var owed int64
+	for id, hd := range e.holds {
+		if hd.expires <= now.us && hd.amount > 0 && hd.passed > hd.charged {
+			owed += hd.passed - hd.charged
+			exp := now.us + reserveTTL(r).Microseconds()
+			e.holds[id] = memHold{expires: exp, passed: hd.passed, charged: hd.passed}
+			e.expires = max(e.expires, exp)
+		}
+	}
+	if owed > 0 {
+		ws, we := r.Window.boundsUnix(now.sec)
+		e.roll(r, ws, we)
+		e.n += owed
+	}
+}
+
+// held sums the holds of e live at nowUS, leaving the expired ones (the caller holds the
+// shard lock; e may be nil).
+func (e *memEntry) held(nowUS int64) int64 {
+	var sum int64
+	if e != nil {
+		for _, h := range e.holds {
+			if h.expires > nowUS {
+				sum += h.amount
+			}
+		}
+	}
+	return sum
 }
 
 // addHold records hold hid of amount for h, until its rule's ReserveTTL from now; a tokens
@@ -47,6 +89,10 @@ func (m *Memory) addHold(h *memHit, hid string, amount int64, now memTime) {
 // than its allowance are taken; a tokens limit with a reserve while at least the reserve
 // remains net of the live holds (h.cnt is already its window's count).
 func (m *Memory) checkHolds(h *memHit, now memTime) bool {
+	if h.cr.snap.Unit == Tokens && h.e != nil {
+		m.reapHolds(h, now) // whatever this decision, as takeLua
+		h.cnt, h.same = h.e.current(h.cr.snap.Window, h.ws)
+	}
 	sum, n := h.e.liveHolds(now.us)
 	if h.cr.snap.Unit == Streams {
 		h.terms(h.cr.snap.Limit, now)
@@ -96,10 +142,10 @@ func (m *Memory) Settle(ctx context.Context, hold string, hits []Hit, n int64) (
 	var crossed []Crossed
 	err := m.eachHeld(ctx, "settle", hold, hits, func(h *memHit) {
 		cr := h.cr
-		live := false
+		live, charged := false, int64(0)
 		if h.e != nil {
 			if hd, ok := h.e.holds[hold]; ok {
-				live = hd.expires > now.us
+				live, charged = hd.expires > now.us && hd.amount > 0, hd.charged
 				delete(h.e.holds, hold)
 			}
 		}
@@ -107,8 +153,8 @@ func (m *Memory) Settle(ctx context.Context, hold string, hits []Hit, n int64) (
 			if !live {
 				expired = append(expired, cr.snap.Name)
 			}
-			if n > 0 {
-				crossed = m.charge(h, n, now, crossed)
+			if n > charged { // reaping charged the rest already
+				crossed = m.charge(h, n-charged, now, crossed)
 			}
 		}
 	})

@@ -118,6 +118,12 @@ type Result struct {
 	// Crossed says what this decision was the first in its window to reach (Rule.Thresholds
 	// and Rule.Exhausted): bit i for threshold i, CrossedExhausted for the first refusal.
 	Crossed uint16
+	// Used and Held are, when Crossed is not 0 (else 0), the tenant's counter after the
+	// decision as usage read-back shows it (Usage.Used: a tokens limit's may run past the
+	// allowance, a requests limit's is the count) and what the live holds of a tokens limit
+	// with a Reserve keep (Usage.Reserved): Remaining, net of the holds and never below 0,
+	// says neither.
+	Used, Held int64
 	// base is the limit or override the grants add to: a GCRA bucket refills one unit per
 	// period/base, which is what a refund gives back.
 	base int64

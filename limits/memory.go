@@ -273,7 +273,9 @@ func (m *Memory) settleFixed(h *memHit, r *Result, charge bool, now memTime) {
 	e.n++
 	r.Remaining = h.allow - e.n
 	if marks(&h.cr.snap) {
-		r.Crossed = e.cross(&h.cr.snap, h.allow, h.ws, h.we, now.us)
+		if r.Crossed = e.cross(&h.cr.snap, h.allow, h.ws, h.we, now.us); r.Crossed != 0 {
+			r.Used = e.n
+		}
 	}
 }
 
@@ -283,6 +285,7 @@ func (h *memHit) exhaust(r *Result) {
 	if s := &h.cr.snap; marks(s) && s.Exhausted && !s.Shadow && h.same && !h.e.exhausted {
 		h.e.exhausted = true
 		r.Crossed |= CrossedExhausted
+		r.Used, r.Held = capUsed(h.cnt, h.allow, s), h.held // as usage read-back shows them
 	}
 }
 
@@ -399,11 +402,7 @@ func (e memEntry) usage(cr *compiled, q quotaTerms, now memTime) Usage {
 		}
 		u.Reset = time.Unix(we, 0).UTC()
 		if r.Unit == Tokens && r.Reserve > 0 {
-			for _, h := range e.holds {
-				if h.expires > now.us {
-					u.Reserved += h.amount
-				}
-			}
+			u.Reserved = e.held(now.us)
 		}
 	default:
 		tat := now.g

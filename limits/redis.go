@@ -286,12 +286,17 @@ func parseTake(reply string, idx []int, qkeys []string, ws []int64, res []Result
 		ws[k] = v[4]
 	}
 	for f.s != "" { // the marks crossed (takeLua)
-		pos, err1 := f.next()
-		bits, err2 := f.next()
-		if err1 != nil || err2 != nil || pos < 1 || pos > int64(len(idx)) || bits <= 0 || bits > crossedMax {
+		for j := range 4 {
+			if v[j], err = f.next(); err != nil {
+				return false, fmt.Errorf("%w %q: trailing data", errMalformedReply, reply)
+			}
+		}
+		pos, bits := v[0], v[1]
+		if pos < 1 || pos > int64(len(idx)) || bits <= 0 || bits > crossedMax {
 			return false, fmt.Errorf("%w %q: trailing data", errMalformedReply, reply)
 		}
-		res[idx[pos-1]].Crossed = uint16(bits)
+		r := &res[idx[pos-1]]
+		r.Crossed, r.Used, r.Held = uint16(bits), v[2], v[3]
 	}
 	return ok == 1, nil
 }

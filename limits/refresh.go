@@ -3,6 +3,7 @@ package limits
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -20,11 +21,26 @@ import (
 type Refresher interface {
 	// Refresh makes the holds and slots that decision hold took for hits (Decision.Held) live
 	// another ReserveTTL (each its rule's) from now. A hold already expired, or gone (dropped
-	// after it expired, or lost with a Redis master), is taken again as it was taken, without a
-	// check: its answer is still in flight, so the limit must count it, even past the limit.
-	// It returns the names of the limits whose hold was expired or gone. Refresh must not run
-	// after the same hold's Settle: it would take the settled hold again.
-	Refresh(ctx context.Context, hold string, hits []Hit) ([]string, error)
+	// after it expired, or lost with a Redis master), or reaped (hold.go), is taken again as
+	// it was taken, without a check: its answer is still in flight, so the limit must count
+	// it, even past the limit. It returns the names of the limits whose hold was expired or
+	// gone. Refresh must not run after the same hold's Settle: it would take the settled hold
+	// again.
+	//
+	// passed (nil: nothing passed) says what the answer has passed so far of each tokens
+	// limit's hold: the tokens its settle would charge had it ended now. Each tokens hold
+	// carries it until the next refresh, and is charged it if it expires unsettled (its
+	// gateway died: see hold.go), so that such an answer loses only what passed since its
+	// last refresh.
+	Refresh(ctx context.Context, hold string, hits []Hit, passed func(r *Rule) int64) ([]string, error)
+}
+
+// passedOf is what passed says of a tokens rule r, 0 for any other rule or without passed.
+func passedOf(passed func(r *Rule) int64, r *Rule) int64 {
+	if passed == nil || r.Unit != Tokens {
+		return 0
+	}
+	return max(passed(r), 0)
 }
 
 var (
@@ -53,33 +69,57 @@ func RefreshEvery(hits []Hit) time.Duration {
 }
 
 // refreshLua makes hold ARGV[1] on KEYS live another ttl from now; ARGV[1+i] is the spec of
-// KEYS[i] (its reserve and ttl: hold_terms). A hold that is gone is taken again: the reserve
-// of a tokens limit, one slot of a streams limit ('c'). An extended hold may have been the
+// KEYS[i] (its reserve and ttl: hold_terms), ARGV[1+#KEYS+i] what the answer has passed of a
+// tokens limit (0: nothing), which its p: field keeps with what reaping charged of it (the
+// hash then lives a ttl past the hold, for a reaper). A hold that is gone, or reaped (of 0), is
+// taken again: the reserve of a tokens limit, one slot of a streams limit ('c'). Expired holds
+// of other answers found on the way are reaped (hold.go). An extended hold may have been the
 // earliest (hx): the next decision then reads the holds whole once and finds the new earliest.
-// Reply: per key, 1 when the hold was expired or gone, else 0.
-const refreshLua = windowLua + holdLua + `
+// Reply: per key, 1 when the hold was expired, reaped or gone, else 0.
+const refreshLua = windowLua + holdLua + passedLua + `
 local t = redis.call('TIME')
-local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local field = 'h:' .. ARGV[1]
+local sec = tonumber(t[1])
+local now_us = sec * 1000000 + tonumber(t[2])
+local field, pfield = 'h:' .. ARGV[1], 'p:' .. ARGV[1]
 local out = {}
 for i = 1, #KEYS do
   local key, spec = KEYS[i], ARGV[i + 1]
+  local passed = tonumber(ARGV[1 + #KEYS + i]) or 0
   local reserve, ttl = hold_terms(spec)
   local exp = now_us + ttl * 1000
   local lapsed = 1
-  local v = read('HGET', key, field)
-  local amt, was = nil, nil
-  if v then amt, was = string.match(v, '^(%d+) (%d+)$') end
-  if amt then
+  local tokens = string.sub(spec, 1, 1) == 't'
+  local v
+  if tokens then v = read('HMGET', key, field, pfield, 'hx') else v = {read('HGET', key, field)} end
+  if tokens and (tonumber(v[3]) or now_us + 1) <= now_us then -- hx: only while the hash has holds
+    local _, _, st = holds(key, now_us) -- some hold expired: reaped first, this one's too
+    if (st.owed or 0) > 0 then
+      local rk, rspec, rst = key, spec, st
+` + reapBlock + `
+    else
+      store(key, st)
+    end
+    v = read('HMGET', key, field, pfield)
+  end
+  local _, charged = passed_of(v[2])
+  local keep, pv = math.ceil(exp / 1000), nil
+  if passed > 0 or charged > 0 then
+    pv, keep = string.format('%d %d', math.max(passed, charged), charged), keep + ttl
+  end
+  local amt, was = string.match(v[1] or '', '^(%d+) (%d+)$')
+  if amt and tonumber(amt) > 0 then
     if tonumber(was) > now_us then lapsed = 0 end
-    redis.call('HSET', key, field, string.format('%d %d', tonumber(amt), exp))
-    keep_until(key, math.ceil(exp / 1000), now_us)
+    local hv = string.format('%d %d', tonumber(amt), exp)
+    if pv then redis.call('HSET', key, field, hv, pfield, pv) else redis.call('HSET', key, field, hv) end
   else
+    unhold(key, field, v[1], now_us) -- a reaped hold's 0
     local amount = reserve
     if string.sub(spec, 1, 1) == 'c' then amount = 1 end
     local _, _, st = holds(key, now_us)
     hold(key, ARGV[1], amount, ttl, now_us, st, 0)
+    if pv then redis.call('HSET', key, pfield, pv) end
   end
+  keep_until(key, keep, now_us)
   out[i] = tostring(lapsed)
 end
 return table.concat(out, ' ')
@@ -90,7 +130,7 @@ var refreshScript = redis.NewScript(refreshLua)
 
 // Refresh implements Refresher: one script call; on a Cluster one per key, all in one
 // pipeline (one round trip per node).
-func (r *Redis) Refresh(ctx context.Context, hold string, hits []Hit) ([]string, error) {
+func (r *Redis) Refresh(ctx context.Context, hold string, hits []Hit, passed func(r *Rule) int64) ([]string, error) {
 	if hold == "" {
 		return nil, nil
 	}
@@ -98,14 +138,18 @@ func (r *Redis) Refresh(ctx context.Context, hold string, hits []Hit) ([]string,
 	if err != nil || len(keys) == 0 {
 		return nil, wrapRefresh(err)
 	}
+	amounts := make([]any, len(keys))
+	for i, h := range heldHits(hits) {
+		amounts[i] = strconv.FormatInt(passedOf(passed, h.Rule), 10)
+	}
 	var reply []string
 	if r.cluster != nil && len(keys) > 1 {
-		args := make([]any, 0, 2*len(keys))
-		for _, s := range specs {
-			args = append(args, hold, s)
+		args := make([]any, 0, 3*len(keys))
+		for i, s := range specs {
+			args = append(args, hold, s, amounts[i])
 		}
 		cmds := make([]*redis.Cmd, len(keys))
-		if err := r.eachKey(ctx, refreshScript, keys, args, 2, cmds); err != nil {
+		if err := r.eachKey(ctx, refreshScript, keys, args, 3, cmds); err != nil {
 			return nil, r.followTopology(ctx, wrapRefresh(err))
 		}
 		for _, c := range cmds {
@@ -113,7 +157,7 @@ func (r *Redis) Refresh(ctx context.Context, hold string, hits []Hit) ([]string,
 			reply = append(reply, s)
 		}
 	} else {
-		cmd := refreshScript.Run(ctx, r.client, keys, append([]any{hold}, specs...)...)
+		cmd := refreshScript.Run(ctx, r.client, keys, append(append([]any{hold}, specs...), amounts...)...)
 		if err := cmd.Err(); err != nil {
 			return nil, r.followTopology(ctx, withKey(wrapRefresh(err), keys))
 		}
@@ -158,18 +202,22 @@ func (r *Redis) heldKeys(hits []Hit) (keys, names []string, specs []any, err err
 }
 
 // Refresh implements Refresher, on the store's own clock.
-func (m *Memory) Refresh(ctx context.Context, hold string, hits []Hit) ([]string, error) {
+func (m *Memory) Refresh(ctx context.Context, hold string, hits []Hit, passed func(r *Rule) int64) ([]string, error) {
 	now := m.clock()
 	var lapsed []string
 	err := m.eachHeld(ctx, "refresh", hold, hits, func(h *memHit) {
 		r := &h.cr.snap
-		exp := now.us + reserveTTL(r).Microseconds()
+		ttl := reserveTTL(r).Microseconds()
+		exp := now.us + ttl
 		e := m.entry(h)
+		if r.Unit == Tokens {
+			m.reapHolds(h, now) // refreshLua's, this one's too
+		}
 		hd, ok := e.holds[hold]
-		if !ok || hd.expires <= now.us {
+		if !ok || hd.expires <= now.us || hd.amount == 0 {
 			lapsed = append(lapsed, r.Name)
 		}
-		if !ok {
+		if !ok || hd.amount == 0 { // gone, or reaped: taken again
 			hd.amount = 1
 			if r.Unit == Tokens {
 				hd.amount = r.Reserve
@@ -179,6 +227,10 @@ func (m *Memory) Refresh(ctx context.Context, hold string, hits []Hit) ([]string
 			e.holds = map[string]memHold{}
 		}
 		hd.expires = exp
+		if p := passedOf(passed, h.rule); p > 0 || hd.charged > 0 {
+			hd.passed = max(p, hd.charged)
+			exp += ttl // a reaper's ttl past the hold
+		}
 		e.holds[hold] = hd
 		e.expires = max(e.expires, exp)
 	})
@@ -225,14 +277,14 @@ func (m *Memory) eachLocked(ctx context.Context, op string, hits []Hit, want fun
 // Refresh implements Refresher. Like Settle, it goes through the breakers of the nodes it
 // writes to, bounded by the caller's deadline: a refresh against an open breaker is dropped
 // (the caller logs it) and the next one takes again what expired meanwhile.
-func (g *Guard) Refresh(ctx context.Context, hold string, hits []Hit) ([]string, error) {
+func (g *Guard) Refresh(ctx context.Context, hold string, hits []Hit, passed func(r *Rule) int64) ([]string, error) {
 	r, ok := g.s.(Refresher)
 	if !ok {
 		return nil, fmt.Errorf("limits: refresh: the store %T cannot refresh holds", g.s)
 	}
 	var lapsed []string
 	err := g.onHeld(ctx, hold, hits, func(ctx context.Context, held []Hit) (err error) {
-		lapsed, err = r.Refresh(ctx, hold, held)
+		lapsed, err = r.Refresh(ctx, hold, held, passed)
 		return err
 	})
 	return lapsed, err

@@ -214,8 +214,9 @@ end
 //
 // Reply: "<ok> then per key: <allowed> <remaining> <reset µs> <retry µs> <window start>",
 // followed for a q limit by "<allowance> <base>"; then, for each key whose decision crossed
-// one of its marks (thresholds.go), "<key position, from 1> <Result.Crossed bits>". One string (instead of an array of
-// integers) keeps the client's reply parsing to a single allocation.
+// one of its marks (thresholds.go), "<key position, from 1> <Result.Crossed bits> <used>
+// <held>" (Result.Used and Result.Held). One string (instead of an array of integers) keeps
+// the client's reply parsing to a single allocation.
 const takeLua = windowLua + quotaLua + `
 -- Run-time quotas are rare: one EXISTS over the decision's quota keys says whether any is
 -- to be read.
@@ -259,7 +260,7 @@ for i = 1, n do
     qk = qk + 1
     if quotas then base, g, ends = quota(KEYS[qk], limit, win, sec, now_us) end
   end
-  local h = {algo = algo, limit = allowance(base, g), base = base, ends = ends, q = q, shadow = shadow}
+  local h = {algo = algo, limit = allowance(base, g), base = base, ends = ends, q = q, shadow = shadow, rlimit = limit}
   if algo == 'f' or algo == 't' then h.mk = marks(ARGV[i]) end
   if algo == 'f' or algo == 't' then
     local ws, we = bounds(win, sec)
@@ -271,6 +272,14 @@ for i = 1, n do
       h.reserve, h.ttl = hold_terms(ARGV[i])
       if h.reserve > 0 then
         local sum, _, hst = holds(KEYS[i], now_us)
+        if (hst.owed or 0) > 0 then
+          -- Answers whose gateway died: charged what they had passed (hold.go), whatever
+          -- this decision; then counted as any use of the window.
+          local rk, rspec, rst = KEYS[i], ARGV[i], hst
+` + reapBlock + `
+          cnt, same = count(KEYS[i], ws, win)
+          h.cnt, h.same = cnt, same
+        end
         h.held, h.hst = sum, hst
         h.allowed = h.limit - cnt - sum >= h.reserve
       end
@@ -326,7 +335,7 @@ for i = 1, n do
       -- The tenant's first refusal in the window, as for requests below (the thresholds of
       -- tokens are crossed by the charges, chargeLua).
       if h.mk and h.mk.e and h.same and redis.call('HSETNX', KEYS[i], 'e', 1) == 1 then
-        crossed[i] = 256
+        crossed[i], h.seen, h.seen_held = 256, h.cnt, h.held or 0
       end
     end
   elseif h.algo == 'c' then
@@ -354,14 +363,15 @@ for i = 1, n do
       -- it, and marks it in the counter, so that it is reported once.
       if h.mk then
         local bits = cross(KEYS[i], h.mk, h.cnt + 1, h.limit, h.same, h.ws, h.we, now_us)
-        if bits > 0 then crossed[i] = bits end
+        if bits > 0 then crossed[i], h.seen = bits, h.cnt + 1 end
       end
     else
       rem = math.max(h.limit - h.cnt, 0)
       if not h.allowed then retry = reset end
       -- The tenant's first refusal in the window (e marks it), in a window the counter holds.
       if not h.allowed and h.mk and h.mk.e and h.same and redis.call('HSETNX', KEYS[i], 'e', 1) == 1 then
-        crossed[i] = (crossed[i] or 0) + 256
+        -- The count as usage read-back shows it (quotaStateLua's state).
+        crossed[i], h.seen = (crossed[i] or 0) + 256, math.min(h.cnt, math.max(h.limit, h.rlimit))
       end
     end
   else
@@ -393,10 +403,10 @@ for i = 1, n do
     out[#out + 1] = string.format('%d %d %d %d %d', a, rem, reset, retry, ws)
   end
 end
--- What was crossed, after every key's fields: "<key position> <bits>" pairs, none most of
--- the time.
+-- What was crossed, after every key's fields: "<key position> <bits> <used> <held>", none
+-- most of the time.
 for i = 1, n do
-  if crossed[i] then out[#out + 1] = string.format('%d %d', i, crossed[i]) end
+  if crossed[i] then out[#out + 1] = string.format('%d %d %d %d', i, crossed[i], st[i].seen, st[i].seen_held or 0) end
 end
 return table.concat(out, ' ')
 `
@@ -428,7 +438,8 @@ for i = 1, #KEYS do
     end
   elseif (algo == 't' or algo == 'c') and string.sub(ARGV[2 * i], 1, 1) == '@' then
     -- A hold or slot of the decision (see hold.go).
-    unhold(KEYS[i], 'h:' .. string.sub(ARGV[2 * i], 2), now_us)
+    local f = 'h:' .. string.sub(ARGV[2 * i], 2)
+    unhold(KEYS[i], f, read('HGET', KEYS[i], f), now_us)
   elseif algo == 'g' then
     local tat = tonumber(redis.call('GET', KEYS[i]))
     if tat then
@@ -493,8 +504,8 @@ return string.format('%d %d %d %d %d %d %d %d', used, math.max(allow - used - re
 // debitLua adds tokens to tokens limits ('t' specs) in their current windows (chargeLua).
 // ARGV[3i-2] is the spec of KEYS[i], ARGV[3i-1] the amount, ARGV[3i] the allowance the
 // admitting decision applied (0: unknown). Other specs are ignored. Reply: per key, "<bits
-// crossed> <window start> <count>" (0 0 0 for a key not charged).
-const debitLua = windowLua + chargeLua + `
+// crossed> <window start> <count> <held>" (0 0 0 0 for a key not charged).
+const debitLua = windowLua + holdLua + chargeLua + `
 local t = redis.call('TIME')
 local sec = tonumber(t[1])
 local now_us = sec * 1000000 + tonumber(t[2])
@@ -503,11 +514,11 @@ for i = 1, #KEYS do
   local spec = ARGV[3 * i - 2]
   local algo = parse(spec)
   local n = tonumber(ARGV[3 * i - 1])
-  local bits, ws, used = 0, 0, 0
+  local bits, ws, used, held = 0, 0, 0, 0
   if algo == 't' and n and n > 0 then
-    bits, ws, used = charge(KEYS[i], spec, n, sec, now_us, tonumber(ARGV[3 * i]) or 0)
+    bits, ws, used, held = charge(KEYS[i], spec, n, sec, now_us, tonumber(ARGV[3 * i]) or 0)
   end
-  out[i] = string.format('%d %d %d', bits, ws, used)
+  out[i] = string.format('%d %d %d %d', bits, ws, used, held)
 end
 return table.concat(out, ' ')
 `

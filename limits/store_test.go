@@ -27,6 +27,31 @@ var prefixSeq atomic.Int64
 // uniquePrefix keeps subtests on one server apart.
 func uniquePrefix() string { return fmt.Sprintf("t%d", prefixSeq.Add(1)) }
 
+// onEveryStore runs suite in parallel against the memory store, a standalone redis-server and
+// a 3-master Redis Cluster, each also behind a Guard as the gateway uses it.
+func onEveryStore(t *testing.T, suite func(t *testing.T, s Store)) {
+	for _, b := range backends(t, true) {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			suite(t, b.stores(t, 1)[0])
+		})
+		t.Run(b.name+"/guard", func(t *testing.T) {
+			t.Parallel()
+			suite(t, NewGuard(b.stores(t, 1)[0], GuardOptions{Timeout: time.Second}))
+		})
+	}
+}
+
+// admitted takes hits on s and fails t unless the decision admits them.
+func admitted(t *testing.T, s Store, hits []Hit) Decision {
+	t.Helper()
+	var d Decision
+	if err := s.Take(context.Background(), hits, &d); err != nil || !d.Allowed {
+		t.Fatalf("take: %v %+v", err, d)
+	}
+	return d
+}
+
 func backends(t *testing.T, withCluster bool) []backend {
 	srv := redistest.Start(t)
 	bs := []backend{

@@ -142,7 +142,9 @@ type Crossed struct {
 	ID          string
 	Bits        uint16 // as Result.Crossed
 	WindowStart int64  // Unix seconds
-	Used, Allow int64
+	// Used is the count after the charge and Held what the live holds keep (as Result.Used
+	// and Result.Held); Allow the allowance the crossing is measured against.
+	Used, Held, Allow int64
 }
 
 // WithCrossings makes the store report the crossings of its charges of tokens to f, which

@@ -181,6 +181,19 @@ func TestCrossingsConcurrentReplicas(t *testing.T) {
 	}
 }
 
+// takeHit decides one hit of r for id, and returns the decision and the hit with the
+// allowance it applied (what a charge of its answer measures crossings against).
+func takeHit(t *testing.T, s Store, r *Rule, id string) (Decision, Hit) {
+	t.Helper()
+	var d Decision
+	h := Hit{Rule: r, ID: id}
+	if err := s.Take(context.Background(), []Hit{h}, &d); err != nil {
+		t.Fatal(err)
+	}
+	h.Allow = d.Results[0].Limit
+	return d, h
+}
+
 // chargeStores runs f on the in-process store and on Redis, each reporting the crossings of
 // its charges of tokens to the function f reads them from.
 func chargeStores(t *testing.T, f func(t *testing.T, s Store, crossed func() []Crossed)) {
@@ -205,16 +218,7 @@ func TestTokensCrossings(t *testing.T) {
 		th, _ := NewThresholds(0.5, 0.8)
 		plain := &Rule{Name: "plain", Limit: 100, Window: mustWindow(t, "hour"), Unit: Tokens, Thresholds: th, Exhausted: true}
 		held := &Rule{Name: "held", Limit: 100, Window: mustWindow(t, "hour"), Unit: Tokens, Reserve: 10, ReserveTTL: time.Minute, Thresholds: th, Exhausted: true}
-		take := func(r *Rule) (Decision, Hit) {
-			t.Helper()
-			var d Decision
-			h := Hit{Rule: r, ID: "acme"}
-			if err := s.Take(ctx, []Hit{h}, &d); err != nil {
-				t.Fatal(err)
-			}
-			h.Allow = d.Results[0].Limit
-			return d, h
-		}
+		take := func(r *Rule) (Decision, Hit) { t.Helper(); return takeHit(t, s, r, "acme") }
 		// Debits: 40 crosses nothing, 25 crosses 0.5, 20 crosses 0.8, 30 nothing again.
 		for i, step := range []struct {
 			n    int64
@@ -292,4 +296,78 @@ func TestForecastReportedOnce(t *testing.T) {
 	if forecasts(5, 100, 0, 20, 500_000) || !forecasts(50, 100, 0, 20, 2_000_000) || forecasts(50, 100, 0, 20, 11_000_000) || forecasts(100, 100, 0, 20, 2_000_000) {
 		t.Fatal("forecasts")
 	}
+}
+
+// What a crossing reports is the counter as Usage reads it: a tokens limit's count past its
+// allowance (not the allowance), a requests count after an override lowered the allowance,
+// and, for a tokens limit with a reserve, the live holds apart from the count (never added
+// to it), from a refusal and from a settle's charge alike.
+func TestCrossingsSayTheCounter(t *testing.T) {
+	chargeStores(t, func(t *testing.T, s Store, crossed func() []Crossed) {
+		ctx := context.Background()
+		th, _ := NewThresholds(0.5, 1)
+		usage := func(r *Rule) Usage {
+			t.Helper()
+			u, err := s.Usage(ctx, r, "acme")
+			if err != nil {
+				t.Fatal(err)
+			}
+			return u
+		}
+		take := func(r *Rule) (Decision, Hit) { t.Helper(); return takeHit(t, s, r, "acme") }
+		// Tokens without a reserve: 131 of 100 crosses both thresholds; the refusal after it
+		// says 131 used.
+		plain := &Rule{Name: "plain", Limit: 100, Window: mustWindow(t, "hour"), Unit: Tokens, Thresholds: th, Exhausted: true}
+		_, h := take(plain)
+		if err := s.Debit(ctx, []Hit{h}, 131); err != nil {
+			t.Fatal(err)
+		}
+		if got := crossed(); len(got) != 1 || got[0].Bits != 3 || got[0].Used != 131 || got[0].Held != 0 {
+			t.Fatalf("debit crossed %+v", got)
+		}
+		if d, _ := take(plain); d.Allowed || d.Results[0].Crossed != CrossedExhausted || d.Results[0].Used != 131 || d.Results[0].Held != 0 || usage(plain).Used != 131 {
+			t.Fatalf("refusal past the limit: %+v, usage %+v", d.Results[0], usage(plain))
+		}
+		// Tokens with a reserve: 30 used, 7 answers hold 70, the 8th is refused: 30 used and
+		// 70 held, as Usage says. An answer of 25 then crosses 0.5 with 6 others holding 60.
+		held := &Rule{Name: "held", Limit: 100, Window: mustWindow(t, "hour"), Unit: Tokens, Reserve: 10, ReserveTTL: time.Minute, Thresholds: th, Exhausted: true}
+		if err := s.Debit(ctx, []Hit{{Rule: held, ID: "acme"}}, 30); err != nil {
+			t.Fatal(err)
+		}
+		var first Decision
+		var firstHit Hit
+		for i := range 7 {
+			d, h := take(held)
+			if !d.Allowed {
+				t.Fatalf("answer %d refused: %+v", i, d.Results[0])
+			}
+			if i == 0 {
+				first, firstHit = d, h
+			}
+		}
+		d, _ := take(held)
+		if u := usage(held); d.Allowed || d.Results[0].Crossed != CrossedExhausted || d.Results[0].Used != 30 || d.Results[0].Held != 70 || u.Used != 30 || u.Reserved != 70 {
+			t.Fatalf("refusal for the holds: %+v, usage %+v; want 30 used and 70 held", d.Results[0], u)
+		}
+		if _, err := s.Settle(ctx, first.Hold, []Hit{firstHit}, 25); err != nil {
+			t.Fatal(err)
+		}
+		if got := crossed(); len(got) != 1 || got[0].Bits != 1 || got[0].Used != 55 || got[0].Held != 60 {
+			t.Fatalf("settle crossed %+v; want 0.5 with 55 used and 60 held", got)
+		}
+		// Requests: an override lowers the allowance below the count; the refusal says the
+		// count, as Usage does.
+		req := &Rule{Name: "req", Limit: 10, Window: mustWindow(t, "hour"), Thresholds: th, Exhausted: true}
+		for i := range 6 {
+			if d, _ := take(req); !d.Allowed || i == 4 && (d.Results[0].Crossed != 1 || d.Results[0].Used != 5) {
+				t.Fatalf("request %d: %+v", i, d.Results[0])
+			}
+		}
+		if _, _, err := s.(QuotaStore).SetOverride(ctx, req, "acme", 4, time.Now().Add(time.Hour), Who{Actor: "t"}); err != nil {
+			t.Fatal(err)
+		}
+		if d, _ := take(req); d.Allowed || d.Results[0].Crossed != CrossedExhausted || d.Results[0].Used != 6 || usage(req).Used != 6 {
+			t.Fatalf("refusal under the override: %+v, usage %+v", d.Results[0], usage(req))
+		}
+	})
 }

@@ -45,7 +45,7 @@ func TestHoldOutlivesShortWindow(t *testing.T) {
 				t.Fatalf("usage once the debited window ended: %+v %v, want the live hold's 60 reserved", u, err)
 			}
 			take(false)
-			if lapsed, err := s.(Refresher).Refresh(ctx, held, hits); err != nil || len(lapsed) != 0 {
+			if lapsed, err := s.(Refresher).Refresh(ctx, held, hits, nil); err != nil || len(lapsed) != 0 {
 				t.Fatalf("refresh of the live hold: lapsed %v %v, want none", lapsed, err)
 			}
 			if expired, err := s.Settle(ctx, held, hits, 50); err != nil || len(expired) != 0 {

@@ -88,7 +88,7 @@ func (g *Gateway) newReverseProxy(t http.RoundTripper, stream bool) *httputil.Re
 func (g *Gateway) forward(s *scope, r *http.Request) {
 	s.forwarded = time.Since(s.start)
 	if len(s.adm.Held()) > 0 {
-		g.quota.engine.KeepHolds(&s.adm, s.route.Name)
+		g.quota.engine.KeepHolds(&s.adm, s.route.Name, s.trackProgress())
 	}
 	p := g.proxy
 	if s.route.Stream {

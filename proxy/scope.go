@@ -80,6 +80,7 @@ type scope struct {
 	dataTap      stream.DataStream
 	uiTap        stream.UIMessageStream
 	tapBody      stream.Body
+	progress     stream.Progress // what the answer passed, for the refreshes of its holds
 	hdrValues    [slotCount]string
 	body         replayBody    // a stream's request body
 	shortBody    bytes.Reader  // the request body of other routes

@@ -3,6 +3,7 @@ package proxy
 import (
 	"github.com/docsgate/gateway/config"
 	"github.com/docsgate/gateway/engine"
+	"github.com/docsgate/gateway/limits"
 	"github.com/docsgate/gateway/stream"
 )
 
@@ -32,6 +33,18 @@ func (q *quota) settle(s *scope, out *stream.Outcome) {
 		Route:     s.route.Name,
 	})
 }
+
+// trackProgress makes the request's answer publish what it passes (stream.Progress), for the
+// refreshes of its holds (engine.KeepHolds); call it before they start.
+func (s *scope) trackProgress() engine.Progress {
+	s.progress.Start(s.promptBytes)
+	s.tapBody.Track(&s.progress)
+	return s
+}
+
+// Passed implements engine.Progress, from the refreshes' goroutine: it reads only the
+// Progress, whose prompt was set before they started and whose counts are atomics.
+func (s *scope) Passed(r *limits.Rule) int64 { return s.progress.Passed(r.EstimateMax, r.Reserve) }
 
 // metricsEstimateMax is the estimate cap of the tokens metrics: the largest estimate_max of
 // the request's tokens limits, else the default.

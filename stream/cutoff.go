@@ -241,7 +241,7 @@ func (b *Body) readCut(p []byte) (int, error) {
 	if n == 0 {
 		return n, err
 	}
-	k := b.tap.Feed(p[:n])
+	k := b.feed(p[:n])
 	if c.by == nil {
 		if err == io.EOF {
 			b.markEnded()

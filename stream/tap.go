@@ -117,12 +117,28 @@ type Body struct {
 	// ending is what is still to be handed out of a cut answer's end: nil until it is built,
 	// never after.
 	ending []byte
+	// progress, when not nil (Track), is told what passed after each read.
+	progress *Progress
 }
 
 // Reset makes b read body through tap; cut (nil: none) ends it at its budget, promptBytes is
 // the request's conversation text and ended is set when the answer's last bytes are handed out.
+// It keeps the Progress that Track gave b.
 func (b *Body) Reset(body io.ReadCloser, tap Tap, cut *Cutoff, promptBytes int, ended *atomic.Bool) {
-	*b = Body{ReadCloser: body, tap: tap, cut: cut, promptBytes: promptBytes, ended: ended}
+	*b = Body{ReadCloser: body, tap: tap, cut: cut, promptBytes: promptBytes, ended: ended, progress: b.progress}
+}
+
+// Track makes b publish to p what the answer has passed after each read (nil: nowhere), from
+// the next Reset on as well.
+func (b *Body) Track(p *Progress) { b.progress = p }
+
+// feed hands a read to the tap and publishes what passed; it returns what the tap took.
+func (b *Body) feed(p []byte) int {
+	k := b.tap.Feed(p)
+	if b.progress != nil {
+		b.progress.note(b.tap.Outcome())
+	}
+	return k
 }
 
 func (b *Body) Read(p []byte) (int, error) {
@@ -131,7 +147,7 @@ func (b *Body) Read(p []byte) (int, error) {
 	}
 	n, err := b.ReadCloser.Read(p)
 	if n > 0 {
-		b.tap.Feed(p[:n])
+		b.feed(p[:n])
 		if err == io.EOF {
 			// The last part came with the end of the body: the answer ends right after it
 			// is written, and its end flushes it.

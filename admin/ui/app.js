@@ -200,7 +200,9 @@
         if (!w) {
           return { name: name, error: "no kept window" };
         }
-        return { name: name, unit: r.body.unit, used: w.used, limit: w.limit, reset: w.end };
+        // The allowance in force (limit or override, plus grants), as /usage shows it.
+        var limit = w.allowance === undefined ? w.limit : w.allowance;
+        return { name: name, unit: r.body.unit, used: w.used, limit: limit, reset: w.end };
       });
     }))
       .then(function (rows) {

@@ -381,11 +381,11 @@ func TestUsageCLI(t *testing.T) {
 	// history
 	table = must("", "history", "--limit", "agent_job_per_project", "--id", "p1")
 	lines := strings.Split(table, "\n")
-	if len(lines) < 3 || lines[0] != "agent_job_per_project p1 (requests)" || !strings.HasPrefix(lines[1], "START ") {
+	if len(lines) < 4 || lines[0] != "agent_job_per_project p1 (requests)" || lines[1] != "allowance now: 3 (limit 3)" || !strings.HasPrefix(lines[2], "START ") {
 		t.Fatalf("history table:\n%s", table)
 	}
-	if f := strings.Fields(lines[2]); len(f) != 4 || f[2] != "2" || f[3] != "3" {
-		t.Fatalf("history: the current window %q, want used 2 of 3:\n%s", f, table)
+	if f := strings.Fields(lines[3]); len(f) != 4 || f[2] != "2" || f[3] != "current" {
+		t.Fatalf("history: the current window %q, want used 2:\n%s", f, table)
 	}
 	var h struct {
 		Limit, ID string

@@ -95,6 +95,12 @@ type streamResult struct {
 // they end (done).
 func startStreams(t *testing.T, ps []*proc, n int, fp string) (results []streamResult, done *sync.WaitGroup) {
 	t.Helper()
+	return startStreamsTo(t, ps, n, "acme-docs", fp)
+}
+
+// startStreamsTo is startStreams for the assistant of domain.
+func startStreamsTo(t *testing.T, ps []*proc, n int, domain, fp string) (results []streamResult, done *sync.WaitGroup) {
+	t.Helper()
 	got := make(chan streamResult, n)
 	done = &sync.WaitGroup{}
 	for i := range n {
@@ -102,7 +108,7 @@ func startStreams(t *testing.T, ps []*proc, n int, fp string) (results []streamR
 		go func() {
 			defer done.Done()
 			p := ps[i%len(ps)]
-			req, _ := http.NewRequest("POST", "http://"+p.public+"/discovery/v1/assistant/acme-docs/message", strings.NewReader(`{"fp":"`+fp+`","messages":[]}`))
+			req, _ := http.NewRequest("POST", "http://"+p.public+"/discovery/v1/assistant/"+domain+"/message", strings.NewReader(`{"fp":"`+fp+`","messages":[]}`))
 			req.Header.Set("Authorization", fmt.Sprintf("Bearer svc_dsc_key%d", i))
 			req.Header.Set("Content-Type", "application/json")
 			res, err := http.DefaultClient.Do(req)
@@ -353,7 +359,8 @@ func TestStreamsCapAtUpstream(t *testing.T) {
 
 // A replica killed with SIGKILL mid-stream leaves its token holds and stream slots behind;
 // the other replica sees them held (it denies for the slots) until reserve_ttl, then they
-// come back by themselves, never charged.
+// come back by themselves (what their answers had passed at their last refresh is charged by
+// the tenant's next decision: TestKilledReplicaAnswersCharged).
 func TestHoldsOfKilledReplicaComeBack(t *testing.T) {
 	t.Parallel()
 	for _, st := range holdStores()[1:] {

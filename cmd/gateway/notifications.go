@@ -161,7 +161,7 @@ func (nt *notifier) charged(x limits.Crossed) {
 	if c.By == "org" {
 		c.Org = x.ID
 	}
-	c.WindowStart, c.Used, c.Quota, c.Time = time.Unix(x.WindowStart, 0).UTC(), x.Used, x.Allow, time.Now()
+	c.WindowStart, c.Used, c.Reserved, c.Quota, c.Time = time.Unix(x.WindowStart, 0).UTC(), x.Used, x.Held, x.Allow, time.Now()
 	nt.crossed(c)
 }
 

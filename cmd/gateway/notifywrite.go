@@ -35,7 +35,10 @@ func (nt *notifier) writeQueued(ctx context.Context) (more bool) {
 // it in the tenant's counter), so each event gets an id of its own, kept across retries.
 func eventsOf(c engine.Crossing) []notify.Event {
 	ws := c.WindowStart.Format(time.RFC3339)
-	data := map[string]any{"limit": c.Limit, "tenant": c.Tenant, "by": c.By, "window_start": ws, "used": c.Used, "quota": c.Quota}
+	data := map[string]any{"limit": c.Limit, "tenant": c.Tenant, "by": c.By, "unit": c.Unit, "window_start": ws, "used": c.Used, "quota": c.Quota}
+	if c.Reserves {
+		data["reserved"] = c.Reserved
+	}
 	if c.Org != "" {
 		data["org"] = c.Org
 	}

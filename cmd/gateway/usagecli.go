@@ -27,9 +27,11 @@ GATEWAY_ADMIN_TOKEN (or the admin_token of -config), never from the command line
   show     one tenant's use of every limit that applies to it: an org, a project, a client IP,
            or an API key read from standard input (one line, never the command line; the
            gateway counts it by its digest)
-  history  a tenant's use of one fixed-window limit in each window the gateway keeps, newest
-           first; ID is what top shows (a project id, an org, an IP or a key's digest);
-           --unit reads what the limit counted in another unit before a change of its unit
+  history  a tenant's use of one fixed-window limit in the windows the gateway keeps, newest
+           first: the allowance in force now (limit, grants, override), the current window
+           and each ended one the tenant was counted in (how many counted nothing is said);
+           ID is what top shows (a project id, an org, an IP or a key's digest); --unit reads
+           what the limit counted in another unit before a change of its unit
 
 Tables by default; -json prints the admin API's JSON answer as it came:
   top       {"limits": [{"limit", "window", "unit", "tenants": [{"id", "org", "label", "plan",
@@ -37,7 +39,9 @@ Tables by default; -json prints the admin API's JSON answer as it came:
             "override"}]}]}; with --limit, the one list object without "limits"
   show      {"limits": [{"name", "unit", "limit", "used", "reserved", "remaining", "reset",
             "granted", "override"}]}
-  history   {"limit", "id", "unit", "windows": [{"start", "end", "used", "limit"}]}
+  history   {"limit", "id", "unit", "windows": [{"start", "end", "used", "limit"}]}, every
+            window kept; the current one (first) also has "allowance", "granted" and
+            "override" in the limit's own unit
 
 Flags:
 ` + adminFlagsUsage + `
@@ -209,16 +213,20 @@ type (
 		Unit    string      `json:"unit"`
 		Tenants []topTenant `json:"tenants"`
 	}
+	historyRow struct {
+		Start     time.Time      `json:"start"`
+		End       time.Time      `json:"end"`
+		Used      int64          `json:"used"`
+		Limit     int64          `json:"limit"`
+		Allowance *int64         `json:"allowance"`
+		Granted   int64          `json:"granted"`
+		Override  *usageOverride `json:"override"`
+	}
 	historyAnswer struct {
-		Limit   string `json:"limit"`
-		ID      string `json:"id"`
-		Unit    string `json:"unit"`
-		Windows []struct {
-			Start time.Time `json:"start"`
-			End   time.Time `json:"end"`
-			Used  int64     `json:"used"`
-			Limit int64     `json:"limit"`
-		} `json:"windows"`
+		Limit   string       `json:"limit"`
+		ID      string       `json:"id"`
+		Unit    string       `json:"unit"`
+		Windows []historyRow `json:"windows"`
 	}
 )
 
@@ -332,16 +340,51 @@ func printUsage(w io.Writer, data []byte) error {
 	return tw.Flush()
 }
 
+// printHistory shows what the counters hold: the allowance in force now with its run-time
+// quota, then the current window and the ended ones the tenant was counted in, and how many
+// kept windows counted nothing. It never applies today's limit to an ended window: the
+// limit may not have existed then, or been another.
 func printHistory(w io.Writer, data []byte) error {
 	var h historyAnswer
 	if err := json.Unmarshal(data, &h); err != nil {
 		return err
 	}
 	fmt.Fprintf(w, "%s %s (%s)\n", printable(h.Limit), printable(h.ID), printable(h.Unit))
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "START\tEND\tUSED\tLIMIT")
-	for _, win := range h.Windows {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\n", win.Start.UTC().Format(time.RFC3339), win.End.UTC().Format(time.RFC3339), win.Used, win.Limit)
+	if len(h.Windows) == 0 {
+		fmt.Fprintln(w, "no window kept")
+		return nil
 	}
-	return tw.Flush()
+	if cur := h.Windows[0]; cur.Allowance != nil {
+		fmt.Fprintf(w, "allowance now: %d (limit %d", *cur.Allowance, cur.Limit)
+		if q := quota(cur.Granted, cur.Override); q != "-" {
+			fmt.Fprintf(w, ", %s", q)
+		}
+		fmt.Fprintln(w, ")")
+	} else {
+		fmt.Fprintf(w, "no limit counts %s now: these are the counters of the limit's former unit\n", printable(h.Unit))
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "START\tEND\tUSED\t")
+	empty := 0
+	for i, win := range h.Windows {
+		if i > 0 && win.Used == 0 {
+			empty++
+			continue
+		}
+		note := ""
+		if i == 0 {
+			note = "current"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\n", win.Start.UTC().Format(time.RFC3339), win.End.UTC().Format(time.RFC3339), win.Used, note)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	switch ended := len(h.Windows) - 1; {
+	case ended > 0 && empty == ended:
+		fmt.Fprintf(w, "nothing counted in the %d ended windows kept\n", ended)
+	case empty > 0:
+		fmt.Fprintf(w, "nothing counted in the other %d of the %d ended windows kept\n", empty, ended)
+	}
+	return nil
 }
