@@ -65,7 +65,7 @@ type harness struct {
 	reg    *prometheus.Registry
 }
 
-func start(t *testing.T, yaml string, store engine.Limiter, allowOnError bool) *harness {
+func start(t testing.TB, yaml string, store engine.Limiter, allowOnError bool) *harness {
 	t.Helper()
 	cfg, err := config.Parse(strings.NewReader(yaml), func(string) (string, bool) { return "", false })
 	if err != nil {
