@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -171,6 +172,16 @@ func TestRateLimitServiceInProcess(t *testing.T) {
 		if !strings.Contains(body, series) {
 			t.Fatalf("metrics lack %s", series)
 		}
+	}
+	// Shutdown: the service stops with the public listener and the process exits cleanly.
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.wait(t, 30*time.Second); code != 0 || !strings.Contains(p.out.String(), `"stopped"`) {
+		t.Fatalf("exit %d after SIGTERM", code)
+	}
+	if _, err := projectCall(t, c, "inproc"); err == nil {
+		t.Fatal("the rate limit service still answers after shutdown")
 	}
 }
 
