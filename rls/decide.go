@@ -33,8 +33,11 @@ type call struct {
 	buf    []byte
 }
 
+// reset empties c for a new call; a call that decides nothing must find no decision of the
+// call before it.
 func (c *call) reset() {
 	c.counts = engine.Counts{Limits: c.counts.Limits[:0], Hits: c.counts.Hits[:0]}
+	c.d.Hits, c.d.Results, c.d.Allowed, c.d.Hold = c.d.Hits[:0], c.d.Results[:0], false, ""
 	c.owner, c.debits, c.debitN = c.owner[:0], c.debits[:0], c.debitN[:0]
 }
 

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/docsgate/gateway/auth"
 	"github.com/docsgate/gateway/config"
 	"github.com/docsgate/gateway/engine"
 	"github.com/docsgate/gateway/internal/redistest"
@@ -229,6 +230,14 @@ func TestReferenceCases(t *testing.T) {
 			expect(t, "ip spent", h.call(t, "another", 1, desc("key3", "mixed"), desc("remote_address", "192.0.2.7")),
 				OVER, want{OK, 10, HOUR, 9}, want{OVER, 3, HOUR, 0})
 			expect(t, "nothing taken", h.call(t, "another", 1, withHits(desc("key3", "mixed"), 0)), OK, want{OK, 10, HOUR, 9})
+			// A call that counts nothing after calls that did: no limit, no header of theirs.
+			for _, domain := range []string{"foo", "another"} {
+				resp := h.call(t, domain, 1, desc("nope", "x"))
+				expect(t, "nothing counted in "+domain, resp, OK, want{code: OK})
+				if len(resp.GetResponseHeadersToAdd()) != 0 {
+					t.Fatalf("nothing counted in %s: headers %v", domain, resp.GetResponseHeadersToAdd())
+				}
+			}
 		})
 	}
 }
@@ -350,3 +359,83 @@ func TestConcurrentCallsExact(t *testing.T) {
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
+
+// TestKeyDigestDescriptors: with id key_digest, the registry resolves a digest to the key, its
+// org and its plan: limits by key count the key, limits by org its org, each in the key's plan;
+// a digest the registry does not know, or a revoked key, counts nothing; a value that is no
+// digest is INVALID_ARGUMENT.
+func TestKeyDigestDescriptors(t *testing.T) {
+	const yaml = `
+listen: 127.0.0.1:18080
+admin_listen: 127.0.0.1:19090
+upstream: {url: "http://127.0.0.1:1"}
+auth: {mode: registry, keys_file: /nonexistent/keys.yaml}
+orgs: {acme: [acme-docs]}
+plans:
+  gold: {assistant_per_key: {limit: 5}}
+limits:
+  assistant_per_key: {limit: 2, window: hour}
+  assistant_per_org: {limit: 3, window: hour}
+rate_limit_service:
+  listen: 127.0.0.1:18081
+  domains:
+    - domain: docsgate
+      descriptors:
+        - {entries: [{key: api_key}], id: key_digest, limits: [assistant_per_key, assistant_per_org]}
+`
+	cfg, err := config.Parse(strings.NewReader(yaml), func(string) (string, bool) { return "", false })
+	if err != nil {
+		t.Fatal(err)
+	}
+	gold, plain, revoked := auth.Digest("svc_dsc_gold"), auth.Digest("svc_dsc_plain"), auth.Digest("svc_dsc_revoked")
+	when := time.Now()
+	reg, err := auth.NewMemoryRegistry([]auth.Entry{
+		{Digest: gold, Kind: "assistant", Org: "acme", Plan: "gold", Domains: []string{"*"}, Created: when},
+		{Digest: plain, Kind: "assistant", Org: "acme", Domains: []string{"*"}, Created: when},
+		{Digest: revoked, Kind: "assistant", Org: "acme", Domains: []string{"*"}, Created: when, Revoked: &when},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := metrics.New(prometheus.NewRegistry())
+	eng := engine.New(engine.Options{Limiter: limits.NewMemory(), Metrics: m, Logger: zap.NewNop()})
+	pol, err := eng.Compile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng.Use(pol)
+	svc := New(Options{Engine: eng, Registry: reg, Metrics: m, Logger: zap.NewNop()}, cfg.RateLimitService)
+	ask := func(digest string) (*rlsv3.RateLimitResponse, error) {
+		return svc.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "docsgate", Descriptors: []*commonv3.RateLimitDescriptor{desc("api_key", digest)}})
+	}
+	// The gold key (5 an hour by key) and the plain key (2) share acme's 3 an hour.
+	for i, c := range []struct {
+		digest    string
+		code      rlsv3.RateLimitResponse_Code
+		name      string
+		remaining uint32
+	}{
+		{gold, rlsv3.RateLimitResponse_OK, "assistant_per_org", 2},
+		{plain, rlsv3.RateLimitResponse_OK, "assistant_per_key", 1}, // a tie: the first limit shows
+		{plain, rlsv3.RateLimitResponse_OK, "assistant_per_key", 0},
+		{gold, rlsv3.RateLimitResponse_OVER_LIMIT, "assistant_per_org", 0},
+	} {
+		resp, err := ask(c.digest)
+		if err != nil || resp.GetOverallCode() != c.code {
+			t.Fatalf("call %d: %v %v, want %v", i, resp, err, c.code)
+		}
+		st := resp.GetStatuses()[0]
+		if st.GetCurrentLimit().GetName() != c.name || st.GetLimitRemaining() != c.remaining {
+			t.Fatalf("call %d: %v, want %s with %d left", i, st, c.name, c.remaining)
+		}
+	}
+	for _, digest := range []string{revoked, auth.Digest("svc_dsc_unknown")} {
+		resp, err := ask(digest)
+		if err != nil || resp.GetOverallCode() != rlsv3.RateLimitResponse_OK || len(resp.GetStatuses()) != 1 || resp.GetStatuses()[0].GetCurrentLimit() != nil {
+			t.Fatalf("unknown or revoked key: %v %v, want OK counting nothing", resp, err)
+		}
+	}
+	if _, err := ask("svc_dsc_not_a_digest"); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("a key instead of its digest: %v, want INVALID_ARGUMENT", err)
+	}
+}
