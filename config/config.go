@@ -75,6 +75,10 @@ type Config struct {
 
 	// Notifications sends signed webhooks on quota events (notifications.go).
 	Notifications Notifications `yaml:"notifications"`
+
+	// RateLimitService serves Envoy's rate limit service over gRPC (ratelimitservice.go);
+	// nil: not served.
+	RateLimitService *RateLimitService `yaml:"rate_limit_service"`
 }
 
 // Tracing configures OpenTelemetry tracing. What the file leaves empty comes from the standard

@@ -94,13 +94,13 @@ func (e *Engine) Admit(ctx context.Context, req *Request, d *Decision, a *Admiss
 	if err != nil {
 		return err
 	}
-	e.countRefusals(req, d)
+	e.countRefusals(req.Set.Limits, req.Start, d)
 	if d.Allowed {
 		a.taken = d.Taken(d.Hits, a.takenBuf[:0]) // every enforced limit, and the shadow limits that had room
 		a.keepHeld(d)
 	}
 	if e.o.Crossings != nil {
-		e.reportCrossings(req, d)
+		e.reportCrossings(req.Set.Limits, req.Org, req.Label, req.Start, d)
 	}
 	return nil
 }
@@ -152,15 +152,16 @@ func (a *Admission) keepHeld(d *Decision) {
 }
 
 // countRefusals counts each limit's refusals of the decision for the usage page: a refusal of
-// an enforced limit that denied the request, and one a shadow limit would have made.
-func (e *Engine) countRefusals(req *Request, d *Decision) {
-	for i, l := range req.Set.Limits {
+// an enforced limit that denied the request, and one a shadow limit would have made. ls are
+// the decision's limits, in its order.
+func (e *Engine) countRefusals(ls []policy.Limit, start time.Time, d *Decision) {
+	for i, l := range ls {
 		switch res := &d.Results[i]; {
 		case res.Allowed:
 		case d.Allowed: // a shadow limit that would have denied
-			e.refusals.add(l.Rule.Name, true, req.Start)
+			e.refusals.add(l.Rule.Name, true, start)
 		case !l.Shadow: // a denied request counts only under its deniers
-			e.refusals.add(l.Rule.Name, false, req.Start)
+			e.refusals.add(l.Rule.Name, false, start)
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/docsgate/gateway/limits"
+	"github.com/docsgate/gateway/policy"
 )
 
 // Crossing is what one decision was the first in its window to reach on one limit, for a
@@ -37,8 +38,8 @@ type Crossing struct {
 
 // reportCrossings hands what the decision crossed to Options.Crossings; nothing, most of the
 // time.
-func (e *Engine) reportCrossings(req *Request, d *Decision) {
-	for i, l := range req.Set.Limits {
+func (e *Engine) reportCrossings(ls []policy.Limit, org, label string, start time.Time, d *Decision) {
+	for i, l := range ls {
 		res := &d.Results[i]
 		bits := res.Crossed
 		if !d.Allowed {
@@ -50,7 +51,7 @@ func (e *Engine) reportCrossings(req *Request, d *Decision) {
 			continue
 		}
 		c := CrossingOf(l.Rule, bits)
-		c.Tenant, c.By, c.Org, c.Label, c.Time = d.Hits[i].ID, l.By.String(), req.Org, req.Label, req.Start
+		c.Tenant, c.By, c.Org, c.Label, c.Time = d.Hits[i].ID, l.By.String(), org, label, start
 		c.WindowStart, c.Used, c.Reserved, c.Quota = time.Unix(res.WindowStart, 0).UTC(), res.Used, res.Held, res.Limit
 		e.o.Crossings(c)
 	}

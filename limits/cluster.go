@@ -71,6 +71,7 @@ func (r *Redis) byNode(ctx context.Context, sc *scratch) error {
 			sc.qkeys[j], sc.qkeys[j-1] = sc.qkeys[j-1], sc.qkeys[j]
 			sc.args[j], sc.args[j-1] = sc.args[j-1], sc.args[j]
 			sc.idx[j], sc.idx[j-1] = sc.idx[j-1], sc.idx[j]
+			sc.units[j], sc.units[j-1] = sc.units[j-1], sc.units[j]
 		}
 	}
 	return nil
@@ -207,7 +208,7 @@ func (r *Redis) giveBacks(sc *scratch, d *Decision, groups []group, consumed []b
 		sc.gargs = sc.gargs[:0]
 		for k := g.lo; k < g.hi; k++ {
 			res := &d.Results[sc.idx[k]]
-			if !res.Allowed || res.Rule.Unit == Tokens && !holds(res.Rule) {
+			if !res.Allowed || res.Rule.Unit == Tokens && !holds(res.Rule) || sc.units[k] == 0 {
 				continue
 			}
 			cr, err := r.rules.get(res.Rule)
@@ -220,8 +221,9 @@ func (r *Redis) giveBacks(sc *scratch, d *Decision, groups []group, consumed []b
 				sc.gargs = append(sc.gargs, cr.spec, "@"+sc.hold)
 				res.Remaining = min(res.Remaining+max(res.Rule.Reserve, 1), res.Limit)
 			} else {
-				sc.gargs = append(sc.gargs, cr.specFor(res.base), sc.ws[k])
-				res.Remaining = min(res.Remaining+1, res.Limit)
+				h := Hit{Rule: res.Rule, Units: sc.units[k]}
+				sc.gargs = append(sc.gargs, withUnits(cr.specFor(res.base), &h), sc.ws[k])
+				res.Remaining = min(res.Remaining+sc.units[k], res.Limit)
 			}
 		}
 		if len(keys) > 0 {

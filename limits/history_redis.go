@@ -99,16 +99,16 @@ local function keep_until(key, keep_ms, now_us)
   end
 end
 
--- give_back_kept takes one unit off the kept window starting at ws (a refund that arrives once
--- a later window began: the unit goes back where it was counted), never below 0; nothing
+-- give_back_kept takes u units off the kept window starting at ws (a refund that arrives once
+-- a later window began: the units go back where they were counted), never below 0; nothing
 -- when the spec keeps no windows or ws has left the range (or is no ended window) at sec.
-local function give_back_kept(key, win, keep, ws, sec)
+local function give_back_kept(key, win, keep, ws, sec, u)
   local cur = bounds(win, sec)
   if keep == 0 or ws >= cur or ws < shift(win, cur, -keep) then return end
   local f = tostring(ws)
   local n = tonumber(redis.call('HGET', key, f))
   if not n or n <= 0 then return end
-  if n == 1 then redis.call('HDEL', key, f) else redis.call('HINCRBY', key, f, -1) end
+  if n <= u then redis.call('HDEL', key, f) else redis.call('HINCRBY', key, f, -u) end
 end
 `
 

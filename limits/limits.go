@@ -95,6 +95,42 @@ type Hit struct {
 	// Allow is the allowance the admitting decision applied (Result.Limit), which a charge of
 	// tokens (Debit, Settle) measures thresholds and forecasts against; 0: none are reported.
 	Allow int64
+	// Units, for a fixed-window or GCRA requests limit, is how many units the hit takes at
+	// once: the limit admits while that many more fit, and takes them all or none (a front
+	// door that counts several hits of one call, as Envoy's hits_addend). 0 takes one, as a
+	// request does. Other limits ignore it.
+	Units int64
+	// Check, for the same limits, takes nothing: the hit admits while one more unit fits and
+	// reports the current remaining (Envoy's hits_addend of 0). A decision of Check hits alone
+	// writes nothing.
+	Check bool
+}
+
+// units is what h takes of a requests limit: 0 for a check, else Units (at least one); one
+// for other limits.
+func (h *Hit) units() int64 {
+	switch {
+	case h.Rule == nil || h.Rule.Unit != Requests:
+		return 1
+	case h.Check:
+		return 0
+	case h.Units <= 0:
+		return 1
+	}
+	return h.Units
+}
+
+// withUnits is the script spec of h (spec: its rule's compiled one) saying how many units it
+// takes when that is not one: "<algo>[s][q]u<n> ..." (takeLua's parse). The request path's
+// hits take one and keep the spec as compiled, without an allocation.
+func withUnits(spec any, h *Hit) any {
+	u := h.units()
+	if u == 1 {
+		return spec
+	}
+	s := spec.(string)
+	i := strings.IndexByte(s, ' ')
+	return s[:i] + "u" + strconv.FormatInt(u, 10) + s[i:]
 }
 
 // Result is the outcome for one hit of a decision.

@@ -93,6 +93,7 @@ type memHit struct {
 	shard int
 	e     *memEntry
 	ok    bool
+	units int64   // what the hit takes of a requests limit (Hit.Units; 0: a check)
 	cnt   int64   // fixed
 	same  bool    // fixed: the entry counts in the current window already
 	ws    int64   // fixed
@@ -172,7 +173,7 @@ func (m *Memory) prepare(hits []Hit, d *Decision, hs []memHit, locks []int) ([]m
 			return nil, nil, err
 		}
 		d.Results[i].Rule = hits[i].Rule
-		h := memHit{cr: cr, key: memKey{cr.keyPre, hits[i].ID}}
+		h := memHit{cr: cr, key: memKey{cr.keyPre, hits[i].ID}, units: hits[i].units()}
 		if cr.enabled {
 			h.shard = m.shardOf(h.key)
 			locks = insertSorted(locks, h.shard)
@@ -204,7 +205,7 @@ func (m *Memory) check(h *memHit, now memTime) bool {
 		if h.cr.snap.Unit == Tokens && h.cr.snap.Reserve > 0 {
 			return m.checkHolds(h, now)
 		}
-		h.ok = h.cnt < h.allow
+		h.ok = h.cnt+h.needs() <= h.allow
 		return h.ok
 	}
 	if h.q.g != 0 { // grants belong to the window aligned as a fixed one
@@ -217,9 +218,12 @@ func (m *Memory) check(h *memHit, now memTime) bool {
 		h.tat = math.Max(h.e.tat, now.g)
 	}
 	h.used = held(h.tat, now.g, h.em)
-	h.ok = h.used < h.allow
+	h.ok = h.used+h.needs() <= h.allow
 	return h.ok
 }
+
+// needs is how many units must fit for h to be admitted (Hit.needs).
+func (h *memHit) needs() int64 { return max(h.units, 1) }
 
 // terms settles the allowance h is decided against (h.we set for fixed windows and grants).
 func (h *memHit) terms(lim int64, now memTime) {
@@ -247,9 +251,9 @@ func (m *Memory) settle(h *memHit, r *Result, allOK bool, now memTime, hid strin
 			h.exhaust(r)
 		}
 	case h.cr.snap.Algorithm == Fixed:
-		m.settleFixed(h, r, allOK && h.ok, now)
+		m.settleFixed(h, r, allOK && h.ok && h.units > 0, now)
 	default:
-		m.settleGCRA(h, r, allOK && h.ok, now)
+		m.settleGCRA(h, r, allOK && h.ok && h.units > 0, now)
 	}
 	r.Limit, r.base = h.allow, h.base
 	if !h.ok {
@@ -270,7 +274,7 @@ func (m *Memory) settleFixed(h *memHit, r *Result, charge bool, now memTime) {
 	}
 	e := m.entry(h)
 	e.roll(&h.cr.snap, h.ws, h.we) // a new window starts without marks (keep_past's x, e and f)
-	e.n++
+	e.n += h.units
 	r.Remaining = h.allow - e.n
 	if marks(&h.cr.snap) {
 		if r.Crossed = e.cross(&h.cr.snap, h.allow, h.ws, h.we, now.us); r.Crossed != 0 {
@@ -292,18 +296,19 @@ func (h *memHit) exhaust(r *Result) {
 func (m *Memory) settleGCRA(h *memHit, r *Result, charge bool, now memTime) {
 	switch {
 	case charge:
-		newTAT := h.tat + h.em
+		newTAT := h.tat + h.em*float64(h.units)
 		e := m.entry(h)
 		e.tat = newTAT
 		e.expires = now.us + int64(math.Ceil(newTAT-now.g))*1e6
-		r.Remaining = h.allow - h.used - 1
+		r.Remaining = h.allow - h.used - h.units
 		r.Reset = secs(newTAT - now.g)
-	case h.ok: // denied by another limit: the current state, nothing consumed
+	case h.ok: // denied by another limit, or a check: the current state, nothing consumed
 		r.Remaining = h.allow - h.used
 		r.Reset = secs(h.tat - now.g)
 	default:
+		r.Remaining = max(h.allow-h.used, 0) // 0 but for a hit of several units
 		r.Reset = secs(h.tat - now.g)
-		r.RetryAfter = secs(h.tat - now.g - float64(h.allow-1)*h.em)
+		r.RetryAfter = secs(h.tat - now.g - float64(h.allow-h.needs())*h.em)
 	}
 }
 

@@ -45,6 +45,7 @@ type scratch struct {
 	all     []string // keys then qkeys, as a standalone call declares them
 	args    []any
 	idx     []int   // hit index of each key
+	units   []int64 // units each key's hit takes (Hit.Units; 0: a check)
 	ws      []int64 // window start reported per key (for cluster compensation)
 	slots   []uint16
 	cmds    []*redis.Cmd
@@ -111,6 +112,7 @@ func (s *scratch) reset() {
 	clear(s.args) // drop references held from the last call
 	s.args = s.args[:0]
 	s.idx = s.idx[:0]
+	s.units = s.units[:0]
 	s.ws = s.ws[:0]
 	s.slots = s.slots[:0]
 	clear(s.cmds)
@@ -195,16 +197,17 @@ func (r *Redis) prepare(sc *scratch, hits []Hit, d *Decision) error {
 		if !r.flags.on(h.Rule.Name) {
 			sc.keys = append(sc.keys, cr.keyPre+h.ID+"}")
 			sc.qkeys = append(sc.qkeys, "")
-			sc.args = append(sc.args, cr.spec)
+			sc.args = append(sc.args, withUnits(cr.spec, h))
 		} else {
 			// Both keys in one allocation: the counter's name, then the quota's.
 			both := cr.keyPre + h.ID + "}" + cr.quotaPre + h.ID + "}"
 			cut := len(cr.keyPre) + len(h.ID) + 1
 			sc.keys = append(sc.keys, both[:cut])
 			sc.qkeys = append(sc.qkeys, both[cut:])
-			sc.args = append(sc.args, cr.specQ)
+			sc.args = append(sc.args, withUnits(cr.specQ, h))
 		}
 		sc.idx = append(sc.idx, i)
+		sc.units = append(sc.units, h.units())
 	}
 	sc.ws = append(sc.ws, make([]int64, len(sc.keys))...)
 	return nil

@@ -30,15 +30,16 @@ type Taken struct {
 
 // Taken appends to dst the units d took for hits (d's results in the same order): none
 // when d did not admit; else one per requests limit whose result admitted (a tokens limit
-// is only checked, a disabled one stores nothing).
+// is only checked, a disabled one stores nothing), but for hits taking other than one unit
+// (Hit.Units, Hit.Check: a front door that never refunds).
 func (d *Decision) Taken(hits []Hit, dst []Taken) []Taken {
 	if !d.Allowed {
 		return dst
 	}
 	for i := range hits {
 		r := hits[i].Rule
-		if i >= len(d.Results) || !d.Results[i].Allowed || r == nil || r.Limit <= 0 || r.Unit != Requests {
-			continue
+		if i >= len(d.Results) || !d.Results[i].Allowed || r == nil || r.Limit <= 0 || r.Unit != Requests || hits[i].units() != 1 {
+			continue // a hit taking several units at once, or none, is not refunded
 		}
 		dst = append(dst, Taken{Hit: hits[i], WindowStart: d.Results[i].WindowStart, base: d.Results[i].base})
 	}

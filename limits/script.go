@@ -47,12 +47,14 @@ end
 -- numbers keep sub-microsecond precision in a double.
 local jan_1_2017 = 1483228800
 
--- A spec is "<algo>[s][q] <limit> <window>"; the s marks a shadow limit, the q a limit whose
--- tenants' run-time quotas are to be read (see takeLua). More words may follow (hold_terms).
+-- A spec is "<algo>[s][q][u<n>] <limit> <window>"; the s marks a shadow limit, the q a limit
+-- whose tenants' run-time quotas are to be read (see takeLua), u<n> a hit of a requests limit
+-- taking n units at once (0: a check that takes none; without it, one: Hit.Units). More words
+-- may follow (hold_terms).
 local function parse(spec)
-  local algo, shadow, q, limit, win = string.match(spec, '^(%a)(s?)(q?) (%d+) (%w+)')
+  local algo, shadow, q, u, limit, win = string.match(spec, '^(%a)(s?)(q?)u?(%d*) (%d+) (%w+)')
   if not algo then error('limits: bad rule spec ' .. tostring(spec)) end
-  return algo, tonumber(limit), win, shadow == 's', q == 'q'
+  return algo, tonumber(limit), win, shadow == 's', q == 'q', tonumber(u) or 1
 end
 
 -- GCRA in units of the emission interval em: a bucket whose TAT is t holds (t - gnow) / em
@@ -254,20 +256,21 @@ local qk = n -- the last quota key read
 local st = {}
 local ok = 1
 for i = 1, n do
-  local algo, limit, win, shadow, q = parse(ARGV[i])
+  local algo, limit, win, shadow, q, u = parse(ARGV[i])
   local base, g, ends = limit, 0, 0
   if q then
     qk = qk + 1
     if quotas then base, g, ends = quota(KEYS[qk], limit, win, sec, now_us) end
   end
-  local h = {algo = algo, limit = allowance(base, g), base = base, ends = ends, q = q, shadow = shadow, rlimit = limit}
+  -- u units are taken (0: a check), and need must fit to admit.
+  local h = {algo = algo, limit = allowance(base, g), base = base, ends = ends, q = q, shadow = shadow, rlimit = limit, u = u, need = math.max(u, 1)}
   if algo == 'f' or algo == 't' then h.mk = marks(ARGV[i]) end
   if algo == 'f' or algo == 't' then
     local ws, we = bounds(win, sec)
     local cnt, same = count(KEYS[i], ws, win)
     h.ws, h.we, h.cnt, h.same = ws, we, cnt, same
     h.reset = we * 1000000 - now_us
-    h.allowed = cnt < h.limit
+    h.allowed = cnt + h.need <= h.limit
     if algo == 't' then
       h.reserve, h.ttl = hold_terms(ARGV[i])
       if h.reserve > 0 then
@@ -296,7 +299,7 @@ for i = 1, n do
     local tat = tonumber(read('GET', KEYS[i])) or gnow
     tat = math.max(tat, gnow)
     h.em, h.tat, h.used = em, tat, held(tat, gnow, em)
-    h.allowed = h.used < h.limit
+    h.allowed = h.used + h.need <= h.limit
   end
   if not h.allowed and not shadow then ok = 0 end
   st[i] = h
@@ -308,7 +311,7 @@ for i = 1, n do
   local h = st[i]
   local a, rem, reset, retry, ws = 0, 0, 0, 0, 0
   if h.allowed then a = 1 end
-  local charge = ok == 1 and h.allowed
+  local charge = ok == 1 and h.allowed and h.u > 0
   if h.algo == 't' then
     -- A tokens limit is only checked here; Debit counts the answer's tokens later. With a
     -- reserve, it holds the reserve until Settle.
@@ -351,19 +354,19 @@ for i = 1, n do
     ws, reset = h.ws, h.reset
     if charge then
       if h.same then
-        redis.call('HINCRBY', KEYS[i], 'n', 1)
+        redis.call('HINCRBY', KEYS[i], 'n', h.u)
       else
         local win, keep = win_keep(ARGV[i])
         local carry = keep_past(KEYS[i], win, keep, h.ws)
-        redis.call('HSET', KEYS[i], 's', h.ws, 'n', carry + 1)
+        redis.call('HSET', KEYS[i], 's', h.ws, 'n', carry + h.u)
         keep_until(KEYS[i], kept_until(h.we, win, keep) * 1000, now_us) -- never shorter (w: its window may have been longer)
       end
-      rem = h.limit - h.cnt - 1
+      rem = h.limit - h.cnt - h.u
       -- Thresholds and the forecast: the first decision of the window to reach one reports
       -- it, and marks it in the counter, so that it is reported once.
       if h.mk then
-        local bits = cross(KEYS[i], h.mk, h.cnt + 1, h.limit, h.same, h.ws, h.we, now_us)
-        if bits > 0 then crossed[i], h.seen = bits, h.cnt + 1 end
+        local bits = cross(KEYS[i], h.mk, h.cnt + h.u, h.limit, h.same, h.ws, h.we, now_us)
+        if bits > 0 then crossed[i], h.seen = bits, h.cnt + h.u end
       end
     else
       rem = math.max(h.limit - h.cnt, 0)
@@ -376,20 +379,21 @@ for i = 1, n do
     end
   else
     if charge then
-      local new_tat = h.tat + h.em
+      local new_tat = h.tat + h.em * h.u
       local reset_after = new_tat - gnow
       if reset_after > 0 then
         redis.call('SET', KEYS[i], new_tat, 'EX', math.ceil(reset_after))
       end
-      rem = h.limit - h.used - 1
+      rem = h.limit - h.used - h.u
       reset = math.floor(reset_after * 1000000)
     elseif h.allowed then
-      -- Denied by another limit: report the current state, nothing consumed.
+      -- Denied by another limit, or a check: report the current state, nothing consumed.
       rem = h.limit - h.used
       reset = math.floor((h.tat - gnow) * 1000000)
     else
+      rem = math.max(h.limit - h.used, 0) -- 0 but for a hit of several units
       reset = math.floor((h.tat - gnow) * 1000000)
-      retry = math.floor((h.tat - gnow - (h.limit - 1) * h.em) * 1000000)
+      retry = math.floor((h.tat - gnow - (h.limit - h.need) * h.em) * 1000000)
     end
   end
   -- The override's end bounds the wait: the plan's limit applies again then (and while an
@@ -412,7 +416,8 @@ return table.concat(out, ' ')
 `
 
 // giveBackLua undoes one unit taken by takeLua (a refund, and the Redis Cluster
-// compensation when another slot group denied). ARGV[2i-1] is the spec, ARGV[2i] the window
+// compensation when another slot group denied; the units of a spec's u<n> for a hit that took
+// several). ARGV[2i-1] is the spec, ARGV[2i] the window
 // start the unit was counted in: the unit goes back to that window, in the counter's s and
 // n while they still hold it, else in history while the window is kept (a later window
 // moved it there); a window no longer kept has nothing to give back.
@@ -421,7 +426,7 @@ local t = redis.call('TIME')
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local gnow = (tonumber(t[1]) - jan_1_2017) + (tonumber(t[2]) / 1000000)
 for i = 1, #KEYS do
-  local algo, limit, win = parse(ARGV[2 * i - 1])
+  local algo, limit, win, _, _, u = parse(ARGV[2 * i - 1])
   if algo == 'f' then
     -- The window the unit was counted in: the current one, kept, or carried into the current
     -- one by a change of the limit's window (keep_past).
@@ -432,9 +437,10 @@ for i = 1, #KEYS do
       ws = tonumber(v[1])
     end
     if tonumber(v[1]) == ws then
-      if (tonumber(v[2]) or 0) > 0 then redis.call('HINCRBY', KEYS[i], 'n', -1) end
+      local n = tonumber(v[2]) or 0
+      if n > 0 then redis.call('HINCRBY', KEYS[i], 'n', -math.min(u, n)) end
     elseif ws then
-      give_back_kept(KEYS[i], v[3] or win, keep_of(ARGV[2 * i - 1]), ws, tonumber(t[1]))
+      give_back_kept(KEYS[i], v[3] or win, keep_of(ARGV[2 * i - 1]), ws, tonumber(t[1]), u)
     end
   elseif (algo == 't' or algo == 'c') and string.sub(ARGV[2 * i], 1, 1) == '@' then
     -- A hold or slot of the decision (see hold.go).
@@ -443,7 +449,7 @@ for i = 1, #KEYS do
   elseif algo == 'g' then
     local tat = tonumber(redis.call('GET', KEYS[i]))
     if tat then
-      local new_tat = tat - period_of(win) / limit
+      local new_tat = tat - u * period_of(win) / limit
       if new_tat <= gnow then
         redis.call('DEL', KEYS[i])
       else

@@ -158,6 +158,7 @@ func TestStores(t *testing.T) {
 			t.Run("AlgorithmSwitch", func(t *testing.T) { testAlgorithmSwitch(t, b) })
 			t.Run("LargestLimit", func(t *testing.T) { testLargestLimit(t, b) })
 			t.Run("ShadowHits", func(t *testing.T) { testShadowHits(t, b) })
+			t.Run("Units", func(t *testing.T) { testUnits(t, b) })
 		})
 	}
 }

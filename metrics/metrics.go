@@ -38,13 +38,15 @@ type Metrics struct {
 	streamTokensEstim    *prometheus.CounterVec
 	tokenLimitNear       *prometheus.CounterVec
 	spansDropped         prometheus.Counter
-	refunds              *prometheus.CounterVec // refunds.go
-	holdsExpired         *prometheus.CounterVec // holds.go
-	streamsStalled       *prometheus.CounterVec // stalls.go
-	streamCutoffs        *prometheus.CounterVec // cutoffs.go
-	streamsEncoded       *prometheus.CounterVec // encoded.go
-	notify               notifications          // notifications.go
-	process              process                // build.go
+	refunds              *prometheus.CounterVec   // refunds.go
+	rlsRequests          *prometheus.CounterVec   // ratelimitservice.go
+	rlsDuration          *prometheus.HistogramVec // ratelimitservice.go
+	holdsExpired         *prometheus.CounterVec   // holds.go
+	streamsStalled       *prometheus.CounterVec   // stalls.go
+	streamCutoffs        *prometheus.CounterVec   // cutoffs.go
+	streamsEncoded       *prometheus.CounterVec   // encoded.go
+	notify               notifications            // notifications.go
+	process              process                  // build.go
 }
 
 // Latency buckets from 1 ms to 30 s: gateway overhead sits at the low end, streamed answers at
@@ -146,6 +148,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		Help: "Trace spans not exported: the export queue was full (the collector is down or slow) or the export failed.",
 	})
 	m.refunds = newRefunds()
+	m.rlsRequests, m.rlsDuration = newRLSRequests(), newRLSDuration()
 	m.holdsExpired = newHoldsExpired()
 	m.streamsStalled = newStreamsStalled()
 	m.streamCutoffs = newStreamCutoffs()
@@ -156,7 +159,7 @@ func New(reg prometheus.Registerer) *Metrics {
 	reg.MustRegister(m.deprecatedCollectors()...)
 	reg.MustRegister(m.notify.collectors()...)
 	reg.MustRegister(
-		m.refunds, m.holdsExpired, m.streamsStalled, m.streamCutoffs, m.streamsEncoded,
+		m.refunds, m.rlsRequests, m.rlsDuration, m.holdsExpired, m.streamsStalled, m.streamCutoffs, m.streamsEncoded,
 		m.orgRequests, m.deprecated, m.streamTokens, m.streamTokensEstim, m.tokenLimitNear, m.spansDropped,
 		m.decisions, m.nearLimit, m.limiterDuration, m.limiterErrors, m.breakerOpen,
 		m.requests, m.requestDuration, m.inflight, m.authRejections, m.validationRejections,

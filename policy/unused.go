@@ -9,7 +9,7 @@ import (
 
 // Unused lists what a valid config defines that nothing applies, as warnings with the keys
 // they concern, sorted by key:
-//   - an entry of limits: that no route applies: a misspelt name (agent_jobs_per_project) is a
+//   - an entry of limits: that no route applies (nor a descriptor of rate_limit_service): a misspelt name (agent_jobs_per_project) is a
 //     new limit that counts nothing, while the route keeps the limit it meant, so the warning
 //     names the closest limit the routes do apply;
 //   - in auth.mode prefix, a plan no org names: keys carry a plan only in registry mode (where
@@ -21,6 +21,15 @@ func Unused(cfg *config.Config) []config.Problem {
 	for _, names := range routeLimitNames(cfg) {
 		for _, n := range names {
 			applied[n] = true
+		}
+	}
+	if s := cfg.RateLimitService; s != nil { // Envoy's descriptors apply limits too
+		for _, d := range s.Domains {
+			for _, m := range d.Descriptors {
+				for _, n := range m.Limits {
+					applied[n] = true
+				}
+			}
 		}
 	}
 	// What a misspelt name may have meant: the applied limits, then the built-in ones.

@@ -35,6 +35,7 @@ type reloader struct {
 	log     *zap.Logger
 	m       *metrics.Metrics // the config reload series
 	notes   *notifier        // nil without notifications
+	rls     *rateLimitServer // nil without rate_limit_service
 
 	outcome sync.Mutex // guards last and lastErr, read by the usage page
 	last    time.Time  // when the running config was loaded
@@ -103,6 +104,7 @@ func (rl *reloader) applyConfig(cfg *config.Config) (zapcore.Level, error) {
 	if err := rl.gw.Reload(cfg); err != nil {
 		return level, err
 	}
+	rl.rls.use(cfg) // its descriptors name limits of the policy just put in force
 	if isMem {
 		if err := mem.Replace(entries); err != nil {
 			return level, fmt.Errorf("auth.keys_file: %w", err)
@@ -178,6 +180,7 @@ func fixedChanges(old, cfg *config.Config) []string {
 	check("log.format", old.Log.Format, cfg.Log.Format)
 	check("log.sampling", old.Log.Sampling, cfg.Log.Sampling)
 	check("notifications", old.Notifications, cfg.Notifications)
+	check("rate_limit_service.listen", rateLimitListen(old), rateLimitListen(cfg))
 	return keys
 }
 

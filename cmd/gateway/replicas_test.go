@@ -32,34 +32,41 @@ func recordingUpstream(t *testing.T) (string, func() int) {
 // burst sends n concurrent requests spread over the gateways and counts the statuses.
 func burst(t *testing.T, gws []*proc, n int, path, key, body string, header http.Header) map[int]int {
 	t.Helper()
-	var mu sync.Mutex
-	codes := map[int]int{}
-	var wg sync.WaitGroup
 	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+	return concurrently(n, func(i int) int {
+		req, _ := http.NewRequest("POST", "http://"+gws[i%len(gws)].public+path, strings.NewReader(body))
+		for k, v := range header {
+			req.Header[k] = v
+		}
+		req.Header.Set("Authorization", "Bearer "+key)
+		req.Header.Set("Content-Type", "application/json")
+		res, err := client.Do(req)
+		if err != nil {
+			return 0
+		}
+		_, _ = io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		return res.StatusCode
+	})
+}
+
+// concurrently runs do(0) to do(n-1) at once and counts what they return.
+func concurrently[K comparable](n int, do func(i int) K) map[K]int {
+	var mu sync.Mutex
+	counts := map[K]int{}
+	var wg sync.WaitGroup
 	for i := range n {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			req, _ := http.NewRequest("POST", "http://"+gws[i%len(gws)].public+path, strings.NewReader(body))
-			for k, v := range header {
-				req.Header[k] = v
-			}
-			req.Header.Set("Authorization", "Bearer "+key)
-			req.Header.Set("Content-Type", "application/json")
-			res, err := client.Do(req)
-			code := 0
-			if err == nil {
-				_, _ = io.Copy(io.Discard, res.Body)
-				res.Body.Close()
-				code = res.StatusCode
-			}
+			k := do(i)
 			mu.Lock()
-			codes[code]++
+			counts[k]++
 			mu.Unlock()
 		}()
 	}
 	wg.Wait()
-	return codes
+	return counts
 }
 
 // Two gateway binaries sharing one real Redis admit exactly the limit between them, and one

@@ -147,16 +147,25 @@ func serve(ctx context.Context, path string, cfg *config.Config, dev bool) error
 		pubLn.Close()
 		return fmt.Errorf("admin_listen %s: %w", cfg.AdminListen, err)
 	}
+	rs, err := listenRateLimitService(cfg, p.eng, keys, p.m, log)
+	if err != nil {
+		pubLn.Close()
+		adminLn.Close()
+		return err
+	}
+	p.rl.rls = rs
 	logWarnings(log, startWarnings(cfg))
 	pub := publicServer(cfg, p.gw, tlsCert, log)
 	admin := p.adminServer(keyManager(cfg, keys), adminCert)
-	errc := make(chan error, 2)
+	errc := make(chan error, 3)
 	go func() { errc <- serveOn(pub, pubLn) }()
 	go func() { errc <- serveOn(admin, adminLn) }()
+	rs.serve(errc)
 	log.Info("gateway started",
 		zap.String("version", version),
 		zap.String("listen", pubLn.Addr().String()),
 		zap.String("admin_listen", adminLn.Addr().String()),
+		zap.String("rate_limit_service", rs.addr()),
 		zap.String("upstream", cfg.Upstream.URL),
 		zap.Bool("tls", tlsCert != nil),
 		zap.Bool("admin_tls", adminCert != nil),
@@ -164,9 +173,10 @@ func serve(ctx context.Context, path string, cfg *config.Config, dev bool) error
 	if err := p.wait(ctx, errc); err != nil {
 		_ = pub.Close()
 		_ = admin.Close()
+		rs.close()
 		return err
 	}
-	return drain(cfg.Server, pub, admin, p.eng, stopTracing, &p.draining, log)
+	return drain(cfg.Server, pub, admin, rs, p.eng, stopTracing, &p.draining, log)
 }
 
 // process is what one running gateway is made of, built by serve.
@@ -356,14 +366,17 @@ func (p *process) wait(ctx context.Context, errc <-chan error) error {
 // drain turns /readyz to 503, waits shutdown_delay for load balancers to notice, then closes
 // the listeners and gives in-flight requests and streams shutdown_grace to finish, and the
 // token debits of the last answers the rest of it.
-func drain(sc config.Server, pub, admin *http.Server, eng *engine.Engine, stopTracing func(context.Context) error, draining *atomic.Bool, log *zap.Logger) error {
+func drain(sc config.Server, pub, admin *http.Server, rs *rateLimitServer, eng *engine.Engine, stopTracing func(context.Context) error, draining *atomic.Bool, log *zap.Logger) error {
 	draining.Store(true)
 	log.Info("shutting down", zap.Duration("delay", sc.ShutdownDelay), zap.Duration("grace", sc.ShutdownGrace))
 	time.Sleep(sc.ShutdownDelay)
 
 	ctx, cancel := context.WithTimeout(context.Background(), sc.ShutdownGrace)
 	defer cancel()
+	stopped := make(chan struct{})
+	go func() { rs.stop(ctx); close(stopped) }() // beside the public listener: the same grace
 	err := pub.Shutdown(ctx)
+	<-stopped
 	if errors.Is(err, context.DeadlineExceeded) {
 		log.Warn("grace period over: closing the remaining connections")
 		_ = pub.Close()
