@@ -111,6 +111,7 @@ func (c *Config) Validate() error {
 	v.limits(c)
 	v.selfUsage(c.SelfUsage)
 	v.notifications(c)
+	v.forwardAuth(c)
 	if len(v.problems) > 0 {
 		return &Error{Problems: redactProblems(v.problems, c.Secrets())}
 	}
