@@ -89,7 +89,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		apierror.Write(w, http.StatusBadRequest, apierror.Body{Error: "Bad forward-auth request: " + problem + ".", Code: apierror.InvalidRequest})
 		return
 	}
-	h.door.Authorize(w, out)
+	rw := &refusalWriter{ResponseWriter: w}
+	h.door.Authorize(rw, out)
+	rw.flush()
 }
 
 func (h *Handler) trusted(a netip.Addr) bool {
