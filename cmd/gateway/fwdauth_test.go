@@ -130,10 +130,10 @@ http {
     listen %[2]s;
     location = /healthz { return 200; }
     location / {
-      auth_request /_gateway_auth;
+      auth_request /_gw_auth;
       include %[1]s/gateway-auth-answer.conf;
-      proxy_set_header X-Gateway-Org $gateway_org;
-      proxy_set_header X-Gateway-Plan $gateway_plan;
+      proxy_set_header X-Gateway-Org $gw_org;
+      proxy_set_header X-Gateway-Plan $gw_plan;
       proxy_pass %[4]s;
     }
 %[6]s
@@ -143,7 +143,7 @@ http {
 }
 
 func nginxUpstreamBlock(authAddr string) string {
-	return fmt.Sprintf(`  upstream gateway_auth {
+	return fmt.Sprintf(`  upstream gw_auth {
     server %s;
     keepalive 16;
   }`, authAddr)
@@ -151,30 +151,30 @@ func nginxUpstreamBlock(authAddr string) string {
 
 // nginxAuthAnswer is what every location that asks the gateway includes: the answer's headers
 // kept (auth_request_set), given to the client, and each refusal answered as the gateway did.
-const nginxAuthAnswer = `auth_request_set $gateway_status $upstream_status;
-auth_request_set $gateway_error $upstream_http_x_gateway_error;
-auth_request_set $gateway_org $upstream_http_x_gateway_org;
-auth_request_set $gateway_plan $upstream_http_x_gateway_plan;
-auth_request_set $gateway_ratelimit $upstream_http_ratelimit;
-auth_request_set $gateway_ratelimit_policy $upstream_http_ratelimit_policy;
-auth_request_set $gateway_ratelimit_limit $upstream_http_ratelimit_limit;
-auth_request_set $gateway_ratelimit_remaining $upstream_http_ratelimit_remaining;
-auth_request_set $gateway_ratelimit_reset $upstream_http_ratelimit_reset;
-auth_request_set $gateway_retry_after $upstream_http_retry_after;
-auth_request_set $gateway_allow $upstream_http_allow;
-add_header RateLimit $gateway_ratelimit always;
-add_header RateLimit-Policy $gateway_ratelimit_policy always;
-add_header RateLimit-Limit $gateway_ratelimit_limit always;
-add_header RateLimit-Remaining $gateway_ratelimit_remaining always;
-add_header RateLimit-Reset $gateway_ratelimit_reset always;
+const nginxAuthAnswer = `auth_request_set $gw_status $upstream_status;
+auth_request_set $gw_error $upstream_http_x_gateway_error;
+auth_request_set $gw_org $upstream_http_x_gateway_org;
+auth_request_set $gw_plan $upstream_http_x_gateway_plan;
+auth_request_set $gw_ratelimit $upstream_http_ratelimit;
+auth_request_set $gw_ratelimit_policy $upstream_http_ratelimit_policy;
+auth_request_set $gw_ratelimit_limit $upstream_http_ratelimit_limit;
+auth_request_set $gw_ratelimit_remaining $upstream_http_ratelimit_remaining;
+auth_request_set $gw_ratelimit_reset $upstream_http_ratelimit_reset;
+auth_request_set $gw_retry_after $upstream_http_retry_after;
+auth_request_set $gw_allow $upstream_http_allow;
+add_header RateLimit $gw_ratelimit always;
+add_header RateLimit-Policy $gw_ratelimit_policy always;
+add_header RateLimit-Limit $gw_ratelimit_limit always;
+add_header RateLimit-Remaining $gw_ratelimit_remaining always;
+add_header RateLimit-Reset $gw_ratelimit_reset always;
 # auth_request passes 401 and 403 on and turns any other refusal into 500.
-error_page 401 403 500 = @gateway_refused;
+error_page 401 403 500 = @gw_refused;
 `
 
 // nginxAuthLocations are the subrequest to the gateway and the refusals' answer.
-const nginxAuthLocations = `    location = /_gateway_auth {
+const nginxAuthLocations = `    location = /_gw_auth {
       internal;
-      proxy_pass http://gateway_auth/auth;
+      proxy_pass http://gw_auth/auth;
       proxy_pass_request_body off;
       proxy_set_header Content-Length "";
       proxy_set_header X-Original-URI $request_uri;
@@ -183,23 +183,23 @@ const nginxAuthLocations = `    location = /_gateway_auth {
       proxy_http_version 1.1;
       proxy_set_header Connection "";
     }
-    location @gateway_refused {
+    location @gw_refused {
       default_type "application/json; charset=utf-8";
-      add_header RateLimit $gateway_ratelimit always;
-      add_header RateLimit-Policy $gateway_ratelimit_policy always;
-      add_header RateLimit-Limit $gateway_ratelimit_limit always;
-      add_header RateLimit-Remaining $gateway_ratelimit_remaining always;
-      add_header RateLimit-Reset $gateway_ratelimit_reset always;
-      add_header Retry-After $gateway_retry_after always;
-      add_header Allow $gateway_allow always;
+      add_header RateLimit $gw_ratelimit always;
+      add_header RateLimit-Policy $gw_ratelimit_policy always;
+      add_header RateLimit-Limit $gw_ratelimit_limit always;
+      add_header RateLimit-Remaining $gw_ratelimit_remaining always;
+      add_header RateLimit-Reset $gw_ratelimit_reset always;
+      add_header Retry-After $gw_retry_after always;
+      add_header Allow $gw_allow always;
       add_header Cache-Control no-store always;
-      if ($gateway_status = 400) { return 400 "$gateway_error\n"; }
-      if ($gateway_status = 401) { return 401 "$gateway_error\n"; }
-      if ($gateway_status = 403) { return 403 "$gateway_error\n"; }
-      if ($gateway_status = 404) { return 404 "$gateway_error\n"; }
-      if ($gateway_status = 405) { return 405 "$gateway_error\n"; }
-      if ($gateway_status = 429) { return 429 "$gateway_error\n"; }
-      if ($gateway_status = 503) { return 503 "$gateway_error\n"; }
+      if ($gw_status = 400) { return 400 "$gw_error\n"; }
+      if ($gw_status = 401) { return 401 "$gw_error\n"; }
+      if ($gw_status = 403) { return 403 "$gw_error\n"; }
+      if ($gw_status = 404) { return 404 "$gw_error\n"; }
+      if ($gw_status = 405) { return 405 "$gw_error\n"; }
+      if ($gw_status = 429) { return 429 "$gw_error\n"; }
+      if ($gw_status = 503) { return 503 "$gw_error\n"; }
       return 503 "{\"error\":\"Key checks are temporarily unavailable. Please retry in a moment.\",\"code\":\"auth_unavailable\"}\n";
     }
 `
