@@ -71,7 +71,9 @@ func New(fa config.ForwardAuth, clientProxies []string, door Authorizer) (*Handl
 // ServeHTTP answers a trusted proxy about the original request it names, and refuses anyone
 // else: a client that reaches this listener directly could otherwise name any address, method
 // or path it likes.
-func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+func (h *Handler) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
+	w := &refusalWriter{ResponseWriter: rw} // every refusal's body in X-Gateway-Error too
+	defer w.flush()
 	if !h.trusted(clientip.Peer(r)) {
 		apierror.Write(w, http.StatusForbidden, apierror.Body{
 			Error: "The forward-auth endpoint answers only its trusted proxies (forward_auth.trusted_proxies).",
@@ -89,9 +91,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		apierror.Write(w, http.StatusBadRequest, apierror.Body{Error: "Bad forward-auth request: " + problem + ".", Code: apierror.InvalidRequest})
 		return
 	}
-	rw := &refusalWriter{ResponseWriter: w}
-	h.door.Authorize(rw, out)
-	rw.flush()
+	h.door.Authorize(w, out)
 }
 
 func (h *Handler) trusted(a netip.Addr) bool {
