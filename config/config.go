@@ -79,6 +79,10 @@ type Config struct {
 	// RateLimitService serves Envoy's rate limit service over gRPC (ratelimitservice.go);
 	// nil: not served.
 	RateLimitService *RateLimitService `yaml:"rate_limit_service"`
+
+	// ForwardAuth is the forward-auth door for nginx, Caddy, Traefik and Envoy
+	// (forwardauth.go); off unless forward_auth.listen is set.
+	ForwardAuth ForwardAuth `yaml:"forward_auth"`
 }
 
 // Tracing configures OpenTelemetry tracing. What the file leaves empty comes from the standard
@@ -291,6 +295,11 @@ type Route struct {
 	// MaxPartsPerMessage bounds the parts of each message of an assistant route's body;
 	// absent: DefaultMaxPartsPerMessage; 0: no bound but max_body_bytes.
 	MaxPartsPerMessage *int `yaml:"max_parts_per_message"`
+	// ForwardAuthOnly serves the route through the forward-auth door alone (forward_auth):
+	// the public listener answers 404 for it. Such a route may apply request limits only:
+	// body checks, tokens limits and streams limits need the body or the answer, which a
+	// proxy asking the door never shows the gateway.
+	ForwardAuthOnly bool `yaml:"forward_auth_only"`
 }
 
 // The conversation bounds of the assistant routes when their entries set none: far beyond a
@@ -361,5 +370,6 @@ func Defaults() Config {
 		Quota:         Quota{AuditMax: 100_000},
 		SelfUsage:     selfUsageDefaults,
 		Notifications: notificationDefaults,
+		ForwardAuth:   forwardAuthDefaults(),
 	}
 }

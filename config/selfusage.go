@@ -39,17 +39,7 @@ func (v *validator) selfUsage(s SelfUsage) {
 	if !s.Enabled {
 		return
 	}
-	p := s.Path
-	if !strings.HasPrefix(p, "/") || len(p) > 256 || strings.ContainsAny(p, "{}?#%*") || strings.HasSuffix(p, "/") ||
-		strings.Contains(p, "//") || strings.Contains(p, "/./") || strings.Contains(p, "/../") || strings.HasSuffix(p, "/.") || strings.HasSuffix(p, "/..") {
-		v.fail("self_usage.path", "%q must be a plain path such as /gateway/usage: starting with /, no trailing /, no {wildcards}, ?, #, %% or dot segments", p)
-	}
-	for i := 0; i < len(p); i++ {
-		if p[i] <= ' ' || p[i] >= 0x7f {
-			v.fail("self_usage.path", "%q must be printable ASCII without spaces", p)
-			break
-		}
-	}
+	v.plainPath("self_usage.path", s.Path, "/gateway/usage")
 	if s.PerAddressPerMinute < 1 {
 		v.fail("self_usage.per_address_per_minute", "must be at least 1")
 	}
@@ -65,6 +55,21 @@ func (v *validator) selfUsage(s SelfUsage) {
 			v.fail(key, "%q is not key, org or project", e)
 		case slices.Index(s.PrefixModeExposes, e) < i:
 			v.fail(key, "%q is listed twice", e)
+		}
+	}
+}
+
+// plainPath checks a path the gateway answers at itself (self_usage.path, forward_auth.path):
+// a literal path such as example, which no request can reach in two spellings.
+func (v *validator) plainPath(key, p, example string) {
+	if !strings.HasPrefix(p, "/") || len(p) > 256 || strings.ContainsAny(p, "{}?#%*") || strings.HasSuffix(p, "/") ||
+		strings.Contains(p, "//") || strings.Contains(p, "/./") || strings.Contains(p, "/../") || strings.HasSuffix(p, "/.") || strings.HasSuffix(p, "/..") {
+		v.fail(key, "%q must be a plain path such as %s: starting with /, no trailing /, no {wildcards}, ?, #, %% or dot segments", p, example)
+	}
+	for i := 0; i < len(p); i++ {
+		if p[i] <= ' ' || p[i] >= 0x7f {
+			v.fail(key, "%q must be printable ASCII without spaces", p)
+			break
 		}
 	}
 }

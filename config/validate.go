@@ -112,6 +112,7 @@ func (c *Config) Validate() error {
 	v.selfUsage(c.SelfUsage)
 	v.notifications(c)
 	v.rateLimitService(c)
+	v.forwardAuth(c)
 	if len(v.problems) > 0 {
 		return &Error{Problems: redactProblems(v.problems, c.Secrets())}
 	}

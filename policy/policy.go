@@ -49,6 +49,9 @@ func Compile(cfg *config.Config, notify *config.Notifications) (*Policy, error) 
 	if err := compileSets(p.routes, routeLimitNames(cfg), plans, byPlan); err != nil {
 		return nil, err
 	}
+	if err := forwardAuthOnly(p.routes); err != nil {
+		return nil, err
+	}
 	return p, nil
 }
 

@@ -30,6 +30,9 @@ type Route struct {
 	Bounds       validate.Bounds
 	// Deprecation, when not nil, marks every answer of the route deprecated.
 	Deprecation *Deprecation
+	// ForwardAuthOnly: only the forward-auth door serves the route (the public listener
+	// answers 404 for it).
+	ForwardAuthOnly bool
 	// CfgKey names the config entry that added the route ("routes[3]"), for errors; "" for a
 	// built-in route.
 	CfgKey string
@@ -140,11 +143,12 @@ func adjustBuiltin(b *Route, e config.Route, key string, ps *problems) {
 	}
 	b.Deprecation = deprecation(e.Deprecation, key, ps)
 	conversationBounds(b, e, key, ps)
+	b.ForwardAuthOnly = e.ForwardAuthOnly // refused where the limits are known: its body is checked
 }
 
 // passThrough is the route entry e (at key) adds.
 func passThrough(e config.Route, key string, ps *problems) Route {
-	r := Route{Name: e.Name, Method: e.Method, Path: e.Path, Stream: e.Stream != nil && *e.Stream, CfgKey: key}
+	r := Route{Name: e.Name, Method: e.Method, Path: e.Path, Stream: e.Stream != nil && *e.Stream, CfgKey: key, ForwardAuthOnly: e.ForwardAuthOnly}
 	r.Deprecation = deprecation(e.Deprecation, key, ps)
 	if e.Method == "" {
 		ps.fail(key+".method", "is required")

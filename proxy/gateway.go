@@ -149,6 +149,10 @@ func (g *Gateway) serve(sn *snapshot, rt *route, w http.ResponseWriter, r *http.
 	s, r := g.begin(sn, rt, w, r)
 	defer g.finish(s, r)
 
+	_, fwd := w.(*doorWriter) // asked by the forward-auth door (fwdauth.go)
+	if (rt.ForwardAuthOnly || fwd) && doorRefuses(s, fwd) {
+		return
+	}
 	if rt.cors {
 		sn.cors.Decorate(s.w.Header(), r)
 	}
@@ -166,10 +170,14 @@ func (g *Gateway) serve(sn *snapshot, rt *route, w http.ResponseWriter, r *http.
 	if rt.deprecation != nil {
 		rt.metrics.Deprecated(sn.orgLabel(s.org))
 	}
-	if !g.body.read(s, r) {
+	if !fwd && !g.body.read(s, r) {
 		return
 	}
 	if !g.quota.limit(s, r) {
+		return
+	}
+	if fwd {
+		authorized(s)
 		return
 	}
 	g.forward(s, r)

@@ -246,12 +246,12 @@ func TestPassThroughRoute(t *testing.T) {
 }
 
 // The scope is each request's one large allocation; its size class is what a request costs in
-// memory. 2,688 bytes is a size class of Go's allocator, the next is 3,072: a field that takes
-// the scope past it costs every request 384 bytes (seen once, after 16 bytes were added).
-// Past the bound, make room (a flag among the flags, a smaller type) or move the bound and
-// say why in bench/README.md.
+// memory. 3,072 bytes is a size class of Go's allocator, the next is 3,200: a field that takes
+// the scope past it costs every request more (seen once, after 16 bytes were added). Past the
+// bound, make room (a flag among the flags, a smaller type) or move the bound and say why in
+// bench/README.md ("The request's scope").
 func TestScopeStaysInItsSizeClass(t *testing.T) {
-	if size := unsafe.Sizeof(scope{}); size > 2688 {
-		t.Fatalf("scope is %d bytes: past the 2,688-byte size class, every request allocates 384 bytes more", size)
+	if size := unsafe.Sizeof(scope{}); size > 3072 {
+		t.Fatalf("scope is %d bytes: past the 3,072-byte size class, every request allocates more", size)
 	}
 }

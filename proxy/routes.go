@@ -39,6 +39,8 @@ type route struct {
 	deprecation http.Header
 	// span is spanName's, made once when tracing is on ("" elsewhere).
 	span string
+	// fwdBlocker says why the forward-auth door cannot decide the route ("": it can).
+	fwdBlocker string
 }
 
 // routeSet is one plan's limits of a route (policy.LimitSet) with each limit's series of the
@@ -88,6 +90,7 @@ func newRoute(pr *policy.Route, m *metrics.Metrics) *route {
 		rt.validate, rt.bodyCode = func(body []byte) (int, error) { return bounds.AssistantMessageText(body) }, apierror.InvalidRequest
 	}
 	rt.deprecation = deprecationHeaders(pr.Deprecation)
+	rt.fwdBlocker = pr.ForwardAuthBlocker()
 	rt.sets = map[string]*routeSet{}
 	pr.Sets(func(plan string, set *policy.LimitSet) {
 		rs := &routeSet{LimitSet: set, metrics: make([]*metrics.Limit, len(set.Limits))}

@@ -36,6 +36,9 @@ if ! command -v prometheus >/dev/null 2>&1 || ! command -v promtool >/dev/null 2
   missing+=(prometheus)
 fi
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+# The forward-auth tests put the real nginx (auth_request) and Caddy (forward_auth) in front.
+command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || missing+=(nginx)
+command -v caddy >/dev/null 2>&1 || missing+=(caddy)
 
 if [ ${#missing[@]} -eq 0 ]; then
   exit 0
@@ -45,8 +48,8 @@ if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq >/dev/null
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-  # Debian's packages may start a system Redis on 6379 and a system Prometheus on 9090; the
-  # tests start their own on free loopback ports and never depend on those.
+  # Debian's packages may start a system Redis on 6379, a system Prometheus on 9090 and nginx
+  # on 80; the tests start their own on free loopback ports and never depend on those.
   exit 0
 fi
 echo "test-deps: missing ${missing[*]}. Install with: sudo apt-get install -y ${missing[*]}" >&2

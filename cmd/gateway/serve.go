@@ -158,6 +158,12 @@ func serve(ctx context.Context, path string, cfg *config.Config, dev bool) error
 	pub := publicServer(cfg, p.gw, tlsCert, log)
 	admin := p.adminServer(keyManager(cfg, keys), adminCert)
 	errc := make(chan error, 3)
+	stopForwardAuth, err := startForwardAuth(cfg, p.gw, log, errc)
+	if err != nil {
+		pubLn.Close()
+		adminLn.Close()
+		return err
+	}
 	go func() { errc <- serveOn(pub, pubLn) }()
 	go func() { errc <- serveOn(admin, adminLn) }()
 	rs.serve(errc)
@@ -170,6 +176,8 @@ func serve(ctx context.Context, path string, cfg *config.Config, dev bool) error
 		zap.Bool("tls", tlsCert != nil),
 		zap.Bool("admin_tls", adminCert != nil),
 		zap.String("auth_mode", cfg.Auth.Mode))
+	// The forward-auth door stops with the public listener: after drain, which closes that.
+	defer stopForwardAuth(context.Background())
 	if err := p.wait(ctx, errc); err != nil {
 		_ = pub.Close()
 		_ = admin.Close()
