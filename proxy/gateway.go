@@ -18,6 +18,7 @@ import (
 	"github.com/docsgate/gateway/config"
 	"github.com/docsgate/gateway/engine"
 	"github.com/docsgate/gateway/internal/hopheaders"
+	"github.com/docsgate/gateway/internal/readbound"
 	"github.com/docsgate/gateway/metrics"
 	"github.com/docsgate/gateway/tracing"
 )
@@ -61,9 +62,9 @@ type Gateway struct {
 	keys           keyCheck
 	body           bodyReader
 	quota          quota
-	logFields      sync.Pool       // *[]zap.Field for access-log lines
-	tracing        *tracing.Spans  // nil: off
-	selfUsageBound *selfUsageBound // answers of the tenants' usage endpoint, per address and per key
+	logFields      sync.Pool        // *[]zap.Field for access-log lines
+	tracing        *tracing.Spans   // nil: off
+	selfUsageBound *readbound.Bound // answers of the tenants' usage endpoint, per address and per key
 }
 
 var _ http.Handler = (*Gateway)(nil)
@@ -85,7 +86,7 @@ func New(o Options) (*Gateway, error) {
 		body:       bodyReader{timeout: cfg.Server.ReadBodyTimeout},
 		quota: quota{engine: o.Engine, tracing: o.Tracing, log: o.Logger, allowOnError: cfg.Redis.OnError == "allow",
 			states: sync.Pool{New: func() any { return new(limitState) }}},
-		selfUsageBound: newSelfUsageBound(),
+		selfUsageBound: readbound.New(),
 		tracing:        o.Tracing,
 		logFields:      sync.Pool{New: func() any { f := make([]zap.Field, 0, 20); return &f }},
 	}

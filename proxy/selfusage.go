@@ -156,7 +156,7 @@ func (g *Gateway) serveSelfUsage(sn *snapshot, su *selfUsage, w http.ResponseWri
 // the request when it refuses it: the address's bound before anything of the key is looked at
 // (invented keys stop there), then the key, then the key's bound.
 func (g *Gateway) selfUsageAdmitted(s *scope, su *selfUsage, rt *route, r *http.Request) bool {
-	if ok, retry := take(g.selfUsageBound.addrs, s.snap.failureClient(s), su.perAddress, s.start); !ok {
+	if ok, retry := g.selfUsageBound.Addr(s.snap.failureClient(s), su.perAddress, s.start); !ok {
 		selfUsageRefused(s, "self_usage.per_address_per_minute", "from this address", su.perAddress, retry)
 		return false
 	}
@@ -171,7 +171,7 @@ func (g *Gateway) selfUsageAdmitted(s *scope, su *selfUsage, rt *route, r *http.
 	if !ok {
 		return false
 	}
-	if ok, retry := take(g.selfUsageBound.keys, s.digest, su.perKey, s.start); !ok {
+	if ok, retry := g.selfUsageBound.Key(s.digest, su.perKey, s.start); !ok {
 		selfUsageRefused(s, "self_usage.per_key_per_minute", "for this key", su.perKey, retry)
 		return false
 	}
