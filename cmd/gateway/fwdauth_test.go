@@ -260,7 +260,13 @@ func fwdGet(t *testing.T, base, path, key string) fwdAnswer {
 	if key != "" {
 		req.Header.Set("Authorization", "Bearer "+key)
 	}
-	res, err := http.DefaultClient.Do(req)
+	return fwdDo(t, http.DefaultClient, req)
+}
+
+// fwdDo sends req over client and reads the answer.
+func fwdDo(t *testing.T, client *http.Client, req *http.Request) fwdAnswer {
+	t.Helper()
+	res, err := client.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
