@@ -42,11 +42,19 @@ func (g *Gateway) Authorize(w http.ResponseWriter, r *http.Request) {
 
 // doorRefuses answers a request its door does not serve, and reports whether it did: a route
 // served only through forward auth is not found on the public listener, and one whose body or
-// answer its decision needs is forbidden through forward auth.
+// answer its decision needs is forbidden through forward auth. So is, through forward auth,
+// what the gateway answers itself (CORS preflights, the tenants' usage endpoint): a 2xx would
+// tell the proxy in front to pass it to the platform, unchecked and without the gateway's answer.
 func doorRefuses(s *scope, fwd bool) bool {
 	switch {
 	case !fwd && s.route.ForwardAuthOnly:
 		s.fail(http.StatusNotFound, apierror.Body{Error: "Not found: no such API endpoint.", Code: apierror.NotFound})
+		return true
+	case fwd && (s.route.Name == preflightRoute || s.route.Name == selfUsageRoute):
+		s.fail(http.StatusForbidden, apierror.Body{
+			Error: "This endpoint is answered by the gateway's public listener itself, not through forward auth.",
+			Code:  apierror.Forbidden,
+		})
 		return true
 	case fwd && s.route.fwdBlocker != "":
 		s.fail(http.StatusForbidden, apierror.Body{

@@ -198,6 +198,9 @@ func methodNotAllowed(s *scope, method, allowed string) {
 func (g *Gateway) servePreflight(sn *snapshot, rt *route, methods string, w http.ResponseWriter, r *http.Request) {
 	s, r := g.begin(sn, rt, w, r)
 	defer g.finish(s, r)
+	if _, fwd := w.(*doorWriter); fwd && doorRefuses(s, fwd) {
+		return
+	}
 	sn.cors.Preflight(s.w, r, methods)
 }
 

@@ -128,6 +128,9 @@ func shownInPrefixMode(exposed []string) policy.Bys {
 func (g *Gateway) serveSelfUsage(sn *snapshot, su *selfUsage, w http.ResponseWriter, r *http.Request) {
 	s, r := g.begin(sn, su.route, w, r)
 	defer g.finish(s, r)
+	if _, fwd := w.(*doorWriter); fwd && doorRefuses(s, fwd) {
+		return
+	}
 	if r.Method != http.MethodGet { // ServeMux lets HEAD in
 		sn.cors.Decorate(s.w.Header(), r)
 		methodNotAllowed(s, r.Method, http.MethodGet)

@@ -2,6 +2,7 @@ package rls
 
 import (
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -55,7 +56,7 @@ func answer(req *rlsv3.RateLimitRequest, c *call) *rlsv3.RateLimitResponse {
 func shown(c *call, i int) int {
 	best := -1
 	for k, o := range c.owner {
-		if o != i {
+		if o != i && !slices.Contains(c.shared, [2]int{i, k}) {
 			continue
 		}
 		r, shadow := &c.d.Results[k], c.counts.Limits[k].Shadow

@@ -26,6 +26,7 @@ type call struct {
 	counts engine.Counts
 	d      engine.Decision
 	owner  []int        // the descriptor of each hit of counts
+	shared [][2]int     // {descriptor, hit}: a later descriptor counting a hit already there
 	debits []limits.Hit // tokens limits to debit, with debitN[i] tokens each
 	debitN []int64
 	keys   strings.Builder
@@ -38,7 +39,7 @@ type call struct {
 func (c *call) reset() {
 	c.counts = engine.Counts{Limits: c.counts.Limits[:0], Hits: c.counts.Hits[:0]}
 	c.d.Hits, c.d.Results, c.d.Allowed, c.d.Hold = c.d.Hits[:0], c.d.Results[:0], false, ""
-	c.owner, c.debits, c.debitN = c.owner[:0], c.debits[:0], c.debitN[:0]
+	c.owner, c.shared, c.debits, c.debitN = c.owner[:0], c.shared[:0], c.debits[:0], c.debitN[:0]
 }
 
 // invalid is an INVALID_ARGUMENT answer naming the request's field.
@@ -90,23 +91,35 @@ func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest, dm *d
 	return resp, "ok", nil
 }
 
+// Bounds of a call: Envoy sends a descriptor per rate limit action of the route, a few
+// entries each; a call past them is no Envoy's, and would hold one decision (one script call
+// on Redis, which every tenant waits behind) for as long as its sender likes.
+const (
+	maxDescriptors = 64
+	maxEntries     = 16
+	maxValue       = 1024 // bytes of an entry's key or value
+)
+
 // check refuses a request Envoy would never send: no domain, no descriptor, an entry without
-// a key, negative hits.
+// a key, negative hits, past the bounds above.
 func check(req *rlsv3.RateLimitRequest) error {
 	if req.GetDomain() == "" {
 		return invalid("domain", "must not be empty")
 	}
-	if len(req.GetDescriptors()) == 0 {
-		return invalid("descriptors", "must hold at least one descriptor")
+	if n := len(req.GetDescriptors()); n == 0 || n > maxDescriptors {
+		return invalid("descriptors", "must hold 1 to %d descriptors", maxDescriptors)
 	}
 	for i, d := range req.GetDescriptors() {
 		field := fmt.Sprintf("descriptors[%d]", i)
-		if len(d.GetEntries()) == 0 {
-			return invalid(field+".entries", "must hold at least one entry")
+		if n := len(d.GetEntries()); n == 0 || n > maxEntries {
+			return invalid(field+".entries", "must hold 1 to %d entries", maxEntries)
 		}
 		for j, e := range d.GetEntries() {
-			if e.GetKey() == "" {
-				return invalid(fmt.Sprintf("%s.entries[%d].key", field, j), "must not be empty")
+			if e.GetKey() == "" || len(e.GetKey()) > maxValue {
+				return invalid(fmt.Sprintf("%s.entries[%d].key", field, j), "must hold 1 to %d bytes", maxValue)
+			}
+			if len(e.GetValue()) > maxValue {
+				return invalid(fmt.Sprintf("%s.entries[%d].value", field, j), "must hold at most %d bytes", maxValue)
 			}
 		}
 		if d.GetIsNegativeHits() {
@@ -161,6 +174,12 @@ func (s *Service) collect(ctx context.Context, req *rlsv3.RateLimitRequest, dm *
 			default:
 				h.Units = int64(n)
 			}
+			if merged, err := c.merge(i, h, field); merged || err != nil {
+				if err != nil {
+					return err
+				}
+				continue
+			}
 			c.counts.Limits = append(c.counts.Limits, l)
 			c.counts.Hits = append(c.counts.Hits, h)
 			c.owner = append(c.owner, i)
@@ -170,6 +189,32 @@ func (s *Service) collect(ctx context.Context, req *rlsv3.RateLimitRequest, dm *
 		}
 	}
 	return nil
+}
+
+// merge adds h, descriptor i's hit, to the call's hit of the same counter (limit and id) when
+// there is one: one decision takes each counter once, so two descriptors of one counter must
+// take their units' sum, or each would be admitted against the count before the call and
+// only one be counted. A sum past limits.MaxLimit is refused (it would overflow the counter).
+func (c *call) merge(i int, h limits.Hit, field string) (bool, error) {
+	for k := range c.counts.Hits {
+		e := &c.counts.Hits[k]
+		if e.Rule != h.Rule || e.ID != h.ID {
+			continue
+		}
+		if !h.Check {
+			units := max(e.Units, 0)
+			if e.Check {
+				units = 0
+			}
+			if units > limits.MaxLimit-h.Units {
+				return false, invalid(field, "the descriptors counting this limit and tenant take more than %d units together", int64(limits.MaxLimit))
+			}
+			e.Units, e.Check = units+h.Units, false
+		}
+		c.shared = append(c.shared, [2]int{i, k})
+		return true, nil
+	}
+	return false, nil
 }
 
 // mappingOf is the mapping of descriptor d in dm, or nil; c.values holds d's values after.

@@ -3,6 +3,7 @@ package rls
 import (
 	"context"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -290,6 +291,10 @@ func TestInvalidRequests(t *testing.T) {
 		{&rlsv3.RateLimitRequest{Domain: "another", Descriptors: []*commonv3.RateLimitDescriptor{withHits(desc("key2", "x"), 1<<60)}}, "descriptors[0].hits_addend"},
 		{&rlsv3.RateLimitRequest{Domain: "another", Descriptors: []*commonv3.RateLimitDescriptor{desc("remote_address", "not-an-ip")}}, "descriptors[0].entries[0].value"},
 		{&rlsv3.RateLimitRequest{Domain: "another", Descriptors: []*commonv3.RateLimitDescriptor{desc("key2", "")}}, "descriptors[0].entries[0].value"},
+		{&rlsv3.RateLimitRequest{Domain: "another", Descriptors: slices.Repeat([]*commonv3.RateLimitDescriptor{desc("key2", "x")}, maxDescriptors+1)}, "descriptors"},
+		{&rlsv3.RateLimitRequest{Domain: "another", Descriptors: []*commonv3.RateLimitDescriptor{desc(slices.Repeat([]string{"k", "v"}, maxEntries+1)...)}}, "descriptors[0].entries"},
+		{&rlsv3.RateLimitRequest{Domain: "another", Descriptors: []*commonv3.RateLimitDescriptor{desc("key2", strings.Repeat("x", maxValue+1))}}, "descriptors[0].entries[0].value"},
+		{&rlsv3.RateLimitRequest{Domain: "another", Descriptors: []*commonv3.RateLimitDescriptor{desc(strings.Repeat("k", maxValue+1), "x")}}, "descriptors[0].entries[0].key"},
 	} {
 		_, err := h.client.ShouldRateLimit(context.Background(), c.req)
 		if status.Code(err) != codes.InvalidArgument || !strings.HasPrefix(status.Convert(err).Message(), c.field+": ") {
@@ -437,5 +442,31 @@ rate_limit_service:
 	}
 	if _, err := ask("svc_dsc_not_a_digest"); status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("a key instead of its digest: %v, want INVALID_ARGUMENT", err)
+	}
+}
+
+// TestSameCounterTwiceInOneCall: descriptors of one call that count the same limit and tenant
+// take their units' sum from it, all or nothing: two of 15 on a limit of 20 are refused (both
+// shown OVER_LIMIT) and take nothing (two of 10 are admitted after), two of 10 take all 20;
+// hits adding up past the counter's bound are INVALID_ARGUMENT. Before, each was admitted against the count before
+// the call and only one was counted.
+func TestSameCounterTwiceInOneCall(t *testing.T) {
+	for name, store := range stores(t) {
+		t.Run(name, func(t *testing.T) {
+			h := start(t, referenceConfig, store(t), false)
+			over := want{code: rlsv3.RateLimitResponse_OVER_LIMIT, limit: 20, unit: rlsv3.RateLimitResponse_RateLimit_MINUTE, remaining: 20}
+			expect(t, "15 + 15 of 20", h.call(t, "another", 0, withHits(desc("key2", "p"), 15), desc("key9", "x"), withHits(desc("key2", "p"), 15)),
+				rlsv3.RateLimitResponse_OVER_LIMIT, over, want{code: rlsv3.RateLimitResponse_OK}, over)
+			ok := want{code: rlsv3.RateLimitResponse_OK, limit: 20, unit: rlsv3.RateLimitResponse_RateLimit_MINUTE, remaining: 0}
+			expect(t, "10 + 10 of 20", h.call(t, "another", 0, withHits(desc("key2", "p"), 10), withHits(desc("key2", "p"), 10)),
+				rlsv3.RateLimitResponse_OK, ok, ok)
+			over.remaining = 0
+			expect(t, "a check after", h.call(t, "another", 0, withHits(desc("key2", "p"), 0)), rlsv3.RateLimitResponse_OVER_LIMIT, over)
+			_, err := h.client.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "another", Descriptors: []*commonv3.RateLimitDescriptor{
+				withHits(desc("key3", "q"), limits.MaxLimit), withHits(desc("key3", "q"), limits.MaxLimit)}})
+			if status.Code(err) != codes.InvalidArgument || !strings.HasPrefix(status.Convert(err).Message(), "descriptors[1].entries[0].value: ") {
+				t.Fatalf("hits past the counter's bound: %v, want INVALID_ARGUMENT naming descriptors[1]", err)
+			}
+		})
 	}
 }

@@ -41,7 +41,13 @@ auth: {mode: registry}
 # Exact counts under -race on a busy machine: see docs/contributing.md.
 redis: {addrs: [%q], timeout: 2s}
 forward_auth: {listen: %q}
-routes:
+`, upURL, fwdToken, redisAddr, fwdListen) + jobStatusRoute(fwdLimit)
+}
+
+// jobStatusRoute is job_status, a pass-through route on the simulator's job status (which
+// forward auth can serve: no body checks), applying job_status_per_project, limit an hour.
+func jobStatusRoute(limit int) string {
+	return fmt.Sprintf(`routes:
   - name: job_status
     method: GET
     path: /v2/agent/{projectId}/job/{jobId}
@@ -49,7 +55,7 @@ routes:
     limits: [job_status_per_project]
 limits:
   job_status_per_project: {limit: %d, window: hour, by: project}
-`, upURL, fwdToken, redisAddr, fwdListen, fwdLimit)
+`, limit)
 }
 
 // need finds a program the test runs; without it the test is skipped, except in CI, where
@@ -254,7 +260,13 @@ func fwdGet(t *testing.T, base, path, key string) fwdAnswer {
 	if key != "" {
 		req.Header.Set("Authorization", "Bearer "+key)
 	}
-	res, err := http.DefaultClient.Do(req)
+	return fwdDo(t, http.DefaultClient, req)
+}
+
+// fwdDo sends req over client and reads the answer.
+func fwdDo(t *testing.T, client *http.Client, req *http.Request) fwdAnswer {
+	t.Helper()
+	res, err := client.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
