@@ -154,9 +154,6 @@ func (h *Handler) rebuild(r *http.Request, method, uri string) (*http.Request, s
 	out.Method, out.URL, out.RequestURI = method, u, uri
 	out.Body, out.ContentLength, out.TransferEncoding = http.NoBody, 0, nil
 	out.RemoteAddr = netip.AddrPortFrom(client, 0).String()
-	if host := out.Header.Get(hdrForwardedHost); host != "" {
-		out.Host = host
-	}
 	for _, k := range []string{hdrOriginalURI, hdrOriginalMethod, hdrForwardedURI, hdrForwardedMethod, hdrForwardedFor, hdrForwardedHost} {
 		delete(out.Header, k) // the client address is out.RemoteAddr now
 	}

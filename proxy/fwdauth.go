@@ -11,11 +11,13 @@ import (
 // the same refusals and rate-limit headers, and instead of forwarding, a 200 naming the
 // tenant for the proxy to pass on.
 
-// Headers of an authorized request's answer, for the proxy in front to copy to what it
-// forwards; never the key.
+// HeaderOrg and HeaderPlan name the tenant in an authorized request's answer, for the proxy
+// in front to copy to what it forwards (never the key); answeredHere is the forward-auth
+// blocker of what the public listener answers itself.
 const (
-	HeaderOrg  = "X-Gateway-Org"
-	HeaderPlan = "X-Gateway-Plan"
+	HeaderOrg    = "X-Gateway-Org"
+	HeaderPlan   = "X-Gateway-Plan"
+	answeredHere = "the gateway's public listener answers it itself"
 )
 
 // doorWriter marks a request that came through Authorize: serve tells the doors apart by its
@@ -25,12 +27,10 @@ type doorWriter struct{ http.ResponseWriter }
 // Unwrap lets http.ResponseController reach the connection.
 func (w *doorWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
-// Authorize decides r, a request the forward-auth door rebuilt from what the proxy in front
-// said of the original (method, URI, client address, headers), as the public listener would:
-// route, method, key, request limits. An admitted request is answered 200 with the rate-limit
-// headers, X-Gateway-Org and X-Gateway-Plan; a refused one with the public listener's own
-// status, headers and error body. Nothing is forwarded and no body is read; a route whose body
-// or answer the decision needs (ForwardAuthBlocker) is refused 403.
+// Authorize decides r, rebuilt by the forward-auth door from what the proxy in front said of
+// the original, as the public listener would (route, method, key, request limits): 200 with the
+// rate-limit and tenant headers, or the listener's own refusal. Nothing is forwarded, no body
+// read; a route whose body or answer the decision needs (ForwardAuthBlocker) is refused 403.
 func (g *Gateway) Authorize(w http.ResponseWriter, r *http.Request) {
 	sn := g.snap.Load()
 	if !canonicalPath(r.URL.Path) {
@@ -43,18 +43,12 @@ func (g *Gateway) Authorize(w http.ResponseWriter, r *http.Request) {
 // doorRefuses answers a request its door does not serve, and reports whether it did: a route
 // served only through forward auth is not found on the public listener, and one whose body or
 // answer its decision needs is forbidden through forward auth. So is, through forward auth,
-// what the gateway answers itself (CORS preflights, the tenants' usage endpoint): a 2xx would
-// tell the proxy in front to pass it to the platform, unchecked and without the gateway's answer.
+// what the gateway answers itself (CORS preflights, the tenants' usage endpoint: answeredHere):
+// a 2xx would tell the proxy in front to pass it to the platform, unchecked.
 func doorRefuses(s *scope, fwd bool) bool {
 	switch {
 	case !fwd && s.route.ForwardAuthOnly:
 		s.fail(http.StatusNotFound, apierror.Body{Error: "Not found: no such API endpoint.", Code: apierror.NotFound})
-		return true
-	case fwd && (s.route.Name == preflightRoute || s.route.Name == selfUsageRoute):
-		s.fail(http.StatusForbidden, apierror.Body{
-			Error: "This endpoint is answered by the gateway's public listener itself, not through forward auth.",
-			Code:  apierror.Forbidden,
-		})
 		return true
 	case fwd && s.route.fwdBlocker != "":
 		s.fail(http.StatusForbidden, apierror.Body{

@@ -161,6 +161,7 @@ func (g *Gateway) buildTable(sn *snapshot, routes []*route) (t *table, err error
 		}
 	}
 	pre := pseudoRoute(preflightRoute, g.metrics)
+	pre.fwdBlocker = answeredHere
 	for _, p := range paths {
 		current = "routes (OPTIONS " + p + ")"
 		methods := strings.Join(preflights[p], ", ")

@@ -100,7 +100,7 @@ func compileSelfUsage(cfg *config.Config, routes []*route, m *metrics.Metrics, r
 	su := &selfUsage{
 		path: c.Path, perAddress: c.PerAddressPerMinute, perKey: c.PerKeyPerMinute, methods: http.MethodGet,
 		shown:  shownInPrefixMode(c.PrefixModeExposes),
-		route:  &route{Route: &policy.Route{Name: selfUsageRoute, Method: http.MethodGet, Path: c.Path}, metrics: m.Route(selfUsageRoute)},
+		route:  &route{Route: &policy.Route{Name: selfUsageRoute, Method: http.MethodGet, Path: c.Path}, metrics: m.Route(selfUsageRoute), fwdBlocker: answeredHere},
 		byName: map[string]*route{},
 	}
 	if registry {
