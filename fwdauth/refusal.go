@@ -34,7 +34,7 @@ func (w *refusalWriter) WriteHeader(code int) {
 
 func (w *refusalWriter) Write(p []byte) (int, error) {
 	if w.status != 0 {
-		if body := bytes.TrimSpace(p); len(body) <= maxErrorHeader && bytes.IndexAny(body, "\r\n") < 0 {
+		if body := bytes.TrimSpace(p); len(body) <= maxErrorHeader && !bytes.ContainsAny(body, "\r\n") {
 			w.Header().Set(HeaderError, string(body))
 		}
 		w.flush()
