@@ -109,7 +109,13 @@ func TestConfigWarningsOnReload(t *testing.T) {
 		t.Fatalf("warned before the reload: %v", w)
 	}
 	reloadConfig(t, p, "limits:\n  assistant_per_orgs: {limit: 3, window: hour, by: org}\n")
-	w := logLines(p, "limits.assistant_per_orgs: no route applies this limit, so it counts nothing (did you mean assistant_per_org?)")
+	// The line is logged before the reload answers, but read from the process's output by
+	// another goroutine: it may reach the test a moment after the answer.
+	const msg = "limits.assistant_per_orgs: no route applies this limit, so it counts nothing (did you mean assistant_per_org?)"
+	var w []map[string]any
+	for deadline := time.Now().Add(10 * time.Second); len(w) == 0 && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		w = logLines(p, msg)
+	}
 	if len(w) != 1 || w[0]["level"] != "warn" {
 		t.Fatalf("reload warnings %v:\n%s", w, p.out.String())
 	}

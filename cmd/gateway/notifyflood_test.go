@@ -178,17 +178,20 @@ func testVisitorFlood(t *testing.T, store string) {
 		}
 		return last
 	}
-	// settle waits until what the outbox holds stops changing for a moment: it paces the
-	// flood as a replica's requests over time would.
-	settle := func(quiet time.Duration) int {
-		last, since := held(), time.Now()
-		for time.Since(since) < quiet {
-			time.Sleep(10 * time.Millisecond)
-			if h := held(); h != last {
-				last, since = h, time.Now()
+	// drained waits until the writer has taken every queued crossing: it paces the flood as a
+	// replica's requests over time would, whatever the writer's speed on this machine (paced
+	// by a fixed quiet time instead, a slow machine dropped so many at the queue that the
+	// outbox never reached its bound).
+	drained := func() {
+		for {
+			nt.mu.Lock()
+			n := nt.queue.Len()
+			nt.mu.Unlock()
+			if n == 0 {
+				return
 			}
+			time.Sleep(5 * time.Millisecond)
 		}
-		return last
 	}
 
 	// Owed before the flood: pending, each attempt answered 503.
@@ -218,7 +221,7 @@ func testVisitorFlood(t *testing.T, store string) {
 			nt.crossed(visitor(i + j))
 		}
 		i += 4000
-		settle(100 * time.Millisecond)
+		drained()
 	}
 	nt.crossed(tenant("assistant_per_org", "org", "globex", 10, nil, true))
 	// Written: the outbox is at its bound, the visitors' deliveries having passed it.
