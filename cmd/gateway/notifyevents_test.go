@@ -204,7 +204,7 @@ func TestNotificationsCostNothingOnRequestPath(t *testing.T) {
 	for l := range lines {
 		lower := strings.ToLower(l)
 		switch kind := monitorKind(l); {
-		case kind == monitorInner:
+		case kind == monitorInner, kind == monitorDial:
 		case strings.Contains(l, `gw:notify:{notify}:`) || kind == monitorPoll ||
 			strings.Contains(lower, `"zrangebyscore" "gw:{quota}:overrides"`) || strings.HasSuffix(lower, `"time"`):
 			timed = append(timed, l)

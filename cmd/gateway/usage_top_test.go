@@ -343,11 +343,14 @@ const (
 	monitorScript = iota // a script call (EVALSHA) from a client
 	monitorInner         // what a script itself runs
 	monitorPoll          // the store's timed read of which limits have run-time quotas
+	monitorDial          // a new connection's handshake (HELLO, CLIENT SETINFO, AUTH, SELECT)
 	monitorOther         // any other command
 )
 
 // monitorKind tells a MONITOR line's kind. The quota flags' read (limits/quota_redis.go) runs
-// every 250 ms on a timer, whatever the traffic, never on a request's path.
+// every 250 ms on a timer, whatever the traffic, never on a request's path. A handshake is a
+// connection's, not a request's: go-redis's pool may dial one more in a burst even after a
+// warm-up (seen on a busy machine).
 func monitorKind(l string) int {
 	lower := strings.ToLower(l)
 	switch {
@@ -355,6 +358,9 @@ func monitorKind(l string) int {
 		return monitorInner
 	case strings.Contains(lower, `"zrangebyscore" "gw:{quota}:limits"`):
 		return monitorPoll
+	case strings.Contains(lower, `] "hello"`), strings.Contains(lower, `] "client" "setinfo"`),
+		strings.Contains(lower, `] "client" "setname"`), strings.Contains(lower, `] "auth"`), strings.Contains(lower, `] "select"`):
+		return monitorDial
 	case strings.Contains(lower, `"evalsha"`):
 		return monitorScript
 	}
