@@ -490,8 +490,11 @@ func TestSlashAliases(t *testing.T) {
 			if !strings.Contains(pbody, `<base href="/debug/pprof/">`) || !strings.Contains(pbody, "goroutine?debug=2") {
 				t.Errorf("/debug/pprof links nowhere:\n%s", pbody)
 			}
-			if strings.Replace(pbody, `<base href="/debug/pprof/">`, "", 1) != abody {
-				t.Errorf("/debug/pprof and /debug/pprof/ differ beyond the base element")
+			// The index shows live counts (goroutines, heap samples), which change between the
+			// two reads: compared with the numbers masked.
+			counts := regexp.MustCompile(`[0-9]+`)
+			if counts.ReplaceAllString(strings.Replace(pbody, `<base href="/debug/pprof/">`, "", 1), "N") != counts.ReplaceAllString(abody, "N") {
+				t.Errorf("/debug/pprof and /debug/pprof/ differ beyond the base element and the live counts")
 			}
 		}
 	}
