@@ -37,13 +37,10 @@ type rotatedKey struct {
 // old key's end after the overlap. It answers 201 with the new key, which is never shown
 // again.
 func (k keys) rotate(w http.ResponseWriter, r *http.Request) {
-	digest := r.PathValue("digest")
-	if !auth.ValidDigest(digest) {
-		setAuditTarget(r, "(not a digest)")
-		writeError(w, http.StatusBadRequest, "invalid_request", "Not a key digest: want 64 lower-case hex characters (SHA-256 of the key).")
+	digest, ok := pathDigest(w, r)
+	if !ok {
 		return
 	}
-	setAuditTarget(r, digest)
 	var req rotateKeyRequest
 	if r.ContentLength != 0 || len(r.TransferEncoding) > 0 {
 		if fe := readJSONBody(w, r, &req, maxKeyBody); fe != nil {
@@ -66,7 +63,7 @@ func (k keys) rotate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !found {
-		writeError(w, http.StatusNotFound, "not_found", "No key with this digest is registered.")
+		unknownDigest(w)
 		return
 	}
 	kind := mustKind(old.Kind)
@@ -122,7 +119,7 @@ func rotateRefused(w http.ResponseWriter, err error) {
 	switch {
 	case inactiveKey(w, err):
 	case errors.Is(err, auth.ErrUnknownKey):
-		writeError(w, http.StatusNotFound, "not_found", "No key with this digest is registered.")
+		unknownDigest(w)
 	case errors.Is(err, auth.ErrRotated):
 		writeError(w, http.StatusConflict, "key_rotated", "This key was rotated already: rotate the key it was rotated into (its rotated_to).")
 	default:

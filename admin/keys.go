@@ -239,17 +239,32 @@ func mustKind(s string) auth.Kind {
 	return k
 }
 
-func (k keys) revoke(w http.ResponseWriter, r *http.Request) {
+// pathDigest reads the path's key digest and names it as the audit record's target; a path
+// that does not hold one is answered 400.
+func pathDigest(w http.ResponseWriter, r *http.Request) (string, bool) {
 	digest := r.PathValue("digest")
 	if !auth.ValidDigest(digest) {
 		setAuditTarget(r, "(not a digest)")
 		writeError(w, http.StatusBadRequest, "invalid_request", "Not a key digest: want 64 lower-case hex characters (SHA-256 of the key).")
-		return
+		return "", false
 	}
 	setAuditTarget(r, digest)
+	return digest, true
+}
+
+// unknownDigest answers 404 for a digest no key has.
+func unknownDigest(w http.ResponseWriter) {
+	writeError(w, http.StatusNotFound, "not_found", "No key with this digest is registered.")
+}
+
+func (k keys) revoke(w http.ResponseWriter, r *http.Request) {
+	digest, ok := pathDigest(w, r)
+	if !ok {
+		return
+	}
 	err := k.km.Revoke(r.Context(), digest)
 	if errors.Is(err, auth.ErrUnknownKey) {
-		writeError(w, http.StatusNotFound, "not_found", "No key with this digest is registered.")
+		unknownDigest(w)
 		return
 	}
 	if err != nil {

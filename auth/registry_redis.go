@@ -96,8 +96,8 @@ const (
 	closeWait = 5 * time.Second
 	// listChunk is how many GETs List sends per pipeline.
 	listChunk = 500
-	// revokeAttempts bounds optimistic-transaction retries of Revoke and Add.
-	revokeAttempts = 10
+	// casAttempts bounds the retries of a check-and-set on an entry (Add, Revoke, Rotate).
+	casAttempts = 10
 )
 
 // NewRedisRegistry starts the invalidation subscription and waits (at most 2s, or until ctx
@@ -287,7 +287,7 @@ func (r *RedisRegistry) Add(ctx context.Context, e Entry) error {
 		return err
 	}
 	var err error
-	for range revokeAttempts {
+	for range casAttempts {
 		if err = r.client.Watch(ctx, update, key); !errors.Is(err, redis.TxFailedErr) {
 			break
 		}
@@ -304,16 +304,37 @@ func (r *RedisRegistry) Add(ctx context.Context, e Entry) error {
 	return r.changed(ctx, e.Digest)
 }
 
-// Revoke marks the entry revoked now (an optimistic transaction on its key, so a concurrent
-// change is not lost) and announces the change to every replica. Revoking twice keeps the
-// first time.
+// Revoke marks the entry revoked now (a check-and-set on its key, so a concurrent change is
+// not lost) and announces the change to every replica. Revoking twice keeps the first time.
 func (r *RedisRegistry) Revoke(ctx context.Context, digest string) error {
 	if !ValidDigest(digest) {
 		return ErrUnknownKey
 	}
+	err := r.update(ctx, digest, func(e Entry) (Entry, bool, error) {
+		now := time.Now()
+		if e.Revoked != nil && !e.Revoked.After(now) {
+			return e, false, nil // already revoked; still announced below
+		}
+		// Never revoked, or revoked at a time still to come: revoked now.
+		return revokedNow(e, now), true, nil
+	})
+	if errors.Is(err, ErrUnknownKey) {
+		return ErrUnknownKey
+	}
+	if err != nil {
+		return fmt.Errorf("auth: registry revoke: %w", err)
+	}
+	return r.changed(ctx, digest)
+}
+
+// update changes one entry in an optimistic transaction on its key (WATCH, GET, SET in
+// MULTI), retried while another writer gets in between. change gets the stored entry and says
+// what to store and whether to store it; its error ends the update as it is. A digest that is
+// not stored is ErrUnknownKey.
+func (r *RedisRegistry) update(ctx context.Context, digest string, change func(Entry) (Entry, bool, error)) error {
 	key := r.keyName(digest)
 	var err error
-	for range revokeAttempts {
+	for range casAttempts {
 		err = r.client.Watch(ctx, func(tx *redis.Tx) error {
 			data, err := tx.Get(ctx, key).Bytes()
 			if errors.Is(err, redis.Nil) {
@@ -322,17 +343,15 @@ func (r *RedisRegistry) Revoke(ctx context.Context, digest string) error {
 			if err != nil {
 				return err
 			}
-			e, err := r.decode(digest, data)
+			cur, err := r.decode(digest, data)
 			if err != nil {
 				return err
 			}
-			now := time.Now()
-			if e.Revoked != nil && !e.Revoked.After(now) {
-				return nil // already revoked; still announce below
+			next, write, err := change(cur)
+			if err != nil || !write {
+				return err
 			}
-			// Never revoked, or revoked at a time still to come: revoked now.
-			data, err = json.Marshal(revokedNow(e, now))
-			if err != nil {
+			if data, err = json.Marshal(next); err != nil {
 				return err
 			}
 			_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
@@ -342,16 +361,10 @@ func (r *RedisRegistry) Revoke(ctx context.Context, digest string) error {
 			return err
 		}, key)
 		if !errors.Is(err, redis.TxFailedErr) {
-			break
+			return err
 		}
 	}
-	if errors.Is(err, ErrUnknownKey) {
-		return ErrUnknownKey
-	}
-	if err != nil {
-		return fmt.Errorf("auth: registry revoke: %w", err)
-	}
-	return r.changed(ctx, digest)
+	return err
 }
 
 // Rotate registers next and schedules old's end (Registry.Rotate). The two keys may live on
@@ -416,42 +429,16 @@ func (r *RedisRegistry) Rotate(ctx context.Context, old string, next Entry, oldE
 // rotateOld points old at next and schedules its end, in a check-and-set on its key: refused
 // when old changed since it was read as pointing at rotatedTo.
 func (r *RedisRegistry) rotateOld(ctx context.Context, old, rotatedTo string, next Entry, oldEnds time.Time) (Entry, error) {
-	key := r.keyName(old)
 	var out Entry
-	var err error
-	for range revokeAttempts {
-		err = r.client.Watch(ctx, func(tx *redis.Tx) error {
-			data, err := tx.Get(ctx, key).Bytes()
-			if errors.Is(err, redis.Nil) {
-				return ErrUnknownKey
-			}
-			if err != nil {
-				return err
-			}
-			cur, err := r.decode(old, data)
-			if err != nil {
-				return err
-			}
-			if cur.RotatedTo != rotatedTo {
-				return ErrRotated // rotated meanwhile
-			}
-			// Existence was checked before: next's by SET NX, an earlier successor's by EXISTS.
-			if out, err = rotation(cur, next, oldEnds, time.Now(), func(string) bool { return false }); err != nil {
-				return err
-			}
-			if data, err = json.Marshal(out); err != nil {
-				return err
-			}
-			_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
-				p.Set(ctx, key, data, 0)
-				return nil
-			})
-			return err
-		}, key)
-		if !errors.Is(err, redis.TxFailedErr) {
-			break
+	err := r.update(ctx, old, func(cur Entry) (Entry, bool, error) {
+		if cur.RotatedTo != rotatedTo {
+			return cur, false, ErrRotated // rotated meanwhile
 		}
-	}
+		// Existence was checked before: next's by SET NX, an earlier successor's by EXISTS.
+		var err error
+		out, err = rotation(cur, next, oldEnds, time.Now(), func(string) bool { return false })
+		return out, err == nil, err
+	})
 	if err != nil && !errors.Is(err, ErrUnknownKey) && !errors.Is(err, ErrRevoked) && !errors.Is(err, ErrExpired) && !errors.Is(err, ErrRotated) {
 		return Entry{}, fmt.Errorf("auth: registry rotate: %w", err)
 	}
