@@ -317,6 +317,11 @@ func startGateway(t *testing.T) *stack {
 	up := upstream(t)
 	srv := redistest.Start(t)
 	s := &stack{public: freePort(t), admin: freePort(t)}
+	// A webhook receiver, so the notifications' series (drops among them) exist from the start.
+	hooks := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(hooks.Close)
 	cfg := fmt.Sprintf(`listen: %q
 admin_listen: %q
 upstream:
@@ -342,7 +347,13 @@ limits:
   # Holds a reserve per answer (its gateway_ratelimit_holds_expired_total series exists from the
   # start); far from spent.
   held_tokens_per_org: { limit: 1000000, window: month, by: org, unit: tokens, reserve: 10 }
-`, s.public, s.admin, up.URL, srv.Addr)
+notifications:
+  webhooks:
+    - name: hooks
+      url: %q
+      allow_private_addresses: true
+      secret: whsec_ZGVwbG95LWxpdmUtdGVzdC1zaWduaW5nLXNlY3JldCE=
+`, s.public, s.admin, up.URL, srv.Addr, hooks.URL)
 	path := filepath.Join(t.TempDir(), "gateway.yaml")
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
