@@ -85,7 +85,7 @@ func checkHistory(t *testing.T, h historyT, unit string, limit int64, cur time.T
 	}
 }
 
-// readAnswer is one answer of adminGets.
+// readAnswer is one answer of the admin API (adminRead).
 type readAnswer struct {
 	path   string
 	code   int
@@ -120,18 +120,7 @@ func adminGets(p *proc, token string, paths ...string) []readAnswer {
 				exports <- struct{}{}
 				defer func() { <-exports }()
 			}
-			a := readAnswer{path: path}
-			req, _ := http.NewRequest("GET", "http://"+p.admin+path, nil)
-			req.Header.Set("Authorization", "Bearer "+token)
-			res, err := http.DefaultClient.Do(req)
-			if err != nil {
-				a.err = err
-			} else {
-				body, err := io.ReadAll(res.Body)
-				res.Body.Close()
-				a.code, a.header, a.body, a.err = res.StatusCode, res.Header, string(body), err
-			}
-			out[i] = a
+			out[i] = adminRead(p, token, path)
 		})
 	}
 	wg.Wait()
@@ -143,18 +132,30 @@ func historyPath(limit, id string) string {
 	return "/usage/history?" + url.Values{"limit": {limit}, "id": {id}}.Encode()
 }
 
+// adminRead sends one GET to the admin API with token; a failed request is the answer's err.
+func adminRead(p *proc, token, path string) readAnswer {
+	a := readAnswer{path: path}
+	req, _ := http.NewRequest("GET", "http://"+p.admin+path, nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		a.err = err
+		return a
+	}
+	defer res.Body.Close()
+	body, err := io.ReadAll(res.Body)
+	a.code, a.header, a.body, a.err = res.StatusCode, res.Header, string(body), err
+	return a
+}
+
 // exportOf gets /usage/export and returns its status, headers and body.
 func exportOf(t *testing.T, p *proc, query string) (int, http.Header, string) {
 	t.Helper()
-	req, _ := http.NewRequest("GET", "http://"+p.admin+"/usage/export?"+query, nil)
-	req.Header.Set("Authorization", "Bearer "+adminToken)
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
+	a := adminRead(p, adminToken, "/usage/export?"+query)
+	if a.err != nil {
+		t.Fatal(a.err)
 	}
-	defer res.Body.Close()
-	body, _ := io.ReadAll(res.Body)
-	return res.StatusCode, res.Header, string(body)
+	return a.code, a.header, a.body
 }
 
 // Usage driven to known numbers in consecutive 3 s windows, then /usage/history and

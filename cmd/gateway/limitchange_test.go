@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"net/url"
 	"strings"
@@ -121,15 +120,7 @@ func historyIn(t *testing.T, p *proc, limit, id, unit string) historyT {
 	if unit != "" {
 		q.Set("unit", unit)
 	}
-	code, body := adminGet(t, p, "/usage/history?"+q.Encode(), adminToken)
-	if code != 200 {
-		t.Fatalf("history %s in %q: %d %s", limit, unit, code, body)
-	}
-	var h historyT
-	if err := json.Unmarshal([]byte(body), &h); err != nil {
-		t.Fatalf("history %s: %v", body, err)
-	}
-	return h
+	return adminRead(p, adminToken, "/usage/history?"+q.Encode()).history(t)
 }
 
 // A tokens limit of 1,000 a minute with a reserve of 100 and 10 answers in flight (all 1,000
