@@ -20,7 +20,7 @@ func TestAdminCLIFindsItsListener(t *testing.T) {
 	t.Parallel()
 	up, _ := recordingUpstream(t)
 	certFile, keyFile, pool := selfSigned(t)
-	dead := "http://" + freeAddr(t) // nothing listens there
+	dead := "http://" + deadAddr(t)
 	cases := []struct {
 		name string
 		o    startOpts

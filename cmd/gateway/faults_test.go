@@ -441,7 +441,7 @@ func refusingUpstream(t *testing.T) string {
 // the right status or a cleanly ended stream, and the access log and
 // gateway_upstream_errors_total name the failure.
 func TestUpstreamFaults(t *testing.T) {
-	dead := freeAddr(t) // nothing listens here
+	dead := deadAddr(t)
 	cases := []struct {
 		name, upstream, path, key, body string
 		status                          int
