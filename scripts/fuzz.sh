@@ -9,6 +9,9 @@
 #
 # Stops at the first target that fails; `go test` then prints the failing input, which it
 # also writes under the package's testdata/fuzz/<Target>/ so it becomes a seed.
+#
+# FUZZJOBS (default 1) targets run at a time, each one's output printed whole once it ends:
+# scripts/test.sh runs two at once when nothing else is left to run beside them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -47,16 +50,48 @@ fuzz() {
   rm -f "$out"
   return "$status"
 }
-for t in "${targets[@]}"; do
-  read -r pkg name <<<"$t"
+# target runs one target (once more if it ran out of time while minimizing).
+target() {
+  local pkg=$1 name=$2 status=0
   echo "fuzz: $name in $pkg for $fuzztime" >&2
-  status=0
   fuzz "$pkg" "$name" || status=$?
   if [ "$status" -eq 2 ]; then
     echo "fuzz: $name ran out of time while minimizing an input (no finding); once more" >&2
     status=0
     fuzz "$pkg" "$name" || status=$?
   fi
-  [ "$status" -eq 0 ] || exit "$status"
-done
+  return "$status"
+}
+jobs=${FUZZJOBS:-1}
+if [ "$jobs" -le 1 ]; then
+  for t in "${targets[@]}"; do
+    read -r pkg name <<<"$t"
+    target "$pkg" "$name"
+  done
+else
+  # Each target's output goes to a file of its own and is printed when it ends, so that two
+  # targets' lines do not interleave; the first failure stops the others (after the running
+  # ones end: a target always ends within FUZZTIME plus its minimization).
+  logs=$(mktemp -d)
+  trap 'rm -rf "$logs"' EXIT
+  declare -A running=()
+  failed=0
+  reap() {
+    local pid status
+    status=0
+    wait -n -p pid "${!running[@]}" || status=$?
+    cat "$logs/${running[$pid]}"
+    unset "running[$pid]"
+    if [ "$status" -ne 0 ] && [ "$failed" -eq 0 ]; then failed=$status; fi
+  }
+  for t in "${targets[@]}"; do
+    read -r pkg name <<<"$t"
+    (target "$pkg" "$name") >"$logs/$name" 2>&1 &
+    running[$!]=$name
+    while [ "${#running[@]}" -ge "$jobs" ]; do reap; done
+    [ "$failed" -eq 0 ] || break
+  done
+  while [ "${#running[@]}" -gt 0 ]; do reap; done
+  [ "$failed" -eq 0 ] || exit "$failed"
+fi
 echo "fuzz: all ${#targets[@]} targets passed" >&2

@@ -25,9 +25,14 @@ checks() {
   low() {
     if [ -e "$work/racing" ]; then nice -n 10 "$@"; else "$@"; fi
   }
-  echo "== go vet"
+  # step names a check and when it started (seconds since the suite's start), so that a slow
+  # run shows where its time went.
+  step() {
+    echo "== $* (${SECONDS}s in)"
+  }
+  step "go vet"
   low go vet ./...
-  echo "== staticcheck"
+  step "staticcheck"
   # Pinned; installs from the Go module proxy into GOPATH/bin the first time.
   staticcheck_version=v0.8.2
   staticcheck="$(go env GOPATH)/bin/staticcheck"
@@ -38,14 +43,14 @@ checks() {
   # deploy/kubernetes/check is its own module (Kubernetes API types and Helm stay out of the
   # gateway's go.mod): it decodes the kustomize base and the Helm chart (rendered and linted
   # with Helm's Go module) strictly and runs the same checks on both.
-  echo "== deploy/kubernetes/check"
+  step "deploy/kubernetes/check"
   (cd deploy/kubernetes/check && low go vet ./... && low go test -count=1 -timeout 5m ./...)
   # bench/ is its own module too (vegeta stays out of the gateway's go.mod): it must build, and
   # its report's statistics have unit tests. The benchmarks themselves run by make bench only.
-  echo "== bench module"
+  step "bench module"
   (cd bench && low go vet ./... && low go test -count=1 -timeout 2m ./...)
   # The release build line (also the Dockerfile's) gives static binaries that print -version.
-  echo "== scripts/build.sh"
+  step "scripts/build.sh"
   out="$work/build"
   mkdir -p "$out"
   low env VERSION=v0.0.0-ci scripts/build.sh "$out"
@@ -58,14 +63,17 @@ checks() {
   echo "build.sh: static binaries, gateway -version ok"
   # The proxy's tests again with net/http's Transport to the upstream (upstream.transport:
   # standard) instead of the gateway's own pool, so both stay tested.
-  echo "== go test -race ./proxy (upstream.transport: standard)"
+  step "go test -race ./proxy (upstream.transport: standard)"
   GATEWAY_TEST_UPSTREAM_TRANSPORT=standard go test -race -count=1 -timeout 5m ./proxy
   # Every fuzz target briefly (FUZZTIME each, default 8s here so the suite stays under eight
   # minutes; make fuzz runs 15s each; FUZZTIME=0 skips them for a quick local run), with one
-  # worker each: beside the race tests, a second would only take their CPU.
+  # worker each: beside the race tests, a second would only take their CPU. Once the race
+  # tests are done (on a cold machine they end first), two targets run at a time, one a core.
   if [ "${FUZZTIME:-8s}" != "0" ]; then
-    echo "== fuzz"
-    FUZZTIME="${FUZZTIME:-8s}" FUZZPARALLEL="${FUZZPARALLEL:-1}" scripts/fuzz.sh
+    jobs=1
+    [ -e "$work/racing" ] || jobs=2
+    step "fuzz ($jobs at a time)"
+    FUZZTIME="${FUZZTIME:-8s}" FUZZPARALLEL="${FUZZPARALLEL:-1}" FUZZJOBS="$jobs" scripts/fuzz.sh
   fi
   echo "$SECONDS" >"$work/checks.end"
 }
