@@ -10,4 +10,4 @@ type prober struct{}
 
 func newProber(net.Conn) *prober { return nil }
 
-func (*prober) alive() bool { return true }
+func (*prober) check() idleState { return idleOpen }

@@ -14,10 +14,10 @@ import (
 // goroutine it keeps on every connection). It is made once per connection, so a check
 // allocates nothing.
 type prober struct {
-	rc  syscall.RawConn
-	buf [1]byte
-	ok  bool
-	fn  func(fd uintptr)
+	rc    syscall.RawConn
+	buf   [12]byte // len(timeout408)
+	state idleState
+	fn    func(fd uintptr)
 }
 
 func newProber(c net.Conn) *prober {
@@ -35,20 +35,28 @@ func newProber(c net.Conn) *prober {
 }
 
 func (p *prober) peek(fd uintptr) {
-	_, _, err := syscall.Recvfrom(int(fd), p.buf[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-	// EAGAIN: open, nothing sent. No error: either 0 bytes, closed by the peer, or data nobody
-	// asked for (a 408, a TLS alert), so the connection is out of step.
-	p.ok = errors.Is(err, syscall.EAGAIN)
+	n, _, err := syscall.Recvfrom(int(fd), p.buf[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+	switch {
+	case errors.Is(err, syscall.EAGAIN):
+		p.state = idleOpen // nothing sent
+	case err != nil || n == 0:
+		p.state = idleClosed // reset, or the end of the stream
+	default:
+		p.state = unasked(p.buf[:n])
+	}
 }
 
-// alive reports whether the connection is open with nothing to read. Without a prober (a
-// connection that is not a socket) it assumes so. The peek goes through Control, not Read:
-// it never waits, and a read deadline left from the connection's last exchange must not
+// check says whether the connection is open with nothing to read, and if not, why. Without a
+// prober (a connection that is not a socket) it assumes so. The peek goes through Control, not
+// Read: it never waits, and a read deadline left from the connection's last exchange must not
 // fail it.
-func (p *prober) alive() bool {
+func (p *prober) check() idleState {
 	if p == nil {
-		return true
+		return idleOpen
 	}
-	p.ok = false
-	return p.rc.Control(p.fn) == nil && p.ok
+	p.state = idleOutOfStep
+	if p.rc.Control(p.fn) != nil {
+		return idleClosed
+	}
+	return p.state
 }

@@ -95,13 +95,20 @@ func (t *Transport) getConn(ctx context.Context, key string) (*conn, error) {
 			c.close()
 			continue
 		}
-		if c.probe.alive() {
+		// Closed by the upstream while idle (its keep-alive timeout, a restart; a 408 before
+		// closing), or sent something unasked: never write a request to it. Only a close
+		// teaches the pool the upstream's idle clock: bytes left over from an exchange out of
+		// step come whenever that exchange ended, and learning from them would have every
+		// connection idle that long dialled anew for guessLife.
+		switch c.probe.check() {
+		case idleOpen:
 			return c, nil
+		case idleClosed:
+			c.close()
+			t.closedByUpstream(c)
+		default:
+			c.close()
 		}
-		// Closed by the upstream while idle (its keep-alive timeout, a restart), or sent
-		// something unasked (a 408 before closing): never write a request to it.
-		c.close()
-		t.closedByUpstream(c)
 	}
 	return t.dial(ctx, key)
 }

@@ -1,6 +1,7 @@
 package h1
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"io"
@@ -8,6 +9,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -345,7 +347,7 @@ func TestSentAgainOnlyWhenNothingLeft(t *testing.T) {
 			waitFor(t, "the upstream to see the connection", func() bool { return up.HasConnFrom(local) })
 			up.ResetConnFrom(local)
 			probe := newProber(tc)
-			waitFor(t, "the reset to arrive", func() bool { return !probe.alive() })
+			waitFor(t, "the reset to arrive", func() bool { return probe.check() == idleClosed })
 		}}, nil
 	}})
 	if got := exchangeOnce(tr, http.MethodPost, up.URL+"/a"); got != (outcome{status: 200, body: "ok"}) {
@@ -370,4 +372,82 @@ func TestSentAgainOnlyWhenNothingLeft(t *testing.T) {
 	}
 	tr.CloseIdleConnections()
 	allClosed(t, up)
+}
+
+// Bytes an upstream sends unasked on an idle connection, left over from an exchange out of
+// step, say nothing of how long it keeps idle connections: the pool drops that connection,
+// and goes on reusing the others however long they were idle. A 408 says the upstream's idle
+// timeout ran out, and the pool learns from it as from a close.
+func TestPoolLearnsNothingFromStrayBytes(t *testing.T) {
+	for _, c := range []struct {
+		name, unasked string
+		learns        bool
+	}{
+		{"a second answer", "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nno", false},
+		{"a stray line", "\r\nstray\r\n", false},
+		{"an answer of another version", "HTTP/1.0 200 OK\r\n\r\n", false},
+		{"a 408", "HTTP/1.1 408 Request Timeout\r\nConnection: close\r\n\r\n", true},
+		{"a 408 of HTTP/1.0", "HTTP/1.0 408 Request Timeout\r\n\r\n", true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			conns := make(chan net.Conn, 4)
+			var opened atomic.Int64
+			url := rawServer(t, func(nc net.Conn, br *bufio.Reader) {
+				opened.Add(1)
+				conns <- nc
+				for {
+					req, err := http.ReadRequest(br)
+					if err != nil {
+						return
+					}
+					io.Copy(io.Discard, req.Body)
+					io.WriteString(nc, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+				}
+			})
+			tr := newTransport(t, Options{})
+
+			if status, _ := do(t, tr, url, "1", "a"); status != 200 {
+				t.Fatal(status)
+			}
+			first := <-conns
+			io.WriteString(first, c.unasked)
+			const idle = 300 * time.Millisecond
+			time.Sleep(idle)
+			if status, body := do(t, tr, url, "2", "b"); status != 200 || body != "ok" || opened.Load() != 2 {
+				t.Fatalf("after %q on the idle connection: %d %q on %d connections, want 200 on a second one", c.unasked, status, body, opened.Load())
+			}
+			tr.mu.Lock()
+			learned := tr.hosts[strings.TrimPrefix(url, "http://")].guess.closed
+			tr.mu.Unlock()
+			if c.learns != (learned != 0) || c.learns && learned < idle {
+				t.Fatalf("the pool's guess of the upstream's idle timeout: %v, want it learned %t (at least %v)", learned, c.learns, idle)
+			}
+			if c.learns {
+				return
+			}
+			// Idle less than the first one was but more than three quarters of it: had the
+			// pool taken the stray bytes for the upstream's idle timeout, it would dial.
+			time.Sleep(idle * 5 / 6)
+			if status, _ := do(t, tr, url, "3", "c"); status != 200 || opened.Load() != 2 {
+				t.Fatalf("a connection idle %v after stray bytes on another: %d on %d connections, want it reused", idle*5/6, status, opened.Load())
+			}
+		})
+	}
+}
+
+func TestUnaskedBytes(t *testing.T) {
+	for in, want := range map[string]idleState{
+		"HTTP/1.1 408 Request Timeout": idleClosed,
+		"HTTP/1.0 408 ":                idleClosed,
+		"HTTP/1.1 408":                 idleClosed,
+		"HTTP/1.1 40":                  idleOutOfStep, // too short to tell
+		"HTTP/1.1 200 OK":              idleOutOfStep,
+		"HTTP/2.0 408 x":               idleOutOfStep,
+		"\r\nstray":                    idleOutOfStep,
+		"":                             idleOutOfStep,
+	} {
+		if got := unasked([]byte(in)); got != want {
+			t.Errorf("%q: %v, want %v", in, got, want)
+		}
+	}
 }
