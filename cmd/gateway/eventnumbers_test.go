@@ -135,7 +135,7 @@ func TestEventsNameTheirUnit(t *testing.T) {
 			const requests = "limits:\n  change_per_org: {limit: 4, window: hour, by: org, thresholds: [0.5]}\n"
 			const tokens = "limits:\n  change_per_org: {limit: 100, window: hour, by: org, unit: tokens, thresholds: [0.5]}\n"
 			ps := startReplicas(t, up.url, st, cfg+requests)
-			minuteWithRoom(t, 30*time.Second) // never across an hour's end
+			roomInWindow(t, time.Hour, 30*time.Second)
 			for range 2 {
 				rs, done := startStreams(t, ps, 1, "t-1-1")
 				if rs[0].status != 200 {

@@ -133,7 +133,7 @@ func TestHistoryAndExportAgreeOnFormerUnit(t *testing.T) {
 		t.Run(st.name, func(t *testing.T) {
 			t.Parallel()
 			ps := startReplicas(t, tokenUpstream(t), st, changeConfig+"limits:\n  change_per_org: {limit: 20, window: 60s, by: org, history: 3}\n")
-			minuteWithRoom(t, 20*time.Second)
+			roomInWindow(t, time.Minute, 20*time.Second)
 			for i := range 11 {
 				if res, _ := sendBody(t, ps[i%len(ps)], "/discovery/v1/assistant/acme-docs/message", "svc_dsc_n", `{"fp":"a","messages":[]}`); res.StatusCode != 200 {
 					t.Fatalf("request %d: %d", i, res.StatusCode)

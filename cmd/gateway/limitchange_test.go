@@ -23,17 +23,13 @@ routes:
     limits: [assistant_per_key, assistant_per_org, assistant_per_ip, change_per_org]
 ` + reloadMarker
 
-// minuteWithRoom waits until at least need is left before the next whole minute, so that a
-// test's phases fall into one 60 s window (and one 30 s one when need is 30 s or less).
-func minuteWithRoom(t *testing.T, need time.Duration) {
+// roomInWindow waits, when less than need is left of the current window of length window
+// (aligned as the limits align theirs), for the next one, so that a test's phases fall into
+// one window.
+func roomInWindow(t *testing.T, window, need time.Duration) {
 	t.Helper()
-	for _, w := range []time.Duration{time.Minute, 30 * time.Second} {
-		if need > w {
-			continue
-		}
-		if left := time.Until(time.Now().Truncate(w).Add(w)); left < need {
-			time.Sleep(left + 100*time.Millisecond)
-		}
+	if left := time.Until(time.Now().Truncate(window).Add(window)); left < need {
+		time.Sleep(left + 100*time.Millisecond)
 	}
 }
 
@@ -59,7 +55,7 @@ func TestUnitChangeByReload(t *testing.T) {
 			t.Parallel()
 			up := newGatedUpstream(t)
 			ps := startReplicas(t, up.url, st, changeConfig+"limits:\n  "+tokens)
-			minuteWithRoom(t, 40*time.Second)
+			roomInWindow(t, time.Minute, 40*time.Second)
 			rs, done := startStreams(t, ps, 6, "t-40-60")
 			if countStatus(rs, 200) != 6 {
 				t.Fatalf("the first 6 answers: %+v", rs)
