@@ -112,9 +112,10 @@ func runIdleRace(t *testing.T, p *proc, up *idleUpstream, n int, rng *rand.Rand)
 func TestUpstreamIdleCloseRace(t *testing.T) {
 	// 100 requests a variant, the four variants at once against their own upstreams: about
 	// 30 s in all. With the default idle_timeout net/http's Transport failed 1, 1, 3, 6, 5 and
-	// 1 of 100 in six runs on a loaded 2-core machine (the pool without learning the
-	// upstream's clock 2, 2 and 7; with it 0 every time): at 100 the race shows in every run,
-	// and about a quarter of the requests go out within 5 ms of the upstream's closing moment.
+	// 1 of 100 in six runs on a loaded 2-core machine, and 0 in one (the pool without learning
+	// the upstream's clock 2, 2 and 7; with it 0 every time but once, 1 before it had learned):
+	// at 100 the race shows in almost every run, and about a quarter of the requests go out
+	// within 5 ms of the upstream's closing moment.
 	const n = 100
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
@@ -150,8 +151,13 @@ func TestUpstreamIdleCloseRace(t *testing.T) {
 			t.Errorf("%s with idle_timeout %s, below the upstream's 300 ms: %d requests failed: %v", v.transport, v.idle, r.failed, r.failures)
 		}
 	}
-	if pool, std := failed[variant{"pool", ""}], failed[variant{"standard", ""}]; pool > std {
-		t.Errorf("default idle_timeout: the pool failed %d requests, net/http's Transport %d", pool, std)
+	// The pool learns the upstream's clock from the first close it meets, a failed request's
+	// included, and then retires connections before it: at most that one request fails in
+	// guessLife (a minute, longer than this run). net/http's Transport goes on failing one
+	// now and then (0 to 7 in 100, most often 1 to 3): comparing the two would fail on the
+	// runs where it happened to fail none.
+	if pool, std := failed[variant{"pool", ""}], failed[variant{"standard", ""}]; pool > 1 {
+		t.Errorf("default idle_timeout: the pool failed %d requests, at most one may (net/http's Transport failed %d)", pool, std)
 	}
 }
 

@@ -72,9 +72,14 @@ func (p *replicationProxy) pipe(dst, src net.Conn, repl *atomic.Bool, fromClient
 // Counting across a failover: counts the dying master admitted but never replicated are lost
 // with it, and the tenant gets that many requests past its quota. With redis.wait_replicas: 1
 // no request is admitted on a count the replica does not hold, and the overshoot is zero.
+//
+// The two runs go at once: each has its own Sentinel group and gateway, and mostly waits on
+// Sentinel (its peers finding each other, the master's 1 s down-after, the election), and
+// their calls' redis.timeout (200 ms) is far above what two such runs take at once.
 func TestFailoverOvershoot(t *testing.T) {
 	for _, wait := range []int{0, 1} {
 		t.Run(fmt.Sprintf("wait_replicas=%d", wait), func(t *testing.T) {
+			t.Parallel()
 			var proxy *replicationProxy
 			g := redistest.StartSentinelGroupVia(t, "gwshoot", func(master string) string {
 				proxy = newReplicationProxy(t, master)
