@@ -37,7 +37,7 @@ checks() {
   staticcheck_version=v0.8.2
   staticcheck="$(go env GOPATH)/bin/staticcheck"
   if ! "$staticcheck" -version 2>/dev/null | grep -q "${staticcheck_version#v}"; then
-    go install "honnef.co/go/tools/cmd/staticcheck@$staticcheck_version"
+    low go install "honnef.co/go/tools/cmd/staticcheck@$staticcheck_version"
   fi
   low "$staticcheck" ./...
   # deploy/kubernetes/check is its own module (Kubernetes API types and Helm stay out of the
