@@ -49,12 +49,22 @@ var serverLine = regexp.MustCompile(`^gateway: [a-z_0-9]+: [^\n]+\n$`)
 // to the help, exits 2 and sends no request.
 func TestHelpVersionAndUsageErrorsCLI(t *testing.T) {
 	t.Parallel()
+	// Only the CLI's requests count: they go under a path of this test's own (the admin URL
+	// may have one). The port is a free one, and a parallel test's process may still send to
+	// whoever held it before (a webhook retried to a receiver that has stopped): such
+	// requests are logged, not counted.
+	const base = "/cli-test-7f3a"
 	var requests atomic.Int64
-	admin := serveHTTP(t, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+	admin := serveHTTP(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !strings.HasPrefix(r.URL.Path, base+"/") {
+			t.Logf("a request not from the CLI: %s %s (User-Agent %q)", r.Method, r.URL.Path, r.UserAgent())
+			w.WriteHeader(404)
+			return
+		}
 		requests.Add(1)
 		w.WriteHeader(500)
 	}))
-	env := []string{"GATEWAY_ADMIN_URL=" + admin, "GATEWAY_ADMIN_TOKEN=t"}
+	env := []string{"GATEWAY_ADMIN_URL=" + admin + base, "GATEWAY_ADMIN_TOKEN=t"}
 
 	_, top, _ := cliRun(t, nil, "", "help")
 	helps := []struct {
