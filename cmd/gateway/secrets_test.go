@@ -44,7 +44,7 @@ func TestNoKeyLeaks(t *testing.T) {
 	rc := srv.Client(t)
 	limitsCfg := "limits:\n  agent_job_per_project: {limit: 2}\n  assistant_per_key: {limit: 2}\n"
 	a := startGateway(t, platform(t), fmt.Sprintf("admin_token: %q\nredis:\n  addrs: [%q]\n  timeout: 200ms\n%s", adminToken, srv.Addr, limitsCfg), "-dev")
-	dead := freeAddr(t)
+	dead := deadAddr(t)
 	b := startGatewayRaw(t, fmt.Sprintf("upstream:\n  url: %q\nlog:\n  level: debug\n%s", "http://"+dead, limitsCfg))
 	slow := faultUpstream(t) // /v2/agent/slow/ answers after 3 s
 	c := startGatewayRaw(t, fmt.Sprintf("upstream:\n  url: %q\n  timeout: 300ms\nlog:\n  level: debug\n%s", slow, limitsCfg), "-dev")
