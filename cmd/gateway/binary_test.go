@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -44,13 +45,14 @@ func TestMain(m *testing.M) {
 
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
+	return freeAddrs(t, 1)[0]
 }
+
+// handedOut holds every address freeAddrs gave out in this test process. The kernel may give a
+// closed listener's port again at once: a test whose own two addresses came out the same (a
+// gateway's listen and its rate limit service's) failed its config check. Process-wide, as
+// the ports are.
+var handedOut sync.Map
 
 // deadAddr is a loopback address that refuses connections until the test ends: its port is
 // bound but never listened on, so no other test's server can take it meanwhile (a port from
@@ -151,18 +153,23 @@ func (o startOpts) adminClient() *http.Client {
 	return &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: o.adminCAs}}}
 }
 
-// freeAddrs returns n distinct loopback addresses that were free a moment ago: all n are
-// listened on at once, so that no two are the same port.
+// freeAddrs returns n loopback addresses that were free a moment ago and that no earlier call
+// in this process gave out: all n are listened on at once, so that no two are the same port.
 func freeAddrs(t *testing.T, n int) []string {
 	t.Helper()
 	var out []string
-	for range n {
+	for tries := 0; len(out) < n; tries++ {
+		if tries == 100*n {
+			t.Fatalf("no free loopback port that was not handed out before in %d tries", tries)
+		}
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer ln.Close()
-		out = append(out, ln.Addr().String())
+		if _, before := handedOut.LoadOrStore(ln.Addr().String(), true); !before {
+			out = append(out, ln.Addr().String())
+		}
 	}
 	return out
 }
