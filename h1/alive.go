@@ -1,7 +1,5 @@
 package h1
 
-import "bytes"
-
 // idleState is what a look at an idle connection found.
 type idleState int
 
@@ -16,15 +14,12 @@ const (
 	idleOutOfStep
 )
 
-// timeout408 is how a 408 answer starts: the longest prefix a peek needs.
-var timeout408 = []byte("HTTP/1.1 408")
-
-// unasked classifies the first bytes an upstream sent on an idle connection: a 408 is its idle
-// timeout, anything else a desynchronised exchange.
+// unasked classifies the first bytes an upstream sent on an idle connection: a 408 (HTTP/1.0
+// or 1.1, "HTTP/1.x 408": 12 bytes, what the peek reads) is its idle timeout, anything else a
+// desynchronised exchange.
 func unasked(b []byte) idleState {
-	b = b[:min(len(b), len(timeout408))]
-	if len(b) == len(timeout408) && bytes.Equal(b[:7], timeout408[:7]) && bytes.Equal(b[8:], timeout408[8:]) {
-		return idleClosed // HTTP/1.0 or 1.1
+	if len(b) >= 12 && string(b[:7]) == "HTTP/1." && string(b[8:12]) == " 408" {
+		return idleClosed
 	}
 	return idleOutOfStep
 }

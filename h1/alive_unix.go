@@ -15,7 +15,7 @@ import (
 // allocates nothing.
 type prober struct {
 	rc    syscall.RawConn
-	buf   [12]byte // len(timeout408)
+	buf   [12]byte // enough for "HTTP/1.1 408"
 	state idleState
 	fn    func(fd uintptr)
 }
@@ -54,7 +54,6 @@ func (p *prober) check() idleState {
 	if p == nil {
 		return idleOpen
 	}
-	p.state = idleOutOfStep
 	if p.rc.Control(p.fn) != nil {
 		return idleClosed
 	}
